@@ -1,0 +1,39 @@
+# airflow-quota: two commands for a fresh machine.
+#   make test   creates .venv, installs the project with its test extras, lints, type-checks, tests
+#   make demo   runs the AWS walkthrough through the simulator (the embedded default)
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+
+.PHONY: test lint typecheck demo bench clean
+
+$(BIN)/python:
+	@$(PYTHON) -m venv $(VENV) 2>/dev/null || { \
+	  echo "python3 -m venv failed: installing Debian's python3-venv"; \
+	  apt-get update -qq && apt-get install -y -qq python3-venv >/dev/null && $(PYTHON) -m venv $(VENV); }
+
+$(STAMP): $(BIN)/python pyproject.toml
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e '.[test]'
+	@touch $(STAMP)
+
+lint: $(STAMP)
+	$(BIN)/ruff check airflow_quota tests benchmarks
+	$(BIN)/lint-imports
+
+typecheck: $(STAMP)
+	$(BIN)/mypy
+
+test: lint typecheck
+	$(BIN)/pytest
+
+demo: $(STAMP)
+	$(BIN)/airflow-quota validate ../shared/scenarios/aws-walkthrough.yaml --scenario
+	$(BIN)/airflow-quota simulate ../shared/scenarios/aws-walkthrough.yaml
+
+bench: $(STAMP)
+	$(BIN)/python benchmarks/core_cycle.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
