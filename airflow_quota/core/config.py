@@ -1,0 +1,263 @@
+"""The quota configuration (quota-model.md section 1): pydantic models, YAML loading and the
+rules that span fields, every problem reported at once with its path.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import datetime, timezone
+from enum import Enum
+from pathlib import Path
+from typing import Annotated, Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from airflow_quota.core.catalogue import InstanceTypeSpec, builtin_catalogue
+from airflow_quota.exceptions import InvalidInput, Problem
+
+NAME_PATTERN = r"^[A-Za-z0-9_-]{1,128}$"
+PositiveInt = Annotated[int, Field(ge=1, strict=True)]
+Name = Annotated[str, Field(pattern=NAME_PATTERN)]
+Instant = datetime | float
+"""A point in time: an aware datetime, or seconds from the scheduler's origin."""
+
+
+class Strategy(str, Enum):
+    RESERVE = "RESERVE"
+    LEND = "LEND"
+    LEND_AND_BORROW = "LEND_AND_BORROW"
+
+
+class ShareState(str, Enum):
+    ENABLED = "ENABLED"
+    DISABLED = "DISABLED"
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class TrainingPlan(_Model):
+    """Reserved capacity, usable only by preference entries that name the plan, in its window."""
+
+    name: Name
+    arn: str | None = None
+    instance_type: str
+    count: PositiveInt
+    starts_at: Instant
+    ends_at: Instant
+    hourly_price: float = Field(default=0.0, ge=0)
+
+
+class Pool(_Model):
+    """What may run at once (AWS: the service environment)."""
+
+    capacity: dict[str, PositiveInt] = Field(min_length=1)
+    training_plans: list[TrainingPlan] = Field(default_factory=list)
+
+
+class Share(_Model):
+    """A quota share: a guaranteed limit per instance type and how idle capacity is shared."""
+
+    name: Name
+    capacity_limits: dict[str, PositiveInt] = Field(min_length=1, max_length=5)
+    strategy: Strategy = Strategy.RESERVE
+    borrow_limit: int | None = Field(default=None, ge=-1, strict=True)
+    in_share_preemption: bool = False
+    state: ShareState = ShareState.ENABLED
+    preemption_protection_seconds: float = Field(default=0, ge=0)
+    preemption_grace_seconds: float = Field(default=0, ge=0)
+    starvation_after_seconds: float = Field(default=3600, gt=0)
+    max_priority: int = Field(default=9999, ge=0, le=9999, strict=True)
+    require_checkpoint: bool = False
+    preempted_alert_after: PositiveInt = 3
+
+    @property
+    def lends(self) -> bool:
+        """RESERVE capacity is never lent."""
+        return self.strategy is not Strategy.RESERVE
+
+    @property
+    def borrows(self) -> bool:
+        return self.strategy is Strategy.LEND_AND_BORROW
+
+    @property
+    def effective_borrow_limit(self) -> int:
+        """Percent of the own limit that may be borrowed on top; -1 is unlimited."""
+        return -1 if self.borrow_limit is None else self.borrow_limit
+
+    @property
+    def can_be_preempted(self) -> bool:
+        """Whether this share's jobs may ever be victims (they borrow, or in-share preemption)."""
+        return self.borrows or self.in_share_preemption
+
+
+class AlertsConfig(_Model):
+    """Where alerts go; used by the quota service (the core only raises them)."""
+
+    notifiers: list[dict[str, Any]] = Field(default_factory=list)
+
+
+class QuotaConfig(_Model):
+    """One quota configuration: instance types, the pool, and the shares."""
+
+    instance_types: dict[str, InstanceTypeSpec] = Field(default_factory=dict)
+    pool: Pool
+    shares: list[Share] = Field(min_length=1)
+    alerts: AlertsConfig = Field(default_factory=AlertsConfig)
+
+    def catalogue(self) -> dict[str, InstanceTypeSpec]:
+        """The built-in catalogue extended or overridden by ``instance_types``."""
+        merged = dict(builtin_catalogue())
+        merged.update(self.instance_types)
+        return merged
+
+    def share(self, name: str) -> Share | None:
+        return next((s for s in self.shares if s.name == name), None)
+
+    def plan(self, name: str) -> TrainingPlan | None:
+        return next((p for p in self.pool.training_plans if p.name == name), None)
+
+
+def instant_seconds(value: Instant, origin: datetime) -> float:
+    """Seconds from ``origin``: a number is already seconds from origin."""
+    if isinstance(value, datetime):
+        aware = value if value.tzinfo else value.replace(tzinfo=timezone.utc)
+        return (aware - origin).total_seconds()
+    return float(value)
+
+
+def check_rules(config: QuotaConfig) -> list[Problem]:
+    """The rules of quota-model.md 1 that span fields; every broken one, each with its path."""
+    problems: list[Problem] = []
+    known = config.catalogue()
+    capacity = config.pool.capacity
+
+    for type_name in capacity:
+        if type_name not in known:
+            problems.append(Problem(f"pool.capacity.{type_name}", _unknown_type(type_name)))
+
+    names: set[str] = set()
+    for i, share in enumerate(config.shares):
+        where = f"shares[{i}]"
+        if share.name in names:
+            problems.append(Problem(f"{where}.name", f"share name {share.name!r} is used twice"))
+        names.add(share.name)
+        for type_name in share.capacity_limits:
+            if type_name not in known:
+                problems.append(Problem(f"{where}.capacity_limits.{type_name}", _unknown_type(type_name)))
+            elif type_name not in capacity:
+                problems.append(
+                    Problem(
+                        f"{where}.capacity_limits.{type_name}",
+                        f"{type_name} has no capacity in the pool (pool.capacity)",
+                    )
+                )
+        if share.borrow_limit is not None and not share.borrows:
+            problems.append(
+                Problem(
+                    f"{where}.borrow_limit",
+                    f"borrow_limit is allowed only with strategy LEND_AND_BORROW, not {share.strategy.value}",
+                )
+            )
+
+    for type_name, cap in capacity.items():
+        total = sum(s.capacity_limits.get(type_name, 0) for s in config.shares)
+        if total > cap:
+            parts = " + ".join(
+                f"{s.name} {s.capacity_limits[type_name]}" for s in config.shares if type_name in s.capacity_limits
+            )
+            problems.append(
+                Problem(
+                    f"pool.capacity.{type_name}",
+                    f"limits sum to {total} ({parts}) but capacity is {cap}: "
+                    "a share's limit is a guarantee, so the limits must fit in the capacity",
+                )
+            )
+
+    plan_names: set[str] = set()
+    for i, plan in enumerate(config.pool.training_plans):
+        where = f"pool.training_plans[{i}]"
+        if plan.name in plan_names:
+            problems.append(Problem(f"{where}.name", f"plan name {plan.name!r} is used twice"))
+        plan_names.add(plan.name)
+        if plan.instance_type not in capacity:
+            problems.append(
+                Problem(f"{where}.instance_type", f"{plan.instance_type} is not in the pool (pool.capacity)")
+            )
+        elif plan.count > capacity[plan.instance_type]:
+            problems.append(
+                Problem(
+                    f"{where}.count",
+                    f"plan has {plan.count} instances but the pool's capacity of "
+                    f"{plan.instance_type} is {capacity[plan.instance_type]}",
+                )
+            )
+        epoch = datetime(1970, 1, 1, tzinfo=timezone.utc)
+        try:
+            ordered = instant_seconds(plan.ends_at, epoch) > instant_seconds(plan.starts_at, epoch)
+        except TypeError:
+            ordered = True  # a number next to a datetime: resolved against the scenario start later
+        if not ordered:
+            problems.append(Problem(f"{where}.ends_at", "the plan must end after it starts"))
+    return problems
+
+
+def _unknown_type(name: str) -> str:
+    return f"unknown instance type {name!r}: not in the catalogue nor in instance_types"
+
+
+def pydantic_problems(error: ValidationError, prefix: str = "") -> list[Problem]:
+    """Turn a pydantic error into ``path: message`` problems with dotted, indexed paths."""
+    problems = []
+    for item in error.errors():
+        path = prefix
+        for part in item["loc"]:
+            if isinstance(part, int):
+                path += f"[{part}]"
+            elif part in ("function-after[", "tagged-union"):
+                continue
+            else:
+                path = f"{path}.{part}" if path else str(part)
+        message = item["msg"]
+        if item["type"] == "extra_forbidden":
+            message = "unknown key"
+        elif item["type"] == "missing":
+            message = "required field is missing"
+        problems.append(Problem(path, message))
+    return problems
+
+
+def parse_config(raw: Any, prefix: str = "") -> QuotaConfig:
+    """Validate a mapping as a configuration; raise InvalidInput with every problem."""
+    if not isinstance(raw, Mapping):
+        raise InvalidInput.single(prefix, "a quota configuration must be a mapping")
+    try:
+        config = QuotaConfig.model_validate(raw)
+    except ValidationError as exc:
+        raise InvalidInput(pydantic_problems(exc, prefix)) from None
+    problems = check_rules(config)
+    if problems:
+        raise InvalidInput(problems).prefixed(prefix)
+    return config
+
+
+def read_yaml(path: Path) -> Any:
+    """Parse a YAML file; a parse error becomes InvalidInput naming the file, line and column."""
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise InvalidInput.single(str(path), f"cannot read the file: {exc.strerror}") from None
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else str(path)
+        problem = getattr(exc, "problem", None) or "not valid YAML"
+        raise InvalidInput.single(where, f"not valid YAML: {problem}") from None
+
+
+def load_config(path: Path) -> QuotaConfig:
+    """Read and validate a quota.yaml."""
+    return parse_config(read_yaml(path))

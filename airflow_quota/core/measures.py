@@ -1,0 +1,86 @@
+"""The measures of quota-model.md 9: time integrals of use, borrowing and lending per share and
+type, and per-job GPU-hours, lost work and cost. Everything is integrated exactly at the
+moments usage changes, so the figures do not depend on how often anyone looks.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from airflow_quota.core.quota import TypeLedger
+
+
+@dataclass(slots=True)
+class ShareTotals:
+    gpu_seconds: float = 0.0
+    borrowed_gpu_seconds: float = 0.0
+    lent_gpu_seconds: float = 0.0
+    limit_gpu_seconds: float = 0.0
+
+
+@dataclass(slots=True)
+class Meter:
+    """Integrates usage over time; ``touch`` a type before anything about it changes."""
+
+    shares: dict[str, ShareTotals] = field(default_factory=dict)
+    pool_gpu_seconds: float = 0.0
+    capacity_gpu_seconds: float = 0.0
+    _last: dict[str, float] = field(default_factory=dict)
+
+    def totals(self, share: str) -> ShareTotals:
+        totals = self.shares.get(share)
+        if totals is None:
+            totals = self.shares[share] = ShareTotals()
+        return totals
+
+    def touch(self, ledger: TypeLedger, now: float) -> None:
+        last = self._last.get(ledger.name)
+        self._last[ledger.name] = now
+        if last is None or now <= last:
+            return
+        dt = now - last
+        gpus = ledger.gpus
+        self.capacity_gpu_seconds += ledger.capacity * gpus * dt
+        for share, limit in ledger.limits.items():
+            self.totals(share).limit_gpu_seconds += limit * gpus * dt
+        if gpus == 0 or (ledger.used == 0):
+            return
+        self.pool_gpu_seconds += ledger.used * gpus * dt
+        borrowed = 0
+        for share, usage in ledger.usage.items():
+            if usage:
+                totals = self.totals(share)
+                totals.gpu_seconds += usage * gpus * dt
+                over = usage - ledger.limit_of(share)
+                if over > 0:
+                    totals.borrowed_gpu_seconds += over * gpus * dt
+                    borrowed += over
+        if borrowed:
+            self._credit_lenders(ledger, borrowed, gpus * dt)
+
+    def _credit_lenders(self, ledger: TypeLedger, borrowed: int, weight: float) -> None:
+        """Borrowing draws first on capacity no share is guaranteed, then on lenders' idle
+        capacity, shared in proportion to what each leaves idle."""
+        unassigned = max(0, ledger.capacity - sum(ledger.limits.values()))
+        from_lenders = borrowed - unassigned
+        if from_lenders <= 0:
+            return
+        idle = {
+            s: lim - ledger.usage_of(s)
+            for s, lim in ledger.limits.items()
+            if ledger.lends.get(s, True) and lim > ledger.usage_of(s)
+        }
+        total_idle = sum(idle.values())
+        if total_idle <= 0:
+            return
+        drawn = min(from_lenders, total_idle)
+        for share, amount in idle.items():
+            self.totals(share).lent_gpu_seconds += drawn * amount / total_idle * weight
+
+
+def percentile(sorted_values: list[float], fraction: float) -> float:
+    """Nearest-rank percentile of an already sorted list (0 for an empty one)."""
+    if not sorted_values:
+        return 0.0
+    rank = max(1, -(-int(round(fraction * 1000)) * len(sorted_values) // 1000))
+    return sorted_values[min(rank, len(sorted_values)) - 1]

@@ -1,0 +1,268 @@
+"""Jobs, their states and reasons, and the decisions a cycle returns (quota-model.md 2, 3, 6)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Annotated
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from airflow_quota.core.config import NAME_PATTERN
+
+
+class JobState(str, Enum):
+    """quota-model.md 3; shared by the store, backends, trigger and sensor."""
+
+    SUBMITTED = "SUBMITTED"
+    RUNNABLE = "RUNNABLE"
+    SCHEDULED = "SCHEDULED"
+    STARTING = "STARTING"
+    RUNNING = "RUNNING"
+    SUCCEEDED = "SUCCEEDED"
+    FAILED = "FAILED"
+
+    @property
+    def holds_capacity(self) -> bool:
+        return self in (JobState.SCHEDULED, JobState.STARTING, JobState.RUNNING)
+
+    @property
+    def is_final(self) -> bool:
+        return self in (JobState.SUCCEEDED, JobState.FAILED)
+
+
+class PendingReason(str, Enum):
+    """Why a RUNNABLE job waits."""
+
+    WAITING_FOR_QUOTA = "WAITING_FOR_QUOTA"
+    WAITING_FOR_CAPACITY = "WAITING_FOR_CAPACITY"
+    WAITING_FOR_PLAN = "WAITING_FOR_PLAN"
+    WAITING_FOR_VICTIMS = "WAITING_FOR_VICTIMS"
+    HELD_FOR_STARVING_JOB = "HELD_FOR_STARVING_JOB"
+
+
+class FailureReason(str, Enum):
+    """The one reason code every FAILED job carries."""
+
+    PENDING_TIMEOUT = "PENDING_TIMEOUT"
+    CAPACITY_ERROR = "CAPACITY_ERROR"
+    PREEMPTION_LIMIT = "PREEMPTION_LIMIT"
+    ATTEMPTS_EXHAUSTED = "ATTEMPTS_EXHAUSTED"
+    CANCELLED = "CANCELLED"
+
+
+class PreemptionKind(str, Enum):
+    CROSS_SHARE = "CROSS_SHARE"
+    IN_SHARE = "IN_SHARE"
+
+
+class AlertKind(str, Enum):
+    STARVING = "STARVING"
+    PREEMPTED_REPEATEDLY = "PREEMPTED_REPEATEDLY"
+    GUARANTEE_VIOLATED = "GUARANTEE_VIOLATED"
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    """One item of a preference list: ``count`` instances of ``instance_type``, on a plan or on demand."""
+
+    instance_type: str
+    count: int
+    training_plan: str | None = None
+
+    def __str__(self) -> str:
+        plan = f" on plan {self.training_plan}" if self.training_plan else ""
+        return f"{self.count}x {self.instance_type}{plan}"
+
+
+class PreferenceEntry(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    instance_type: str
+    count: int = Field(ge=1, strict=True)
+    training_plan: str | None = None
+
+
+class JobRequest(BaseModel):
+    """A submission: the job fields of quota-model.md 2 (the table's static rules)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: Annotated[str, Field(pattern=NAME_PATTERN)]
+    share: str
+    priority: int = Field(default=0, ge=0, le=9999, strict=True)
+    preferences: list[PreferenceEntry] = Field(min_length=1, max_length=5)
+    max_pending_seconds: float | None = Field(default=None, gt=0)
+    preemption_retries: int | None = Field(default=None, ge=0, strict=True)
+    retry_attempts: int = Field(default=1, ge=1, le=10, strict=True)
+    retry_on: list[str] | None = None
+    checkpoint_uri: str | None = None
+    checkpoint_interval: float | None = Field(
+        default=None, gt=0, description="seconds of work between checkpoints; estimates lost work"
+    )
+    wait_for_capacity: bool = False
+
+    @field_validator("preferences")
+    @classmethod
+    def _types_unique(cls, value: list[PreferenceEntry]) -> list[PreferenceEntry]:
+        seen: set[str] = set()
+        for entry in value:
+            if entry.instance_type in seen:
+                raise ValueError(f"instance type {entry.instance_type} is listed twice; each type at most once")
+            seen.add(entry.instance_type)
+        return value
+
+    def entries(self) -> tuple[Entry, ...]:
+        return tuple(Entry(p.instance_type, p.count, p.training_plan) for p in self.preferences)
+
+
+@dataclass(slots=True)
+class Placement:
+    """Where an attempt runs (or will run once its victims stop)."""
+
+    entry: Entry
+    borrowed: int
+    placed_at: float
+    waiting_for: set[int] = field(default_factory=set)
+    """Victims still stopping; capacity is held for the job until this is empty."""
+    draining: int = 0
+    """Instances of those victims beyond what the job needs: busy until they stop."""
+
+
+@dataclass(slots=True)
+class PreemptionRecord:
+    at: float
+    kind: PreemptionKind
+    by: str
+    lost_seconds: float
+
+
+@dataclass(slots=True)
+class Job:
+    """A job's live record. ``seq`` is its submission order, the final tiebreak everywhere."""
+
+    seq: int
+    name: str
+    share: str
+    priority: int
+    entries: tuple[Entry, ...]
+    request: JobRequest
+    submitted_at: float
+    state: JobState = JobState.RUNNABLE
+    failure: FailureReason | None = None
+    failure_detail: str | None = None
+    runnable_since: float = 0.0
+    pending_deadline: float | None = None
+    placement: Placement | None = None
+    attempts: int = 0
+    failed_attempts: int = 0
+    preemptions: list[PreemptionRecord] = field(default_factory=list)
+    stopping: bool = False
+    """Preempted and given its grace period; it no longer counts in its share's usage."""
+    stopping_for: int | None = None
+    stop_lost: float = 0.0
+    running_since: float | None = None
+    progress: float = 0.0
+    """Work (seconds) saved by checkpoints and carried into the current attempt."""
+    wait_seconds: float = 0.0
+    starving: bool = False
+    alerts: set[AlertKind] = field(default_factory=set)
+    last_placement: Entry | None = None
+    gpu_seconds: float = 0.0
+    lost_gpu_seconds: float = 0.0
+    cost: float = 0.0
+    fallback_cost: float = 0.0
+
+    @property
+    def key(self) -> tuple[int, float, int]:
+        """Order inside a share: priority (high first), first submission, submission order."""
+        return (-self.priority, self.submitted_at, self.seq)
+
+    @property
+    def instance_types(self) -> frozenset[str]:
+        return frozenset(e.instance_type for e in self.entries)
+
+    @property
+    def holding(self) -> bool:
+        """Counts in its share's usage: placed, or holding capacity for its victims."""
+        return self.placement is not None
+
+    def unsaved_work(self, at: float) -> float:
+        """Work since the last checkpoint if the attempt were stopped at ``at``.
+
+        Checkpoints fall on multiples of ``checkpoint_interval`` of total work; without an
+        interval every second of the attempt is lost (training restarts from zero).
+        """
+        if self.running_since is None or at <= self.running_since:
+            return 0.0
+        done = at - self.running_since
+        interval = self.request.checkpoint_interval
+        if interval is None:
+            return done
+        return (self.progress + done) % interval
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """Base of what the core tells its driver; every decision says why in ``reason``."""
+
+    at: float
+    job: str
+    share: str
+
+
+@dataclass(frozen=True, slots=True)
+class Submitted(Decision):
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class Rejected(Decision):
+    error: str
+    request: str = "submit"
+
+
+@dataclass(frozen=True, slots=True)
+class Placed(Decision):
+    entry: Entry
+    borrowed: int
+    attempt: int
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Preempted(Decision):
+    kind: PreemptionKind
+    by: str
+    lost_seconds: float
+    grace_seconds: float
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Requeued(Decision):
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Succeeded(Decision):
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class Failed(Decision):
+    reason: FailureReason
+    detail: str
+
+
+@dataclass(frozen=True, slots=True)
+class PriorityChanged(Decision):
+    old: int
+    new: int
+
+
+@dataclass(frozen=True, slots=True)
+class Alert(Decision):
+    kind: AlertKind
+    reason: str
+    position: int | None

@@ -1,0 +1,150 @@
+"""Per-share indexes of jobs, kept up to date on every state change so that a cycle only looks
+at jobs that might now fit (never rescans a queue of jobs that cannot).
+
+Every index is a SortedList of job keys; a key ends in the job's ``seq``, so keys are unique.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import defaultdict
+from collections.abc import Callable, Hashable
+from typing import Any
+
+from sortedcontainers import SortedList
+
+from airflow_quota.core.model import Job
+
+JobKey = tuple[int, float, int]
+"""(−priority, first submission, seq): the order inside a share (quota-model.md 4)."""
+
+
+def victim_key(job: Job) -> tuple[int, float, float, int]:
+    """Candidate order among victims (quota-model.md 4, Preemption):
+
+    1. lowest priority first,
+    2. then the most recently placed,
+    3. then the least work since its last checkpoint (time-dependent: applied to ties of 1-2
+       when victims are chosen, see preempt.py),
+    4. then the latest first submission,
+    5. then the latest in submission order (stable tiebreak).
+    """
+    assert job.placement is not None
+    return (job.priority, -job.placement.placed_at, -job.submitted_at, -job.seq)
+
+
+class ShareQueue:
+    """The RUNNABLE and running jobs of one share, indexed for the cycle."""
+
+    __slots__ = ("buckets", "counts", "running", "runnable", "starving", "wanting")
+
+    def __init__(self) -> None:
+        self.runnable: SortedList = SortedList()
+        self.buckets: dict[tuple[str, int], SortedList] = {}
+        """(instance type, count) → keys of RUNNABLE jobs with that entry."""
+        self.counts: defaultdict[str, set[int]] = defaultdict(set)
+        """instance type → the counts its buckets ask for."""
+        self.wanting: defaultdict[str, int] = defaultdict(int)
+        """instance type → RUNNABLE jobs asking for it (lender protection)."""
+        self.running: dict[str, SortedList] = {}
+        """instance type → victim keys of jobs holding it that may be preempted."""
+        self.starving: dict[str, SortedList] = {}
+        """instance type → keys of starving RUNNABLE jobs asking for it (reservations)."""
+
+    def add_runnable(self, job: Job) -> None:
+        key = job.key
+        self.runnable.add(key)
+        for entry in job.entries:
+            bucket = self.buckets.get((entry.instance_type, entry.count))
+            if bucket is None:
+                bucket = self.buckets[(entry.instance_type, entry.count)] = SortedList()
+                self.counts[entry.instance_type].add(entry.count)
+            bucket.add(key)
+            self.wanting[entry.instance_type] += 1
+        if job.starving:
+            self.add_starving(job)
+
+    def remove_runnable(self, job: Job) -> list[str]:
+        """Drop a job from the RUNNABLE indexes; returns the types nobody in the share asks for now."""
+        key = job.key
+        self.runnable.remove(key)
+        released = []
+        for entry in job.entries:
+            self.buckets[(entry.instance_type, entry.count)].remove(key)
+            self.wanting[entry.instance_type] -= 1
+            if self.wanting[entry.instance_type] == 0:
+                released.append(entry.instance_type)
+        if job.starving:
+            self.remove_starving(job)
+        return released
+
+    def add_starving(self, job: Job) -> None:
+        for entry in job.entries:
+            self.starving.setdefault(entry.instance_type, SortedList()).add(job.key)
+
+    def remove_starving(self, job: Job) -> None:
+        for entry in job.entries:
+            self.starving[entry.instance_type].remove(job.key)
+
+    def held_back(self, key: JobKey, instance_type: str) -> bool:
+        """Whether a starving job ahead of ``key`` reserves ``instance_type`` (quota-model.md 8)."""
+        starving = self.starving.get(instance_type)
+        return bool(starving) and starving[0] < key
+
+    def add_running(self, job: Job, instance_type: str) -> None:
+        self.running.setdefault(instance_type, SortedList()).add(victim_key(job))
+
+    def remove_running(self, job: Job, instance_type: str) -> None:
+        self.running[instance_type].remove(victim_key(job))
+
+    def position(self, key: JobKey) -> int:
+        """1-based position among the share's RUNNABLE jobs."""
+        return int(self.runnable.bisect_left(key)) + 1
+
+
+class MergedStreams:
+    """A lazy k-way merge of sorted key streams, each job yielded once, in a phase's order.
+
+    Streams are SortedLists that may change while the merge runs (jobs placed or requeued):
+    each stream remembers the last key it gave and resumes with ``bisect_right``. A stream is
+    tagged so the caller can drop it when its jobs can no longer fit.
+    """
+
+    def __init__(self, order: Callable[[JobKey], Any]) -> None:
+        self._order = order
+        self._heap: list[tuple[Any, int, JobKey]] = []
+        self._streams: list[tuple[SortedList, Hashable]] = []
+        self._dropped: set[int] = set()
+        self.seen: set[int] = set()
+
+    def add(self, keys: SortedList, tag: Hashable, after: Any = None) -> None:
+        """Merge ``keys`` in; with ``after`` (an order value), only keys ordered after it."""
+        index = len(self._streams)
+        self._streams.append((keys, tag))
+        for position in range(len(keys)):
+            key = keys[position]
+            if after is None or self._order(key) > after:
+                heapq.heappush(self._heap, (self._order(key), index, key))
+                return
+
+    def pop(self) -> tuple[JobKey, Hashable, Any] | None:
+        """The next unseen key, its stream's tag and its order value; None when all are spent."""
+        while self._heap:
+            order, index, key = heapq.heappop(self._heap)
+            if index in self._dropped:
+                continue
+            keys, tag = self._streams[index]
+            position = keys.bisect_right(key)
+            if position < len(keys):
+                following = keys[position]
+                heapq.heappush(self._heap, (self._order(following), index, following))
+            if key[2] in self.seen:
+                continue
+            return key, tag, order
+        return None
+
+    def drop(self, tag: Hashable) -> None:
+        """Stop merging every stream with this tag."""
+        for index, (_, stream_tag) in enumerate(self._streams):
+            if stream_tag == tag:
+                self._dropped.add(index)

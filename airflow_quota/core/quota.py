@@ -1,0 +1,119 @@
+"""Quota arithmetic per instance type (quota-model.md 4), in whole instances.
+
+The invariant ``borrowed(T) <= lendable(T)`` rewrites, for limits that fit in the capacity, as
+
+    pressure(T) = Σ_s term_s(T) <= capacity(T),   term_s = U_s if s lends else max(U_s, L_s)
+
+because a lending share takes out of the pool exactly what it uses, while a share that does not
+lend (RESERVE, or a lender protecting its own demand) also keeps its idle capacity out of reach.
+Keeping one running sum per type makes every placement check O(shares touched).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+
+from airflow_quota.core.config import Share, Strategy
+
+
+class Block(str, Enum):
+    """Why an entry cannot be placed now; the basis of pending reasons and explanations."""
+
+    SHARE_LIMIT = "over the share's limit"
+    BORROW_LIMIT = "over the share's borrow limit"
+    NOT_LENDABLE = "no lendable capacity"
+    POOL_FULL = "pool capacity in use"
+    PLAN_NOT_ACTIVE = "training plan window not open"
+    PLAN_FULL = "training plan fully used"
+    NO_PROVIDER_CAPACITY = "provider has no capacity"
+    HELD_FOR_STARVING = "held for a starving job"
+    BACKING_OFF = "entry backing off after a capacity error"
+
+
+def share_term(usage: int, limit: int, lends: bool) -> int:
+    """What share ``s`` takes out of capacity(T): its usage if it lends, otherwise also its idle
+    limit, since capacity that is not lent stays reserved for its owner."""
+    return usage if lends else max(usage, limit)
+
+
+def holding_cap(share: Share, limit: int) -> int | None:
+    """The most instances of a type ``share`` may hold; None when unbounded.
+
+    RESERVE and LEND hold at most their limit; LEND_AND_BORROW at most
+    ``limit * (1 + borrow_limit/100)`` (rounded down), or without bound when borrow_limit is -1.
+    """
+    if share.strategy is not Strategy.LEND_AND_BORROW:
+        return limit
+    if share.effective_borrow_limit < 0:
+        return None
+    return limit * (100 + share.effective_borrow_limit) // 100
+
+
+@dataclass(slots=True)
+class Plan:
+    """A training plan's window and use, on the scheduler's clock."""
+
+    name: str
+    instance_type: str
+    count: int
+    starts_at: float
+    ends_at: float
+    hourly_price: float
+    used: int = 0
+
+    def active(self, now: float) -> bool:
+        return self.starts_at <= now < self.ends_at
+
+
+@dataclass(slots=True)
+class TypeLedger:
+    """Capacity, limits and usage of one instance type."""
+
+    name: str
+    capacity: int
+    gpus: int
+    price: float
+    limits: dict[str, int]
+    lends: dict[str, bool]
+    usage: dict[str, int] = field(default_factory=dict)
+    pressure: int = 0
+    used: int = 0
+    draining: int = 0
+    """Instances of stopping victims beyond what their preemptor holds: busy, owned by no share."""
+    on_demand_used: int = 0
+    available: int | None = None
+    """On-demand instances the provider can give (None: unlimited)."""
+
+    def usage_of(self, share: str) -> int:
+        return self.usage.get(share, 0)
+
+    def limit_of(self, share: str) -> int:
+        return self.limits.get(share, 0)
+
+    def term(self, share: str, usage: int, protected: bool = False) -> int:
+        lends = self.lends.get(share, True) and not protected
+        return share_term(usage, self.limits.get(share, 0), lends)
+
+    def recompute(self) -> None:
+        """Rebuild the running sums (after a configuration change)."""
+        self.used = sum(self.usage.values())
+        shares = set(self.limits) | set(self.usage)
+        self.pressure = sum(self.term(s, self.usage_of(s)) for s in shares)
+
+    def change_usage(self, share: str, delta: int) -> None:
+        before = self.usage_of(share)
+        after = before + delta
+        self.pressure += self.term(share, after) - self.term(share, before)
+        self.used += delta
+        self.usage[share] = after
+
+    def borrowed(self) -> int:
+        """Σ_s max(0, U_s − L_s)."""
+        return sum(max(0, u - self.limit_of(s)) for s, u in self.usage.items())
+
+    def lendable(self) -> int:
+        """(capacity − Σ L) + Σ over lending shares of max(0, L_s − U_s)."""
+        unassigned = self.capacity - sum(self.limits.values())
+        idle = sum(max(0, lim - self.usage_of(s)) for s, lim in self.limits.items() if self.lends.get(s, True))
+        return unassigned + idle

@@ -1,0 +1,227 @@
+"""The scheduler's live state: configuration, per-type ledgers, plans, queues and jobs, with the
+primitive changes (queue, place, release) that keep every index and running sum in step, and the
+placement check every phase uses.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import datetime
+from enum import Enum
+
+from airflow_quota.core.catalogue import InstanceTypeSpec
+from airflow_quota.core.config import QuotaConfig, Share, instant_seconds
+from airflow_quota.core.measures import Meter
+from airflow_quota.core.model import Entry, Job, JobState, Placement
+from airflow_quota.core.queues import ShareQueue
+from airflow_quota.core.quota import Block, Plan, TypeLedger, holding_cap
+
+
+class Mode(Enum):
+    """Which rule a placement is checked against (the phases of quota-model.md 4)."""
+
+    WITHIN_QUOTA = 2
+    """U_s + n <= L_s and the invariant holds."""
+    BORROW = 3
+    """Up to the share's borrow limit; lenders protect types their own RUNNABLE jobs ask for."""
+    PREEMPT = 4
+    """As BORROW, after removing victims."""
+
+
+@dataclass(slots=True)
+class Snapshot:
+    """Everything a cycle reads and changes. ``origin`` is the instant of time 0."""
+
+    config: QuotaConfig
+    origin: datetime
+    catalogue: dict[str, InstanceTypeSpec] = field(default_factory=dict)
+    shares: dict[str, Share] = field(default_factory=dict)
+    types: dict[str, TypeLedger] = field(default_factory=dict)
+    plans: dict[str, Plan] = field(default_factory=dict)
+    queues: dict[str, ShareQueue] = field(default_factory=dict)
+    jobs: dict[int, Job] = field(default_factory=dict)
+    live_names: dict[str, int] = field(default_factory=dict)
+    backoff_until: dict[tuple[str, str | None], float] = field(default_factory=dict)
+    meter: Meter = field(default_factory=Meter)
+    improved: set[str] = field(default_factory=set)
+    """Types on which something got easier since the last look: capacity freed, a limit or
+    the pool changed, a lender stopped protecting, a victim became available."""
+
+    def __post_init__(self) -> None:
+        self.load_config(self.config, 0.0)
+
+    # -- configuration -------------------------------------------------------------------
+
+    def load_config(self, config: QuotaConfig, now: float) -> None:
+        """Take a new configuration; usage stays, limits and capacity change (quota-model.md 5)."""
+        for ledger in self.types.values():
+            self.meter.touch(ledger, now)
+        self.config = config
+        self.catalogue = config.catalogue()
+        self.shares = {s.name: s for s in config.shares}
+        for name in self.shares:
+            self.queues.setdefault(name, ShareQueue())
+        names = set(config.pool.capacity) | set(self.types)
+        for share in config.shares:
+            names |= set(share.capacity_limits)
+        for name in names:
+            spec = self.catalogue.get(name)
+            ledger = self.types.get(name)
+            if ledger is None:
+                ledger = self.types[name] = TypeLedger(
+                    name=name, capacity=0, gpus=0, price=0.0, limits={}, lends={}
+                )
+                self.meter.touch(ledger, now)
+            ledger.capacity = config.pool.capacity.get(name, 0)
+            ledger.gpus = spec.gpus if spec else 0
+            ledger.price = spec.hourly_price if spec else 0.0
+            ledger.limits = {s.name: s.capacity_limits[name] for s in config.shares if name in s.capacity_limits}
+            ledger.lends = {s.name: s.lends for s in config.shares}
+            ledger.recompute()
+        old_plans = self.plans
+        self.plans = {}
+        for plan in config.pool.training_plans:
+            used = old_plans[plan.name].used if plan.name in old_plans else 0
+            self.plans[plan.name] = Plan(
+                name=plan.name,
+                instance_type=plan.instance_type,
+                count=plan.count,
+                starts_at=instant_seconds(plan.starts_at, self.origin),
+                ends_at=instant_seconds(plan.ends_at, self.origin),
+                hourly_price=plan.hourly_price,
+                used=used,
+            )
+        self.improved |= set(self.types)
+
+    def accelerated(self, instance_type: str) -> bool:
+        spec = self.catalogue.get(instance_type)
+        return spec.is_accelerated(instance_type) if spec else False
+
+    # -- the placement check -------------------------------------------------------------
+
+    def protected_idle(self, ledger: TypeLedger, usage: dict[str, int] | None = None) -> int:
+        """Idle capacity of lenders that protect it for their own RUNNABLE jobs (lender
+        protection, and a starving job's reservation, which always asks for the type)."""
+        total = 0
+        for share, limit in ledger.limits.items():
+            if ledger.lends.get(share, True) and self.queues[share].wanting[ledger.name] > 0:
+                used = usage.get(share, ledger.usage_of(share)) if usage else ledger.usage_of(share)
+                total += max(0, limit - used)
+        return total
+
+    def check(self, job: Job, entry: Entry, mode: Mode, now: float, victims: Iterable[Job] = ()) -> Block | None:
+        """Why ``entry`` cannot be placed for ``job`` now (after removing ``victims``), or None."""
+        name, n = entry.instance_type, entry.count
+        ledger = self.types[name]
+        share = self.shares[job.share]
+        if self.queues[job.share].held_back(job.key, name):
+            return Block.HELD_FOR_STARVING
+        removed: dict[str, int] = {}
+        freed = freed_plan = freed_on_demand = 0
+        for victim in victims:
+            assert victim.placement is not None
+            m = victim.placement.entry.count
+            removed[victim.share] = removed.get(victim.share, 0) + m
+            freed += m
+            if victim.placement.entry.training_plan is None:
+                freed_on_demand += m
+            elif victim.placement.entry.training_plan == entry.training_plan:
+                freed_plan += m
+        own = ledger.usage_of(job.share) - removed.get(job.share, 0)
+        limit = ledger.limit_of(job.share)
+        if mode is Mode.WITHIN_QUOTA:
+            if own + n > limit:
+                return Block.SHARE_LIMIT
+        else:
+            cap = holding_cap(share, limit)
+            if cap is not None and own + n > cap:
+                return Block.BORROW_LIMIT if share.borrows else Block.SHARE_LIMIT
+        if ledger.used - freed + ledger.draining + n > ledger.capacity:
+            return Block.POOL_FULL
+        after_usage = {s: ledger.usage_of(s) - r for s, r in removed.items()}
+        after_usage[job.share] = own + n
+        delta = sum(ledger.term(s, u) - ledger.term(s, ledger.usage_of(s)) for s, u in after_usage.items())
+        before = ledger.pressure
+        if before + delta > ledger.capacity and delta > 0:
+            return Block.NOT_LENDABLE
+        if mode is not Mode.WITHIN_QUOTA:
+            strict_before = before + self.protected_idle(ledger)
+            strict_after = before + delta + self.protected_idle(ledger, after_usage)
+            if strict_after > ledger.capacity and strict_after > strict_before:
+                return Block.NOT_LENDABLE
+        return self.source_block(entry, now, freed_plan, freed_on_demand)
+
+    def source_block(self, entry: Entry, now: float, freed_plan: int = 0, freed_on_demand: int = 0) -> Block | None:
+        """Whether the entry's source (its plan, or the provider on demand) can give it now."""
+        if entry.training_plan is not None:
+            plan = self.plans[entry.training_plan]
+            if not plan.active(now):
+                return Block.PLAN_NOT_ACTIVE
+            if plan.used - freed_plan + entry.count > plan.count:
+                return Block.PLAN_FULL
+            return None
+        if self.backoff_until.get((entry.instance_type, None), -1.0) > now:
+            return Block.BACKING_OFF
+        ledger = self.types[entry.instance_type]
+        if ledger.available is not None and ledger.on_demand_used - freed_on_demand + entry.count > ledger.available:
+            return Block.NO_PROVIDER_CAPACITY
+        return None
+
+    # -- primitive changes ---------------------------------------------------------------
+
+    def enqueue(self, job: Job) -> None:
+        self.queues[job.share].add_runnable(job)
+
+    def dequeue(self, job: Job) -> None:
+        """Take a job out of its share's queue; types its share stops protecting become lendable."""
+        for name in self.queues[job.share].remove_runnable(job):
+            if self.types[name].limit_of(job.share):
+                self.improved.add(name)
+
+    def take(self, job: Job, entry: Entry, now: float) -> None:
+        """Count ``entry`` in the job's share usage and in its source."""
+        ledger = self.types[entry.instance_type]
+        self.meter.touch(ledger, now)
+        ledger.change_usage(job.share, entry.count)
+        if entry.training_plan is not None:
+            self.plans[entry.training_plan].used += entry.count
+        else:
+            ledger.on_demand_used += entry.count
+        if ledger.usage_of(job.share) > ledger.limit_of(job.share):
+            self.improved.add(entry.instance_type)  # a new source of reclaimable capacity
+
+    def give_back(self, job: Job, now: float) -> Placement:
+        """Release what the job holds; the time it held it is charged to the job."""
+        placement = job.placement
+        assert placement is not None
+        entry = placement.entry
+        ledger = self.types[entry.instance_type]
+        self.meter.touch(ledger, now)
+        ledger.change_usage(job.share, -entry.count)
+        if entry.training_plan is not None:
+            plan = self.plans[entry.training_plan]
+            plan.used -= entry.count
+            price = plan.hourly_price
+        else:
+            ledger.on_demand_used -= entry.count
+            price = ledger.price
+        if not placement.waiting_for and job.state.holds_capacity:
+            self.queues[job.share].remove_running(job, entry.instance_type)
+            held = now - placement.placed_at
+            job.gpu_seconds += held * entry.count * ledger.gpus
+            cost = held / 3600 * entry.count * price
+            job.cost += cost
+            if entry.training_plan is None and any(e.training_plan for e in job.entries):
+                job.fallback_cost += cost
+        job.placement = None
+        self.improved.add(entry.instance_type)
+        return placement
+
+    def final_jobs_forget(self, job: Job) -> None:
+        """A finished job frees its name for a new submission."""
+        if self.live_names.get(job.name) == job.seq:
+            del self.live_names[job.name]
+
+    def job_state(self, job: Job, state: JobState) -> None:
+        job.state = state

@@ -1,0 +1,1 @@
+"""The discrete-event simulator: replays a scenario through the same core the service runs."""

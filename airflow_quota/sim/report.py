@@ -1,0 +1,224 @@
+"""The simulator's output: the JSON document of simulate.md and a readable summary."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from airflow_quota.core.measures import percentile
+from airflow_quota.core.model import (
+    Alert,
+    Decision,
+    Failed,
+    JobState,
+    Placed,
+    Preempted,
+    PriorityChanged,
+    Rejected,
+    Requeued,
+    Submitted,
+    Succeeded,
+)
+from airflow_quota.core.visibility import pending_view
+from airflow_quota.sim.simulator import SimulationResult
+
+
+def number(value: float, digits: int = 6) -> float | int:
+    """Integral values print as integers, others rounded: stable, readable JSON."""
+    rounded = round(value, digits)
+    return int(rounded) if rounded == int(rounded) else rounded
+
+
+def event_record(decision: Decision) -> dict[str, Any]:
+    record: dict[str, Any] = {"t": number(decision.at), "type": "", "job": decision.job, "share": decision.share}
+    if isinstance(decision, Submitted):
+        record["type"] = "SUBMITTED"
+    elif isinstance(decision, Rejected):
+        record.update(type="REJECTED", error=decision.error)
+        if decision.request != "submit":
+            record["request"] = decision.request
+    elif isinstance(decision, Placed):
+        record.update(
+            type="PLACED",
+            instance_type=decision.entry.instance_type,
+            count=decision.entry.count,
+            borrowed=decision.borrowed,
+            training_plan=decision.entry.training_plan,
+            attempt=decision.attempt,
+            reason=decision.reason,
+        )
+    elif isinstance(decision, Preempted):
+        record.update(
+            type="PREEMPTED",
+            kind=decision.kind.value,
+            by=decision.by,
+            lost_seconds=number(decision.lost_seconds),
+            grace_seconds=number(decision.grace_seconds),
+            reason=decision.reason,
+        )
+    elif isinstance(decision, Requeued):
+        record.update(type="REQUEUED", reason=decision.reason)
+    elif isinstance(decision, Succeeded):
+        record["type"] = "SUCCEEDED"
+    elif isinstance(decision, Failed):
+        record.update(type="FAILED", reason=decision.reason.value, detail=decision.detail)
+    elif isinstance(decision, PriorityChanged):
+        record.update(type="PRIORITY_CHANGED", priority=decision.new, previous=decision.old)
+    elif isinstance(decision, Alert):
+        record.update(type="ALERT", kind=decision.kind.value, reason=decision.reason, position=decision.position)
+    return record
+
+
+def build_report(result: SimulationResult) -> dict[str, Any]:
+    """The whole ``--json`` document."""
+    scheduler = result.scheduler
+    snap = scheduler.snapshot
+    end = result.end
+    for ledger in snap.types.values():
+        snap.meter.touch(ledger, end)
+
+    jobs: dict[str, Any] = {}
+    waits: dict[str, list[float]] = {name: [] for name in snap.shares}
+    share_cost: dict[str, float] = dict.fromkeys(snap.shares, 0.0)
+    share_lost: dict[str, float] = dict.fromkeys(snap.shares, 0.0)
+    share_preemptions: dict[str, int] = dict.fromkeys(snap.shares, 0)
+    fallback = 0.0
+    for job in sorted(snap.jobs.values(), key=lambda j: j.seq):
+        gpu_seconds, cost = job.gpu_seconds, job.cost
+        wait = job.wait_seconds
+        if job.placement is not None and job.state.holds_capacity and not job.placement.waiting_for:
+            entry = job.placement.entry
+            held = end - job.placement.placed_at
+            ledger = snap.types[entry.instance_type]
+            gpu_seconds += held * entry.count * ledger.gpus
+            price = snap.plans[entry.training_plan].hourly_price if entry.training_plan else ledger.price
+            cost += held / 3600 * entry.count * price
+        elif job.state is JobState.RUNNABLE:
+            wait += end - job.runnable_since
+        last = job.last_placement
+        record: dict[str, Any] = {
+            "state": job.state.value,
+            "reason": job.failure.value if job.failure else None,
+            "share": job.share,
+            "priority": job.priority,
+            "attempts": job.attempts,
+            "preemptions": len(job.preemptions),
+            "wait_seconds": number(wait),
+            "instance_type": last.instance_type if last else None,
+            "count": last.count if last else None,
+            "training_plan": last.training_plan if last else None,
+            "gpu_hours": number(gpu_seconds / 3600),
+            "lost_gpu_hours": number(job.lost_gpu_seconds / 3600),
+            "cost": number(cost, 4),
+            "failed_attempts": job.failed_attempts,
+        }
+        if job.state is JobState.RUNNABLE:
+            record.update(pending_view(snap, job, end))
+        jobs[job.name] = record
+        waits[job.share].append(wait)
+        share_cost[job.share] += cost
+        share_lost[job.share] += job.lost_gpu_seconds / 3600
+        share_preemptions[job.share] += len(job.preemptions)
+        fallback += job.fallback_cost
+
+    shares: dict[str, Any] = {}
+    for name in snap.shares:
+        totals = snap.meter.totals(name)
+        ordered = sorted(waits[name])
+        shares[name] = {
+            "gpu_hours": number(totals.gpu_seconds / 3600),
+            "utilization": number(totals.gpu_seconds / totals.limit_gpu_seconds, 4)
+            if totals.limit_gpu_seconds
+            else 0.0,
+            "borrowed_gpu_hours": number(totals.borrowed_gpu_seconds / 3600),
+            "lent_gpu_hours": number(totals.lent_gpu_seconds / 3600),
+            "wait_mean": number(sum(ordered) / len(ordered), 3) if ordered else 0,
+            "wait_p50": number(percentile(ordered, 0.50), 3),
+            "wait_p95": number(percentile(ordered, 0.95), 3),
+            "wait_max": number(ordered[-1], 3) if ordered else 0,
+            "preemptions": share_preemptions[name],
+            "lost_gpu_hours": number(share_lost[name]),
+            "cost": number(share_cost[name], 4),
+        }
+    meter = snap.meter
+    pool = {
+        "gpu_hours": number(meter.pool_gpu_seconds / 3600),
+        "utilization": number(meter.pool_gpu_seconds / meter.capacity_gpu_seconds, 4)
+        if meter.capacity_gpu_seconds
+        else 0.0,
+        "cost": number(sum(share_cost.values()), 4),
+        "plan_fallback_cost": number(fallback, 4),
+        "end": number(end),
+        "cycles": result.cycles,
+    }
+    alerts = [
+        {"t": number(d.at), "kind": d.kind.value, "job": d.job, "share": d.share, "reason": d.reason,
+         "position": d.position}
+        for d in result.decisions
+        if isinstance(d, Alert)
+    ]
+    return {
+        "events": [event_record(d) for d in result.decisions],
+        "jobs": jobs,
+        "shares": shares,
+        "pool": pool,
+        "alerts": alerts,
+    }
+
+
+def to_json(report: dict[str, Any]) -> str:
+    return json.dumps(report, indent=1, ensure_ascii=False) + "\n"
+
+
+def _table(headers: list[str], rows: list[list[Any]]) -> str:
+    cells = [headers] + [["-" if v is None else str(v) for v in row] for row in rows]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in cells]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def to_text(report: dict[str, Any]) -> str:
+    """The human summary: shares, jobs, alerts."""
+    out = []
+    pool = report["pool"]
+    out.append(
+        f"Simulated {pool['end']} s in {pool['cycles']} cycles: pool GPU utilisation "
+        f"{pool['utilization']:.0%}, {pool['gpu_hours']} GPU-hours, cost ${pool['cost']}"
+    )
+    out.append("")
+    out.append("Shares")
+    out.append(
+        _table(
+            ["share", "GPU-h", "util", "borrowed GPU-h", "lent GPU-h", "wait mean", "p95", "max", "preempted", "cost"],
+            [
+                [n, s["gpu_hours"], f"{s['utilization']:.0%}", s["borrowed_gpu_hours"], s["lent_gpu_hours"],
+                 s["wait_mean"], s["wait_p95"], s["wait_max"], s["preemptions"], s["cost"]]
+                for n, s in report["shares"].items()
+            ],
+        )
+    )
+    out.append("")
+    out.append("Jobs")
+    out.append(
+        _table(
+            ["job", "share", "prio", "state", "reason", "placed on", "attempts", "preempted", "wait s", "GPU-h",
+             "cost"],
+            [
+                [n, j["share"], j["priority"], j["state"], j["reason"] or j.get("pending_reason"),
+                 f"{j['count']}x {j['instance_type']}" if j["instance_type"] else None, j["attempts"],
+                 j["preemptions"], j["wait_seconds"], j["gpu_hours"], j["cost"]]
+                for n, j in report["jobs"].items()
+            ],
+        )
+    )
+    if report["alerts"]:
+        out.append("")
+        out.append("Alerts")
+        out.append(
+            _table(
+                ["t", "kind", "job", "share", "reason"],
+                [[a["t"], a["kind"], a["job"], a["share"], a["reason"]] for a in report["alerts"]],
+            )
+        )
+    return "\n".join(out) + "\n"

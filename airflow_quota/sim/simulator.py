@@ -1,0 +1,185 @@
+"""The discrete-event simulator of simulate.md: a SimPy-style heap of timed happenings driving
+the same ``QuotaScheduler`` the service runs, on a simulated clock.
+
+At each time t: first jobs that finish or fail at t release their capacity, then the scenario's
+events at t apply in file order, then exactly one scheduling cycle runs.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from airflow_quota.core.config import QuotaConfig
+from airflow_quota.core.cycle import QuotaScheduler
+from airflow_quota.core.model import Decision, Job, Placed, Preempted, Rejected
+from airflow_quota.exceptions import ChangeRefused, SubmissionRejected
+from airflow_quota.sim.scenario import (
+    Event,
+    LoadedScenario,
+    SimJob,
+    apply_pool_update,
+    apply_share_update,
+)
+
+# what the simulated backend does at a time, in this order within one instant
+_RUNNING, _FINISH, _FAIL, _STOPPED = 0, 1, 2, 3
+
+
+@dataclass
+class SimulationResult:
+    scheduler: QuotaScheduler
+    decisions: list[Decision]
+    end: float
+    sim_jobs: dict[str, SimJob] = field(default_factory=dict)
+    cycles: int = 0
+
+
+class Simulator:
+    """Replays one scenario; ``run`` returns every decision in the order it happened."""
+
+    def __init__(
+        self,
+        scenario: LoadedScenario,
+        until: float | None = None,
+        progress: Callable[[float, int], None] | None = None,
+    ) -> None:
+        self.scenario = scenario
+        self.until = until
+        self.scheduler = QuotaScheduler(scenario.config, origin=scenario.start)
+        self.config: QuotaConfig = scenario.config
+        self.decisions: list[Decision] = []
+        self._happenings: list[tuple[float, int, int, int, int]] = []
+        self._order = 0
+        self._sim_jobs: dict[int, SimJob] = {}
+        self._by_name: dict[str, SimJob] = {}
+        self._progress = progress
+        for name, count in scenario.provider.available.items():
+            self.scheduler.set_provider_available(name, count, 0.0)
+
+    def run(self) -> SimulationResult:
+        events = self.scenario.events
+        next_event = 0
+        now = 0.0
+        scheduler = self.scheduler
+        while True:
+            candidates = []
+            if next_event < len(events):
+                candidates.append(events[next_event].at)
+            if self._happenings:
+                candidates.append(self._happenings[0][0])
+            live = self._live_jobs()
+            timer = scheduler.next_timer()
+            if timer is not None and (live or next_event < len(events)):
+                candidates.append(max(timer, now))
+            if not candidates:
+                break
+            now = min(candidates)
+            if self.until is not None and now > self.until:
+                now = self.until
+                break
+            self._play_backend(now)
+            while next_event < len(events) and events[next_event].at == now:
+                self._apply(events[next_event], now)
+                next_event += 1
+            self._act(scheduler.run_cycle(now), now)
+            if self._progress is not None:
+                self._progress(now, scheduler.cycles)
+            if not self._live_jobs() and next_event >= len(events) and not self._happenings:
+                break
+        return SimulationResult(scheduler, self.decisions, now, dict(self._by_name), scheduler.cycles)
+
+    def _live_jobs(self) -> bool:
+        return len(self.scheduler.snapshot.live_names) > 0
+
+    def _at(self, at: float, what: int, job: Job, attempt: int) -> None:
+        self._order += 1
+        heapq.heappush(self._happenings, (at, what, self._order, job.seq, attempt))
+
+    def _play_backend(self, now: float) -> None:
+        """What the simulated training does at ``now``: starts, finishes, failures, stops."""
+        scheduler = self.scheduler
+        while self._happenings and self._happenings[0][0] <= now:
+            _, what, _, seq, attempt = heapq.heappop(self._happenings)
+            job = scheduler.snapshot.jobs[seq]
+            if what == _STOPPED:
+                self._record(scheduler.victim_stopped(job, now))
+                continue
+            if job.attempts != attempt or not job.state.holds_capacity or job.stopping:
+                continue  # a stale happening of an attempt that was preempted or cancelled
+            if what == _RUNNING:
+                scheduler.job_running(job, now)
+                self._schedule_end(job, now)
+            elif what == _FINISH:
+                self._record(scheduler.job_finished(job, now, succeeded=True))
+            else:
+                failures = self._sim_jobs[seq].failures
+                reason = failures[attempt - 1].reason
+                self._record(scheduler.job_finished(job, now, succeeded=False, reason=reason))
+
+    def _schedule_end(self, job: Job, now: float) -> None:
+        sim = self._sim_jobs[job.seq]
+        remaining = max(0.0, sim.duration - job.progress)
+        attempt = job.attempts
+        if attempt <= len(sim.failures) and sim.failures[attempt - 1].after < remaining:
+            self._at(now + sim.failures[attempt - 1].after, _FAIL, job, attempt)
+        else:
+            self._at(now + remaining, _FINISH, job, attempt)
+
+    def _apply(self, event: Event, now: float) -> None:
+        scheduler = self.scheduler
+        if event.submit is not None:
+            sim = event.submit
+            try:
+                decisions = scheduler.submit(sim.request(), now)
+            except SubmissionRejected as exc:
+                self.decisions.append(Rejected(now, sim.name, sim.share, str(exc)))
+                return
+            job = scheduler.job(sim.name)
+            self._sim_jobs[job.seq] = sim
+            self._by_name[sim.name] = sim
+            self._record(decisions)
+        elif event.set_priority is not None:
+            job = scheduler.job(event.set_priority.job)
+            try:
+                self._record(scheduler.set_priority(job, event.set_priority.priority, now))
+            except ChangeRefused as exc:
+                self.decisions.append(Rejected(now, job.name, job.share, str(exc), request="set_priority"))
+        elif event.cancel is not None:
+            job = scheduler.job(event.cancel.job)
+            try:
+                self._record(scheduler.cancel(job, now))
+            except ChangeRefused as exc:
+                self.decisions.append(Rejected(now, job.name, job.share, str(exc), request="cancel"))
+        elif event.update_share is not None:
+            self._reconfigure(QuotaConfig.model_validate(apply_share_update(self.config, event.update_share)), now)
+        elif event.update_pool is not None:
+            self._reconfigure(QuotaConfig.model_validate(apply_pool_update(self.config, event.update_pool)), now)
+        elif event.provider is not None:
+            for name, count in event.provider.available.items():
+                scheduler.set_provider_available(name, count, now)
+
+    def _reconfigure(self, config: QuotaConfig, now: float) -> None:
+        self.config = config
+        self._record(self.scheduler.apply_config(config, now))
+
+    def _record(self, decisions: list[Decision]) -> None:
+        self.decisions.extend(decisions)
+
+    def _act(self, decisions: list[Decision], now: float) -> None:
+        """Carry a cycle's decisions out on the simulated backend."""
+        scheduler = self.scheduler
+        for decision in decisions:
+            self.decisions.append(decision)
+            if isinstance(decision, Placed):
+                job = scheduler.job(decision.job)
+                sim = self._sim_jobs[job.seq]
+                if sim.startup_seconds > 0:
+                    self._at(now + sim.startup_seconds, _RUNNING, job, job.attempts)
+                else:
+                    scheduler.job_running(job, now)
+                    self._schedule_end(job, now)
+            elif isinstance(decision, Preempted) and decision.grace_seconds > 0:
+                job = scheduler.job(decision.job)
+                self._at(now + decision.grace_seconds, _STOPPED, job, job.attempts)
