@@ -1,0 +1,32 @@
+"""Shared helpers: running the real command line, and where the shared specs live."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+SHARED = ROOT.parent / "shared"
+CLI = [sys.executable, "-m", "airflow_quota.cli"]
+
+
+@dataclass
+class Run:
+    code: int
+    stdout: str
+    stderr: str
+
+    def json(self) -> Any:
+        return json.loads(self.stdout)
+
+
+def cli(*args: str, cwd: Path | None = None) -> Run:
+    """Run ``airflow-quota`` as a user would, in a subprocess."""
+    env = dict(os.environ, PYTHONHASHSEED="0")
+    done = subprocess.run([*CLI, *args], capture_output=True, text=True, cwd=cwd, env=env, timeout=300)
+    return Run(done.returncode, done.stdout, done.stderr)
