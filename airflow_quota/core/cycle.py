@@ -243,7 +243,9 @@ class QuotaScheduler:
         snap = self.snapshot
         self._fire_timers(now)
         for seq in self._ready:
-            self._start_held(snap.jobs[seq], now)
+            held = snap.jobs[seq]
+            if held.placement is not None and held.state is JobState.RUNNABLE:
+                self._start_held(held, now)
         self._ready = []
         dirty = {seq for seq in self._dirty_jobs if self._queued(snap.jobs[seq])}
         self._dirty_jobs = set()
@@ -297,9 +299,7 @@ class QuotaScheduler:
 
     def _dirty_keys(self, dirty: set[int], share: str) -> SortedList:
         snap = self.snapshot
-        return SortedList(
-            snap.jobs[s].key for s in dirty if snap.jobs[s].share == share and self._queued(snap.jobs[s])
-        )
+        return SortedList(snap.jobs[s].key for s in dirty if snap.jobs[s].share == share and self._queued(snap.jobs[s]))
 
     def _within_quota(self, now: float, improved: set[str], dirty: set[int], waits: set[int]) -> None:
         """Step 2: each job takes the first entry that fits under its share's limit."""
@@ -366,9 +366,7 @@ class QuotaScheduler:
                 active.add(instance_type)
                 add_type(instance_type, position)
 
-        self._drain(
-            streams, Mode.BORROW, now, waits, lambda tag, job: tag[1] <= room(tag[0], tag[2]), newly_improved
-        )
+        self._drain(streams, Mode.BORROW, now, waits, lambda tag, job: tag[1] <= room(tag[0], tag[2]), newly_improved)
 
     def _drain(
         self,
@@ -574,9 +572,7 @@ class QuotaScheduler:
         if protection > 0:
             self._timer(now + protection, _TYPE, ledger.name)
         borrowing = f", borrowing {placement.borrowed}" if placement.borrowed else ""
-        self._emit(
-            Placed(now, job.name, job.share, placement.entry, placement.borrowed, job.attempts, why + borrowing)
-        )
+        self._emit(Placed(now, job.name, job.share, placement.entry, placement.borrowed, job.attempts, why + borrowing))
 
     def _preempt(self, job: Job, entry: Entry, victims: list[tuple[Job, PreemptionKind]], now: float) -> None:
         snap = self.snapshot
@@ -586,7 +582,9 @@ class QuotaScheduler:
             grace = snap.shares[victim.share].preemption_grace_seconds
             checkpoints = victim.request.checkpoint_interval is not None
             lost = 0.0 if grace > 0 and checkpoints else victim.unsaved_work(now + grace)
-            count = victim.placement.entry.count  # type: ignore[union-attr]
+            assert victim.placement is not None
+            count = victim.placement.entry.count
+            victim.lost_gpu_seconds += lost * count * snap.types[victim.placement.entry.instance_type].gpus
             self._release(victim, now)
             victim.stopping = True
             victim.stop_lost = lost
@@ -594,14 +592,18 @@ class QuotaScheduler:
             what = "reclaims lent capacity" if kind is PreemptionKind.CROSS_SHARE else "has higher priority"
             self._emit(
                 Preempted(
-                    now, victim.name, victim.share, kind, job.name, lost, grace,
+                    now,
+                    victim.name,
+                    victim.share,
+                    kind,
+                    job.name,
+                    lost,
+                    grace,
                     f"{job.name} ({job.share}, priority {job.priority}) {what} on {entry.instance_type}",
                 )
             )
             if len(victim.preemptions) == snap.shares[victim.share].preempted_alert_after:
-                self._alert(
-                    victim, AlertKind.PREEMPTED_REPEATEDLY, f"preempted {len(victim.preemptions)} times", now
-                )
+                self._alert(victim, AlertKind.PREEMPTED_REPEATEDLY, f"preempted {len(victim.preemptions)} times", now)
             if grace > 0:
                 waiting.add(victim.seq)
                 victim.stopping_for = job.seq
@@ -627,9 +629,6 @@ class QuotaScheduler:
         lost = victim.stop_lost
         done = now - victim.running_since if victim.running_since is not None else 0.0
         victim.progress = self._saved_progress(victim, done, lost)
-        victim.lost_gpu_seconds += lost * victim.last_placement.count * snap.types[  # type: ignore[union-attr]
-            victim.last_placement.instance_type  # type: ignore[union-attr]
-        ].gpus
         preemptor_seq = victim.stopping_for
         victim.stopping = False
         victim.stopping_for = None
@@ -704,4 +703,3 @@ def _holder_levels(runnable: SortedList) -> dict[int, tuple[float, int]]:
         latest = max(latest, (last[1], last[2]))
         index = end
     return levels
-

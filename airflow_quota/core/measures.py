@@ -5,6 +5,7 @@ moments usage changes, so the figures do not depend on how often anyone looks.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from airflow_quota.core.quota import TypeLedger
@@ -82,5 +83,5 @@ def percentile(sorted_values: list[float], fraction: float) -> float:
     """Nearest-rank percentile of an already sorted list (0 for an empty one)."""
     if not sorted_values:
         return 0.0
-    rank = max(1, -(-int(round(fraction * 1000)) * len(sorted_values) // 1000))
+    rank = max(1, math.ceil(fraction * len(sorted_values)))
     return sorted_values[min(rank, len(sorted_values)) - 1]

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import heapq
 from collections import defaultdict
-from collections.abc import Callable, Hashable
+from collections.abc import Callable
 from typing import Any
 
 from sortedcontainers import SortedList
@@ -36,7 +36,7 @@ def victim_key(job: Job) -> tuple[int, float, float, int]:
 class ShareQueue:
     """The RUNNABLE and running jobs of one share, indexed for the cycle."""
 
-    __slots__ = ("buckets", "counts", "running", "runnable", "starving", "wanting")
+    __slots__ = ("buckets", "counts", "runnable", "running", "starving", "wanting")
 
     def __init__(self) -> None:
         self.runnable: SortedList = SortedList()
@@ -89,7 +89,7 @@ class ShareQueue:
     def held_back(self, key: JobKey, instance_type: str) -> bool:
         """Whether a starving job ahead of ``key`` reserves ``instance_type`` (quota-model.md 8)."""
         starving = self.starving.get(instance_type)
-        return bool(starving) and starving[0] < key
+        return starving is not None and len(starving) > 0 and starving[0] < key
 
     def add_running(self, job: Job, instance_type: str) -> None:
         self.running.setdefault(instance_type, SortedList()).add(victim_key(job))
@@ -113,11 +113,11 @@ class MergedStreams:
     def __init__(self, order: Callable[[JobKey], Any]) -> None:
         self._order = order
         self._heap: list[tuple[Any, int, JobKey]] = []
-        self._streams: list[tuple[SortedList, Hashable]] = []
+        self._streams: list[tuple[SortedList, Any]] = []
         self._dropped: set[int] = set()
         self.seen: set[int] = set()
 
-    def add(self, keys: SortedList, tag: Hashable, after: Any = None) -> None:
+    def add(self, keys: SortedList, tag: Any, after: Any = None) -> None:
         """Merge ``keys`` in; with ``after`` (an order value), only keys ordered after it."""
         index = len(self._streams)
         self._streams.append((keys, tag))
@@ -127,7 +127,7 @@ class MergedStreams:
                 heapq.heappush(self._heap, (self._order(key), index, key))
                 return
 
-    def pop(self) -> tuple[JobKey, Hashable, Any] | None:
+    def pop(self) -> tuple[JobKey, Any, Any] | None:
         """The next unseen key, its stream's tag and its order value; None when all are spent."""
         while self._heap:
             order, index, key = heapq.heappop(self._heap)
@@ -143,7 +143,7 @@ class MergedStreams:
             return key, tag, order
         return None
 
-    def drop(self, tag: Hashable) -> None:
+    def drop(self, tag: Any) -> None:
         """Stop merging every stream with this tag."""
         for index, (_, stream_tag) in enumerate(self._streams):
             if stream_tag == tag:

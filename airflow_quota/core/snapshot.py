@@ -67,11 +67,11 @@ class Snapshot:
             names |= set(share.capacity_limits)
         for name in names:
             spec = self.catalogue.get(name)
-            ledger = self.types.get(name)
-            if ledger is None:
-                ledger = self.types[name] = TypeLedger(
-                    name=name, capacity=0, gpus=0, price=0.0, limits={}, lends={}
-                )
+            existing = self.types.get(name)
+            if existing is not None:
+                ledger = existing
+            else:
+                ledger = self.types[name] = TypeLedger(name=name, capacity=0, gpus=0, price=0.0, limits={}, lends={})
                 self.meter.touch(ledger, now)
             ledger.capacity = config.pool.capacity.get(name, 0)
             ledger.gpus = spec.gpus if spec else 0
@@ -199,6 +199,8 @@ class Snapshot:
         ledger = self.types[entry.instance_type]
         self.meter.touch(ledger, now)
         ledger.change_usage(job.share, -entry.count)
+        ledger.draining -= placement.draining
+        placement.draining = 0
         if entry.training_plan is not None:
             plan = self.plans[entry.training_plan]
             plan.used -= entry.count

@@ -59,9 +59,7 @@ def check_submission(snapshot: Snapshot, request: JobRequest) -> None:
             )
             raise SubmissionRejected(f"{where}.count: share {share.name!r} can hold at most {cap}x {name}: {rule}")
         if share.borrows and ledger is not None:
-            others = sum(
-                lim for s, lim in ledger.limits.items() if s != share.name and snapshot.shares[s].lends
-            )
+            others = sum(lim for s, lim in ledger.limits.items() if s != share.name and snapshot.shares[s].lends)
             unassigned = capacity - sum(ledger.limits.values())
             reachable = limit + others + unassigned
             if n > reachable:

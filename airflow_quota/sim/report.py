@@ -152,8 +152,14 @@ def build_report(result: SimulationResult) -> dict[str, Any]:
         "cycles": result.cycles,
     }
     alerts = [
-        {"t": number(d.at), "kind": d.kind.value, "job": d.job, "share": d.share, "reason": d.reason,
-         "position": d.position}
+        {
+            "t": number(d.at),
+            "kind": d.kind.value,
+            "job": d.job,
+            "share": d.share,
+            "reason": d.reason,
+            "position": d.position,
+        }
         for d in result.decisions
         if isinstance(d, Alert)
     ]
@@ -192,8 +198,18 @@ def to_text(report: dict[str, Any]) -> str:
         _table(
             ["share", "GPU-h", "util", "borrowed GPU-h", "lent GPU-h", "wait mean", "p95", "max", "preempted", "cost"],
             [
-                [n, s["gpu_hours"], f"{s['utilization']:.0%}", s["borrowed_gpu_hours"], s["lent_gpu_hours"],
-                 s["wait_mean"], s["wait_p95"], s["wait_max"], s["preemptions"], s["cost"]]
+                [
+                    n,
+                    s["gpu_hours"],
+                    f"{s['utilization']:.0%}",
+                    s["borrowed_gpu_hours"],
+                    s["lent_gpu_hours"],
+                    s["wait_mean"],
+                    s["wait_p95"],
+                    s["wait_max"],
+                    s["preemptions"],
+                    s["cost"],
+                ]
                 for n, s in report["shares"].items()
             ],
         )
@@ -202,12 +218,33 @@ def to_text(report: dict[str, Any]) -> str:
     out.append("Jobs")
     out.append(
         _table(
-            ["job", "share", "prio", "state", "reason", "placed on", "attempts", "preempted", "wait s", "GPU-h",
-             "cost"],
             [
-                [n, j["share"], j["priority"], j["state"], j["reason"] or j.get("pending_reason"),
-                 f"{j['count']}x {j['instance_type']}" if j["instance_type"] else None, j["attempts"],
-                 j["preemptions"], j["wait_seconds"], j["gpu_hours"], j["cost"]]
+                "job",
+                "share",
+                "prio",
+                "state",
+                "reason",
+                "placed on",
+                "attempts",
+                "preempted",
+                "wait s",
+                "GPU-h",
+                "cost",
+            ],
+            [
+                [
+                    n,
+                    j["share"],
+                    j["priority"],
+                    j["state"],
+                    j["reason"] or j.get("pending_reason"),
+                    f"{j['count']}x {j['instance_type']}" if j["instance_type"] else None,
+                    j["attempts"],
+                    j["preemptions"],
+                    j["wait_seconds"],
+                    j["gpu_hours"],
+                    j["cost"],
+                ]
                 for n, j in report["jobs"].items()
             ],
         )

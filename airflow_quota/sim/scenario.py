@@ -12,7 +12,6 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from airflow_quota.core.config import (
-    Instant,
     PositiveInt,
     QuotaConfig,
     ShareState,
@@ -212,7 +211,9 @@ def _check_events(scenario: Scenario, config: QuotaConfig) -> list[Problem]:
             ref = event.set_priority or event.cancel
             assert ref is not None
             if ref.job not in submitted:
-                problems.append(Problem(f"{where}.{kind}.job", f"no job named {ref.job!r} is submitted before this event"))
+                problems.append(
+                    Problem(f"{where}.{kind}.job", f"no job named {ref.job!r} is submitted before this event")
+                )
         elif kind in ("update_share", "update_pool"):
             base = QuotaConfig.model_validate(pending_config[1]) if pending_config else current
             if event.update_share is not None:

@@ -54,6 +54,7 @@ class Simulator:
         self._order = 0
         self._sim_jobs: dict[int, SimJob] = {}
         self._by_name: dict[str, SimJob] = {}
+        self._rejected: dict[str, str] = {}
         self._progress = progress
         for name, count in scenario.provider.available.items():
             self.scheduler.set_provider_available(name, count, 0.0)
@@ -135,18 +136,23 @@ class Simulator:
                 decisions = scheduler.submit(sim.request(), now)
             except SubmissionRejected as exc:
                 self.decisions.append(Rejected(now, sim.name, sim.share, str(exc)))
+                self._rejected[sim.name] = sim.share
                 return
             job = scheduler.job(sim.name)
             self._sim_jobs[job.seq] = sim
             self._by_name[sim.name] = sim
             self._record(decisions)
         elif event.set_priority is not None:
+            if self._refuse_unknown(event.set_priority.job, "set_priority", now):
+                return
             job = scheduler.job(event.set_priority.job)
             try:
                 self._record(scheduler.set_priority(job, event.set_priority.priority, now))
             except ChangeRefused as exc:
                 self.decisions.append(Rejected(now, job.name, job.share, str(exc), request="set_priority"))
         elif event.cancel is not None:
+            if self._refuse_unknown(event.cancel.job, "cancel", now):
+                return
             job = scheduler.job(event.cancel.job)
             try:
                 self._record(scheduler.cancel(job, now))
@@ -159,6 +165,14 @@ class Simulator:
         elif event.provider is not None:
             for name, count in event.provider.available.items():
                 scheduler.set_provider_available(name, count, now)
+
+    def _refuse_unknown(self, name: str, request: str, now: float) -> bool:
+        """An event for a job whose submission was rejected: there is no job to change."""
+        if name in self._by_name:
+            return False
+        error = f"job: {name!r} does not exist (its submission was rejected)"
+        self.decisions.append(Rejected(now, name, self._rejected.get(name, ""), error, request=request))
+        return True
 
     def _reconfigure(self, config: QuotaConfig, now: float) -> None:
         self.config = config

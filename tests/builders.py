@@ -1,0 +1,27 @@
+"""Builders for configurations and scenarios used across the tests (fluent, readable)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from airflow_quota.core.config import parse_config
+from airflow_quota.sim.scenario import LoadedScenario, parse_scenario
+from tests.conftest import ROOT
+
+
+def share(name: str, limits: dict[str, int], strategy: str = "LEND_AND_BORROW", **fields: Any) -> dict[str, Any]:
+    return {"name": name, "capacity_limits": limits, "strategy": strategy, **fields}
+
+
+def quota(capacity: dict[str, int], *shares: dict[str, Any], **pool: Any) -> dict[str, Any]:
+    return {"pool": {"capacity": capacity, **pool}, "shares": list(shares)}
+
+
+def job(name: str, share: str, *prefs: tuple[str, int], at: float = 0, duration: float = 3600, **fields: Any) -> dict[str, Any]:
+    preferences = [{"instance_type": t, "count": n} for t, n in prefs]
+    return {"at": at, "submit": {"name": name, "share": share, "preferences": preferences, "duration": duration, **fields}}
+
+
+def scenario(quota_raw: dict[str, Any], *events: dict[str, Any], **extra: Any) -> LoadedScenario:
+    parse_config(quota_raw)
+    return parse_scenario({"quota": quota_raw, "events": list(events), **extra}, ROOT)

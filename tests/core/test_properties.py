@@ -1,0 +1,175 @@
+"""Property tests over random configurations and event sequences (quota-model.md 4, 6, 8):
+
+- after every cycle the invariant of section 4 holds, and no share holds more than it may;
+- every job is finished with a reason, RUNNABLE with a pending reason, or holding capacity;
+- every preemption is followed by the placement it was for;
+- the cycle only skips jobs that could not fit: a scheduler that rescans every job and type
+  each cycle (the spec taken literally) makes exactly the same decisions;
+- the same input gives the same output.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from airflow_quota.core.cycle import QuotaScheduler
+from airflow_quota.core.model import Decision, FailureReason, JobState, PendingReason, Placed, Preempted
+from airflow_quota.core.quota import holding_cap
+from airflow_quota.core.visibility import pending_reason
+from airflow_quota.sim.report import build_report, to_json
+from airflow_quota.sim.scenario import LoadedScenario
+from airflow_quota.sim.simulator import Simulator
+from tests.builders import scenario
+
+TYPES = ["ml.g5.xlarge", "ml.g5.2xlarge", "ml.p4d.24xlarge"]
+STRATEGIES = ["RESERVE", "LEND", "LEND_AND_BORROW"]
+
+
+@st.composite
+def configurations(draw: st.DrawFn) -> dict[str, Any]:
+    types = draw(st.lists(st.sampled_from(TYPES), min_size=1, max_size=3, unique=True))
+    capacity = {t: draw(st.integers(2, 6)) for t in types}
+    left = dict(capacity)
+    shares = []
+    for i in range(draw(st.integers(1, 4))):
+        limits = {}
+        for t in types:
+            if left[t] > 0 and draw(st.booleans()):
+                limits[t] = draw(st.integers(1, left[t]))
+                left[t] -= limits[t]
+        if not limits:
+            spare = [t for t in types if left[t] > 0]
+            if not spare:
+                break
+            limits[spare[0]] = 1
+            left[spare[0]] -= 1
+        strategy = draw(st.sampled_from(STRATEGIES))
+        item: dict[str, Any] = {
+            "name": f"s{i}",
+            "capacity_limits": limits,
+            "strategy": strategy,
+            "in_share_preemption": draw(st.booleans()),
+            "preemption_grace_seconds": draw(st.sampled_from([0, 0, 60])),
+            "preemption_protection_seconds": draw(st.sampled_from([0, 0, 300])),
+            "starvation_after_seconds": draw(st.sampled_from([900, 3600])),
+        }
+        if strategy == "LEND_AND_BORROW":
+            item["borrow_limit"] = draw(st.sampled_from([-1, 0, 100, 200]))
+        shares.append(item)
+    return {"pool": {"capacity": capacity}, "shares": shares}
+
+
+@st.composite
+def scenarios(draw: st.DrawFn) -> LoadedScenario:
+    config = draw(configurations())
+    shares = [s["name"] for s in config["shares"]]
+    types = list(config["pool"]["capacity"])
+    events: list[dict[str, Any]] = []
+    names: list[str] = []
+    at = 0
+    for i in range(draw(st.integers(1, 14))):
+        at += draw(st.sampled_from([0, 0, 60, 300, 1800]))
+        kind = draw(st.sampled_from(["submit"] * 6 + ["priority", "cancel"]))
+        if kind == "submit" or not names:
+            prefs = draw(st.lists(st.sampled_from(types), min_size=1, max_size=len(types), unique=True))
+            submit: dict[str, Any] = {
+                "name": f"j{i}",
+                "share": draw(st.sampled_from(shares)),
+                "priority": draw(st.integers(0, 5)),
+                "preferences": [{"instance_type": t, "count": draw(st.integers(1, 3))} for t in prefs],
+                "duration": draw(st.sampled_from([600, 1800, 3600, 7200])),
+            }
+            if draw(st.booleans()):
+                submit["checkpoint_interval"] = 300
+            if draw(st.integers(0, 4)) == 0:
+                submit["max_pending_seconds"] = 1200
+            if draw(st.integers(0, 4)) == 0:
+                submit["preemption_retries"] = draw(st.integers(0, 2))
+            if draw(st.integers(0, 5)) == 0:
+                submit["failures"] = [{"after": 100, "reason": "ExitCode:1"}]
+                submit["retry_attempts"] = 2
+            events.append({"at": at, "submit": submit})
+            names.append(submit["name"])
+        elif kind == "priority":
+            events.append({"at": at, "set_priority": {"job": draw(st.sampled_from(names)), "priority": draw(st.integers(0, 9))}})
+        else:
+            events.append({"at": at, "cancel": {"job": draw(st.sampled_from(names))}})
+    return scenario(config, *events)
+
+
+def check_invariants(scheduler: QuotaScheduler, now: float) -> None:
+    snap = scheduler.snapshot
+    for name, ledger in snap.types.items():
+        assert ledger.borrowed() <= ledger.lendable(), f"{name}: borrowed > lendable at t={now}"
+        assert ledger.used + ledger.draining <= ledger.capacity, f"{name}: over capacity at t={now}"
+        assert ledger.used == sum(ledger.usage.values())
+        for share, usage in ledger.usage.items():
+            cap = holding_cap(snap.shares[share], ledger.limit_of(share))
+            assert cap is None or usage <= cap, f"{share} holds {usage} {name} over its cap {cap}"
+    holding: dict[tuple[str, str], int] = {}
+    for job in snap.jobs.values():
+        if job.state is JobState.FAILED:
+            assert isinstance(job.failure, FailureReason)
+        elif job.state is JobState.SUCCEEDED:
+            assert job.placement is None
+        elif job.stopping:
+            assert job.placement is None, "a victim in its grace period holds no quota"
+        elif job.placement is not None:
+            key = (job.share, job.placement.entry.instance_type)
+            holding[key] = holding.get(key, 0) + job.placement.entry.count
+        else:
+            assert job.state is JobState.RUNNABLE
+            assert isinstance(pending_reason(snap, job, now)[0], PendingReason)
+    for (share, name), count in holding.items():
+        assert snap.types[name].usage_of(share) == count, "usage does not match what jobs hold"
+
+
+def run_checked(loaded: LoadedScenario, literal: bool = False) -> list[Decision]:
+    simulator = Simulator(loaded)
+    scheduler = simulator.scheduler
+    if literal:
+        original = scheduler.run_cycle
+
+        def rescanning_cycle(now: float) -> list[Decision]:
+            snap = scheduler.snapshot
+            snap.improved |= set(snap.types)
+            scheduler._dirty_jobs |= {j.seq for j in snap.jobs.values() if scheduler._queued(j)}
+            return original(now)
+
+        scheduler.run_cycle = rescanning_cycle  # type: ignore[method-assign]
+    simulator._progress = lambda now, cycles: check_invariants(scheduler, now)
+    return simulator.run().decisions
+
+
+def describe(decisions: list[Decision]) -> list[str]:
+    return [repr(d) for d in decisions]
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(scenarios())
+def test_invariants_hold_after_every_cycle(loaded: LoadedScenario) -> None:
+    decisions = run_checked(loaded)
+    for i, decision in enumerate(decisions):
+        if isinstance(decision, Preempted):
+            later = [d for d in decisions[i:] if d.job == decision.by and isinstance(d, Placed)]
+            cancelled = any(
+                d.job == decision.by and getattr(d, "reason", None) is FailureReason.CANCELLED for d in decisions[i:]
+            )
+            assert later or cancelled, f"{decision.job} was preempted for {decision.by}, which was never placed"
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(scenarios())
+def test_incremental_cycle_decides_as_a_full_rescan(loaded: LoadedScenario) -> None:
+    assert describe(run_checked(loaded)) == describe(run_checked(loaded, literal=True))
+
+
+@settings(max_examples=30, deadline=None)
+@given(scenarios())
+def test_same_input_same_output(loaded: LoadedScenario) -> None:
+    first = to_json(build_report(Simulator(loaded).run()))
+    second = to_json(build_report(Simulator(loaded).run()))
+    assert first == second

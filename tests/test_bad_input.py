@@ -1,0 +1,436 @@
+"""Bad input through the real command line (simulate.md, "Two kinds of bad input";
+quota-model.md 1 and 2).
+
+A malformed scenario or quota.yaml is refused as a whole: exit status 2, nothing on standard
+output, no traceback, and every problem on standard error as a ``path: message`` line whose
+path names the field in the file that breaks the rule.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.conftest import Run, cli
+
+G5 = "ml.g5.xlarge"
+P4D = "ml.p4d.24xlarge"
+
+# Expected problems are (path, regex on the message). In a path, "{file}" is the file written.
+Expected = list[tuple[str, str]]
+
+# --------------------------------------------------------------------------- building inputs
+
+BASE_QUOTA: dict[str, Any] = {
+    "pool": {"capacity": {G5: 4, P4D: 2}},
+    "shares": [
+        {"name": "qs1", "capacity_limits": {G5: 2}, "strategy": "LEND_AND_BORROW"},
+        {"name": "qs2", "capacity_limits": {G5: 1, P4D: 2}, "strategy": "RESERVE"},
+    ],
+}
+
+
+def quota(**changes: Any) -> dict[str, Any]:
+    """The base quota with top-level keys replaced."""
+    raw = copy.deepcopy(BASE_QUOTA)
+    raw.update(changes)
+    return raw
+
+
+def share(index: int, **changes: Any) -> dict[str, Any]:
+    """The base quota with one share's fields changed (None deletes a field)."""
+    raw = copy.deepcopy(BASE_QUOTA)
+    for key, value in changes.items():
+        if value is None:
+            raw["shares"][index].pop(key, None)
+        else:
+            raw["shares"][index][key] = value
+    return raw
+
+
+def job(name: str = "j1", share: str = "qs1", **fields: Any) -> dict[str, Any]:
+    """A well-formed submission; keyword arguments replace or add fields."""
+    submit: dict[str, Any] = {
+        "name": name,
+        "share": share,
+        "priority": 1,
+        "preferences": [{"instance_type": G5, "count": 1}],
+        "duration": 60,
+    }
+    submit.update(fields)
+    return submit
+
+
+def submit(at: float, **fields: Any) -> dict[str, Any]:
+    return {"at": at, "submit": job(**fields)}
+
+
+def scenario(*events: dict[str, Any], quota_: dict[str, Any] | None = None, **top: Any) -> dict[str, Any]:
+    raw: dict[str, Any] = {"quota": BASE_QUOTA if quota_ is None else quota_, "events": list(events)}
+    raw.update(top)
+    return raw
+
+
+def write(tmp_path: Path, content: str | dict[str, Any], name: str = "scenario.yaml") -> Path:
+    path = tmp_path / name
+    path.write_text(content if isinstance(content, str) else yaml.safe_dump(content, sort_keys=False))
+    return path
+
+
+# --------------------------------------------------------------------------- checking output
+
+
+def problem_lines(stderr: str) -> list[tuple[str, str]]:
+    """Every ``path: message`` line of standard error, split at the first ": "."""
+    lines = []
+    for line in stderr.splitlines():
+        path, sep, message = line.partition(": ")
+        if sep:
+            lines.append((path.strip(), message.strip()))
+    return lines
+
+
+def assert_refused(run: Run, expected: Expected, file: Path, *, stdout_empty: bool = True) -> None:
+    """Exit 2, no traceback, (optionally) empty stdout, and each expected problem reported."""
+    shown = f"exit {run.code}\n--- stdout ---\n{run.stdout}\n--- stderr ---\n{run.stderr}"
+    assert "Traceback" not in run.stderr, shown
+    assert run.code == 2, shown
+    if stdout_empty:
+        assert run.stdout == "", shown
+    lines = problem_lines(run.stderr)
+    missing = []
+    for path, pattern in expected:
+        path = path.replace("{file}", str(file))
+        if not any(p == path and re.search(pattern, m, re.IGNORECASE) for p, m in lines):
+            missing.append(f"{path}: /{pattern}/")
+    assert not missing, "problems not reported as `path: message`:\n  " + "\n  ".join(missing) + "\n" + shown
+
+
+# --------------------------------------------------------------------------- simulate: one problem each
+
+AT_LEAST_ONE = r"≥ 1|>= 1|greater than or equal to 1|at least 1"
+AT_LEAST_ZERO = r"≥ 0|>= 0|greater than or equal to 0|negative"
+
+SIMULATE_CASES: list[tuple[str, str | dict[str, Any], Expected]] = [
+    (
+        "YAML that does not parse is refused with the file, line and column",
+        "quota:\n  pool: {capacity: {ml.g5.xlarge: 2}\nevents: []\n",
+        [("{file}:3:1", r"not valid YAML")],
+    ),
+    (
+        "an unknown key at the top level of the scenario (a typo of events)",
+        scenario(evnts=[]),
+        [("evnts", r"unknown key")],
+    ),
+    (
+        "an unknown key inside a share (a typo of borrow_limit)",
+        scenario(quota_=share(0, borrow_limt=50)),
+        [("quota.shares[0].borrow_limt", r"unknown key")],
+    ),
+    (
+        "an unknown key inside a submission",
+        scenario(submit(0, prioriti=3)),
+        [("events[0].submit.prioriti", r"unknown key")],
+    ),
+    (
+        "an unknown instance type in pool.capacity",
+        scenario(quota_=quota(pool={"capacity": {G5: 4, P4D: 2, "ml.g5.huge": 1}})),
+        [("quota.pool.capacity.ml.g5.huge", r"unknown instance type")],
+    ),
+    (
+        "an unknown instance type in the second entry of a submission's preferences",
+        scenario(submit(0, preferences=[{"instance_type": G5, "count": 1}, {"instance_type": "ml.x9.mega", "count": 1}])),
+        [("events[0].submit.preferences[1].instance_type", r"unknown instance type")],
+    ),
+    (
+        "share limits that sum to more than the pool's capacity",
+        scenario(quota_=share(0, capacity_limits={G5: 4})),
+        [("quota.pool.capacity.ml.g5.xlarge", r"limit.*capacity|capacity.*limit")],
+    ),
+    (
+        "a borrow_limit on a RESERVE share",
+        scenario(quota_=share(1, borrow_limit=50)),
+        [("quota.shares[1].borrow_limit", r"LEND_AND_BORROW")],
+    ),
+    (
+        "a submission with six preferences (at most five)",
+        scenario(
+            submit(
+                0,
+                preferences=[
+                    {"instance_type": t, "count": 1}
+                    for t in (G5, "ml.g5.2xlarge", "ml.g5.4xlarge", "ml.g5.8xlarge", "ml.g5.12xlarge", P4D)
+                ],
+            )
+        ),
+        [("events[0].submit.preferences", r"at most 5|1.5|≤ 5|<= 5|five")],
+    ),
+    (
+        "a submission listing the same instance type twice",
+        scenario(submit(0, preferences=[{"instance_type": G5, "count": 1}, {"instance_type": G5, "count": 2}])),
+        [("events[0].submit.preferences", r"twice|more than once|duplicate|at most once")],
+    ),
+    (
+        "a preference entry with count 0",
+        scenario(submit(0, preferences=[{"instance_type": G5, "count": 0}])),
+        [("events[0].submit.preferences[0].count", AT_LEAST_ONE)],
+    ),
+    (
+        "a submission with priority 10000 (0 to 9999)",
+        scenario(submit(0, priority=10000)),
+        [("events[0].submit.priority", r"9999")],
+    ),
+    (
+        "a submission to a share that does not exist",
+        scenario(submit(0, share="qs9")),
+        [("events[0].submit.share", r"qs9")],
+    ),
+    (
+        "set_priority for a job that is never submitted",
+        scenario(submit(0), {"at": 10, "set_priority": {"job": "ghost", "priority": 5}}),
+        [("events[1].set_priority.job", r"ghost")],
+    ),
+    (
+        "set_priority for a job submitted only after it (same instant, later in the file)",
+        scenario({"at": 0, "set_priority": {"job": "j1", "priority": 5}}, submit(0)),
+        [("events[0].set_priority.job", r"j1")],
+    ),
+    (
+        "cancel for a job that is never submitted",
+        scenario(submit(0), {"at": 10, "cancel": {"job": "ghost"}}),
+        [("events[1].cancel.job", r"ghost")],
+    ),
+    (
+        "cancel for a job submitted only at a later time",
+        scenario({"at": 0, "cancel": {"job": "j1"}}, submit(10)),
+        [("events[0].cancel.job", r"j1")],
+    ),
+    (
+        "an event at a negative time",
+        scenario(submit(-5)),
+        [("events[0].at", AT_LEAST_ZERO)],
+    ),
+    (
+        "an event earlier than the event before it",
+        scenario(submit(10, name="j1"), submit(5, name="j2")),
+        [("events[1].at", r"before|earlier|decreas|previous")],
+    ),
+    (
+        "an event with two kinds at once (submit and cancel)",
+        scenario(submit(0), {"at": 5, "submit": job(name="j2"), "cancel": {"job": "j1"}}),
+        [("events[1]", r"exactly one")],
+    ),
+    (
+        "an update_share that raises a limit over the pool's capacity",
+        scenario(submit(0), {"at": 5, "update_share": {"name": "qs1", "capacity_limits": {G5: 4}}}),
+        [("events[1].update_share.capacity_limits.ml.g5.xlarge", r"limit.*capacity|capacity.*limit")],
+    ),
+    (
+        "an update_share that gives a borrow_limit to a RESERVE share",
+        scenario(submit(0), {"at": 5, "update_share": {"name": "qs2", "borrow_limit": 50}}),
+        [("events[1].update_share.borrow_limit", r"LEND_AND_BORROW")],
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("content", "expected"),
+    [pytest.param(content, expected, id=name) for name, content, expected in SIMULATE_CASES],
+)
+def test_simulate_refuses_a_malformed_scenario(tmp_path: Path, content: Any, expected: Expected) -> None:
+    path = write(tmp_path, content)
+    assert_refused(cli("simulate", str(path), "--json"), expected, path)
+
+
+# --------------------------------------------------------------------------- simulate: several problems
+
+SEVERAL_CASES: list[tuple[str, dict[str, Any], Expected]] = [
+    (
+        "two bad fields in one submission and a bad time in another event",
+        scenario(
+            submit(0, priority=10000, preferences=[{"instance_type": G5, "count": 0}]),
+            submit(-1, name="j2"),
+        ),
+        [
+            ("events[0].submit.priority", r"9999"),
+            ("events[0].submit.preferences[0].count", AT_LEAST_ONE),
+            ("events[1].at", AT_LEAST_ZERO),
+        ],
+    ),
+    (
+        "two broken configuration rules in the quota",
+        scenario(
+            submit(0),
+            quota_=quota(
+                shares=[
+                    {"name": "qs1", "capacity_limits": {G5: 4}, "strategy": "LEND_AND_BORROW"},
+                    {"name": "qs2", "capacity_limits": {G5: 1}, "strategy": "RESERVE", "borrow_limit": 50},
+                ]
+            ),
+        ),
+        [
+            ("quota.pool.capacity.ml.g5.xlarge", r"limit.*capacity|capacity.*limit"),
+            ("quota.shares[1].borrow_limit", r"LEND_AND_BORROW"),
+        ],
+    ),
+    (
+        "an unknown share, an unknown instance type and a reference to a job never submitted",
+        scenario(
+            submit(0, share="qs9"),
+            submit(1, name="j2", preferences=[{"instance_type": "ml.x9.mega", "count": 1}]),
+            {"at": 2, "cancel": {"job": "ghost"}},
+        ),
+        [
+            ("events[0].submit.share", r"qs9"),
+            ("events[1].submit.preferences[0].instance_type", r"unknown instance type"),
+            ("events[2].cancel.job", r"ghost"),
+        ],
+    ),
+    (
+        "a broken quota rule together with an event naming a job never submitted",
+        scenario(submit(0), {"at": 5, "cancel": {"job": "ghost"}}, quota_=share(1, borrow_limit=50)),
+        [
+            ("quota.shares[1].borrow_limit", r"LEND_AND_BORROW"),
+            ("events[1].cancel.job", r"ghost"),
+        ],
+    ),
+    (
+        "problems at every level: an unknown top-level key, a broken quota rule, a bad job field and a missing job",
+        scenario(
+            submit(0, preferences=[{"instance_type": G5, "count": 0}]),
+            {"at": 5, "cancel": {"job": "ghost"}},
+            quota_=share(1, borrow_limit=50),
+            evnts=[],
+        ),
+        [
+            ("evnts", r"unknown key"),
+            ("quota.shares[1].borrow_limit", r"LEND_AND_BORROW"),
+            ("events[0].submit.preferences[0].count", AT_LEAST_ONE),
+            ("events[1].cancel.job", r"ghost"),
+        ],
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("content", "expected"),
+    [pytest.param(content, expected, id=name) for name, content, expected in SEVERAL_CASES],
+)
+def test_simulate_reports_every_problem_of_a_file(tmp_path: Path, content: Any, expected: Expected) -> None:
+    assert len(expected) >= 2
+    path = write(tmp_path, content)
+    run = cli("simulate", str(path), "--json")
+    assert_refused(run, expected, path)
+    assert len(problem_lines(run.stderr)) >= len(expected)
+
+
+@pytest.mark.parametrize("command", ["simulate", "validate"], ids=["simulate a file that does not exist", "validate a file that does not exist"])
+def test_a_missing_file_is_a_clear_error(tmp_path: Path, command: str) -> None:
+    path = tmp_path / "no-such-scenario.yaml"
+    args = (command, str(path), "--json") if command == "simulate" else (command, str(path))
+    run = cli(*args)
+    assert_refused(run, [(str(path), r"no such file|not found|does not exist|cannot read")], path)
+
+
+# --------------------------------------------------------------------------- validate
+
+VALID_QUOTA: dict[str, Any] = {
+    "pool": {"capacity": {G5: 6, P4D: 5}},
+    "shares": [
+        {"name": "research", "capacity_limits": {G5: 1, P4D: 2}, "strategy": "LEND_AND_BORROW", "borrow_limit": 100},
+        {"name": "prod", "capacity_limits": {G5: 2, P4D: 1}, "strategy": "RESERVE"},
+    ],
+}
+# lendable(T) = capacity - sum of limits + limits of lending shares
+VALID_SUMMARY = {G5: (6, 6 - 3 + 1), P4D: (5, 5 - 3 + 2)}
+
+
+def test_validate_summarises_a_valid_quota_file(tmp_path: Path) -> None:
+    path = write(tmp_path, VALID_QUOTA, "quota.yaml")
+    run = cli("validate", str(path))
+    assert run.code == 0, run.stderr
+    assert "Traceback" not in run.stderr
+    assert "capacity" in run.stdout.lower() and "lendable" in run.stdout.lower(), run.stdout
+    for type_name, (capacity, lendable) in VALID_SUMMARY.items():
+        rows = [line for line in run.stdout.splitlines() if type_name in line.split()]
+        assert rows, f"{type_name} is not in the summary:\n{run.stdout}"
+        tokens = rows[0].split()
+        assert str(capacity) in tokens and str(lendable) in tokens, (
+            f"{type_name}: expected capacity {capacity} and lendable {lendable} in {rows[0]!r}"
+        )
+
+
+VALIDATE_INVALID_CASES: list[tuple[str, str | dict[str, Any], Expected]] = [
+    (
+        "limits over capacity and a borrow_limit on a RESERVE share",
+        {
+            "pool": {"capacity": {G5: 2}},
+            "shares": [
+                {"name": "a", "capacity_limits": {G5: 2}, "strategy": "LEND"},
+                {"name": "b", "capacity_limits": {G5: 1}, "strategy": "RESERVE", "borrow_limit": 10},
+            ],
+        },
+        [
+            ("pool.capacity.ml.g5.xlarge", r"limit.*capacity|capacity.*limit"),
+            ("shares[1].borrow_limit", r"LEND_AND_BORROW"),
+        ],
+    ),
+    (
+        "an unknown strategy and a limit of 0",
+        {
+            "pool": {"capacity": {G5: 2}},
+            "shares": [
+                {"name": "a", "capacity_limits": {G5: 1}, "strategy": "SHARE_EVERYTHING"},
+                {"name": "b", "capacity_limits": {G5: 0}},
+            ],
+        },
+        [
+            ("shares[0].strategy", r"RESERVE|LEND"),
+            ("shares[1].capacity_limits.ml.g5.xlarge", AT_LEAST_ONE),
+        ],
+    ),
+    (
+        "an unknown key in a share and an unknown instance type in the pool",
+        {
+            "pool": {"capacity": {G5: 2, "ml.x9.mega": 1}},
+            "shares": [{"name": "a", "capacity_limits": {G5: 1}, "colour": "blue"}],
+        },
+        [
+            ("shares[0].colour", r"unknown key"),
+            ("pool.capacity.ml.x9.mega", r"unknown instance type"),
+        ],
+    ),
+    (
+        "a quota file that is not valid YAML",
+        "pool:\n  capacity: [1, 2\nshares: []\n",
+        [("{file}:3:7", r"not valid YAML")],
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("content", "expected"),
+    [pytest.param(content, expected, id=name) for name, content, expected in VALIDATE_INVALID_CASES],
+)
+def test_validate_reports_every_error_of_an_invalid_quota_file(tmp_path: Path, content: Any, expected: Expected) -> None:
+    path = write(tmp_path, content, "quota.yaml")
+    run = cli("validate", str(path))
+    assert_refused(run, expected, path)
+
+
+def test_validate_accepts_a_valid_scenario_file(tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        scenario(submit(0), {"at": 10, "set_priority": {"job": "j1", "priority": 3}}, {"at": 20, "cancel": {"job": "j1"}}),
+    )
+    run = cli("validate", str(path))
+    assert run.code == 0, run.stderr
+    assert "Traceback" not in run.stderr
+    assert run.stderr == ""
+    assert "valid" in run.stdout and "scenario" in run.stdout, run.stdout
+    assert G5 in run.stdout and P4D in run.stdout, run.stdout
