@@ -1,0 +1,144 @@
+"""Benchmark of the scheduling core and of ``airflow-quota simulate`` end to end.
+
+    python benchmarks/core_cycle.py            # everything (a few minutes)
+    python benchmarks/core_cycle.py --quick    # smaller sizes
+
+1. Cycle latency: 20 shares × 5 types, 2,000 running jobs, and 1k / 10k / 100k RUNNABLE jobs.
+   A steady cycle follows one job finishing (the usual wake-up); a cold cycle looks at every
+   job and type (as after a configuration change or a restart).
+2. Placement throughput: a cold cycle that places thousands of jobs at once.
+3. ``airflow-quota simulate --json`` on full-load scenarios of 5k, 10k and 20k jobs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from airflow_quota.core.config import parse_config  # noqa: E402
+from airflow_quota.core.cycle import QuotaScheduler  # noqa: E402
+from airflow_quota.core.model import JobRequest, JobState  # noqa: E402
+from benchmarks import workload  # noqa: E402
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def _request(rng: random.Random, config: dict, i: int) -> JobRequest:
+    share = rng.choice(config["shares"])
+    types = rng.sample(list(share["capacity_limits"]), min(len(share["capacity_limits"]), rng.randint(1, 3)))
+    prefs = [{"instance_type": t, "count": min(rng.randint(1, 4), share["capacity_limits"][t])} for t in types]
+    return JobRequest(name=f"j{i}", share=share["name"], priority=rng.choice([1, 5, 9]), preferences=prefs)
+
+
+def cycle_latency(runnable: int, running: int = 2000, cycles: int = 200) -> dict[str, float]:
+    raw = workload.quota(capacity_per_type=running // 5 * 2 // 2)
+    config = parse_config(raw)
+    rng = random.Random(3)
+    scheduler = QuotaScheduler(config)
+    i = 0
+    while sum(1 for j in scheduler.snapshot.jobs.values() if j.state is JobState.SCHEDULED) < running and i < 20000:
+        scheduler.submit(_request(rng, raw, i), 0.0)
+        scheduler.run_cycle(0.0)
+        i += 1
+    placed = [j for j in scheduler.snapshot.jobs.values() if j.state is JobState.SCHEDULED]
+    for n in range(runnable):
+        scheduler.submit(_request(rng, raw, i + n), 1.0)
+    start = time.perf_counter()
+    scheduler.snapshot.improved |= set(scheduler.snapshot.types)
+    scheduler._dirty_jobs |= {j.seq for j in scheduler.snapshot.jobs.values() if scheduler._queued(j)}
+    scheduler.run_cycle(1.0)
+    cold = time.perf_counter() - start
+    times = []
+    now = 2.0
+    finishing = sorted(placed, key=lambda j: j.seq)
+    for k in range(cycles):
+        victim = finishing[k % len(finishing)]
+        if not victim.state.holds_capacity:
+            victim = next(j for j in scheduler.snapshot.jobs.values() if j.state.holds_capacity)
+        start = time.perf_counter()
+        scheduler.job_running(victim, now)
+        scheduler.job_finished(victim, now, succeeded=True)
+        scheduler.run_cycle(now)
+        times.append(time.perf_counter() - start)
+        now += 1.0
+    return {
+        "runnable": runnable,
+        "running": len(placed),
+        "cold_cycle_ms": cold * 1000,
+        "median_cycle_ms": statistics.median(times) * 1000,
+        "p95_cycle_ms": sorted(times)[int(0.95 * len(times))] * 1000,
+    }
+
+
+def placement_throughput(jobs: int = 20000) -> dict[str, float]:
+    """One cycle placing as many small jobs as the pool holds, from a queue of ``jobs``."""
+    raw = workload.quota(capacity_per_type=4000)
+    config = parse_config(raw)
+    rng = random.Random(5)
+    scheduler = QuotaScheduler(config)
+    for n in range(jobs):
+        scheduler.submit(_request(rng, raw, n), 0.0)
+    start = time.perf_counter()
+    decisions = scheduler.run_cycle(0.0)
+    elapsed = time.perf_counter() - start
+    placements = sum(1 for d in decisions if type(d).__name__ == "Placed")
+    return {"queued": jobs, "placements": placements, "seconds": elapsed, "placements_per_second": placements / elapsed}
+
+
+def simulate_end_to_end(jobs: int) -> dict[str, float]:
+    RESULTS.mkdir(exist_ok=True)
+    path = RESULTS / f"fullload-{jobs}.yaml"
+    path.write_text(json.dumps(workload.scenario(jobs)))
+    start = time.perf_counter()
+    done = subprocess.run(
+        [sys.executable, "-m", "airflow_quota.cli", "simulate", str(path), "--json"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    elapsed = time.perf_counter() - start
+    report = json.loads(done.stdout)
+    types = {e["type"] for e in report["events"]}
+    counts = {t: sum(1 for e in report["events"] if e["type"] == t) for t in sorted(types)}
+    borrowed = sum(1 for e in report["events"] if e["type"] == "PLACED" and e["borrowed"])
+    return {
+        "jobs": jobs,
+        "seconds": elapsed,
+        "us_per_job": elapsed / jobs * 1e6,
+        "placed": counts.get("PLACED", 0),
+        "borrowing_placements": borrowed,
+        "preempted": counts.get("PREEMPTED", 0),
+        "rejected": counts.get("REJECTED", 0),
+        "pool_utilization": report["pool"]["utilization"],
+        "cycles": report["pool"]["cycles"],
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true")
+    args = parser.parse_args()
+    sizes = [1000, 10000] if args.quick else [1000, 10000, 100000]
+    print("1. cycle latency (20 shares x 5 types, ~2,000 running)")
+    for size in sizes:
+        row = cycle_latency(size)
+        print("   " + ", ".join(f"{k} {v:.2f}" if isinstance(v, float) else f"{k} {v}" for k, v in row.items()), flush=True)
+    print("2. placement throughput")
+    row = placement_throughput(5000 if args.quick else 20000)
+    print("   " + ", ".join(f"{k} {v:.2f}" if isinstance(v, float) else f"{k} {v}" for k, v in row.items()), flush=True)
+    print("3. airflow-quota simulate --json, full load")
+    for size in [5000, 10000] if args.quick else [5000, 10000, 20000]:
+        row = simulate_end_to_end(size)
+        print("   " + ", ".join(f"{k} {v:.3f}" if isinstance(v, float) else f"{k} {v}" for k, v in row.items()), flush=True)
+
+
+if __name__ == "__main__":
+    main()
