@@ -23,10 +23,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from airflow_quota.core.config import parse_config  # noqa: E402
-from airflow_quota.core.cycle import QuotaScheduler  # noqa: E402
-from airflow_quota.core.model import JobRequest, JobState  # noqa: E402
-from benchmarks import workload  # noqa: E402
+from airflow_quota.core.config import parse_config
+from airflow_quota.core.cycle import QuotaScheduler
+from airflow_quota.core.model import JobRequest, JobState
+from benchmarks import workload
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -130,14 +130,20 @@ def main() -> None:
     print("1. cycle latency (20 shares x 5 types, ~2,000 running)")
     for size in sizes:
         row = cycle_latency(size)
-        print("   " + ", ".join(f"{k} {v:.2f}" if isinstance(v, float) else f"{k} {v}" for k, v in row.items()), flush=True)
+        print(
+            "   " + ", ".join(f"{k} {v:.2f}" if isinstance(v, float) else f"{k} {v}" for k, v in row.items()),
+            flush=True,
+        )
     print("2. placement throughput")
     row = placement_throughput(5000 if args.quick else 20000)
     print("   " + ", ".join(f"{k} {v:.2f}" if isinstance(v, float) else f"{k} {v}" for k, v in row.items()), flush=True)
     print("3. airflow-quota simulate --json, full load")
     for size in [5000, 10000] if args.quick else [5000, 10000, 20000]:
         row = simulate_end_to_end(size)
-        print("   " + ", ".join(f"{k} {v:.3f}" if isinstance(v, float) else f"{k} {v}" for k, v in row.items()), flush=True)
+        print(
+            "   " + ", ".join(f"{k} {v:.3f}" if isinstance(v, float) else f"{k} {v}" for k, v in row.items()),
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

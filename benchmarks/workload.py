@@ -86,9 +86,7 @@ def _max_count(share: dict[str, Any], config: dict[str, Any]) -> Any:
         borrow = share.get("borrow_limit", -1)
         if borrow >= 0:
             return limit * (100 + borrow) // 100
-        total = sum(
-            s["capacity_limits"].get(instance_type, 0) for s in config["shares"] if s["strategy"] != "RESERVE"
-        )
+        total = sum(s["capacity_limits"].get(instance_type, 0) for s in config["shares"] if s["strategy"] != "RESERVE")
         unassigned = config["pool"]["capacity"][instance_type] - sum(
             s["capacity_limits"].get(instance_type, 0) for s in config["shares"]
         )

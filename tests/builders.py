@@ -17,9 +17,14 @@ def quota(capacity: dict[str, int], *shares: dict[str, Any], **pool: Any) -> dic
     return {"pool": {"capacity": capacity, **pool}, "shares": list(shares)}
 
 
-def job(name: str, share: str, *prefs: tuple[str, int], at: float = 0, duration: float = 3600, **fields: Any) -> dict[str, Any]:
+def job(
+    name: str, share: str, *prefs: tuple[str, int], at: float = 0, duration: float = 3600, **fields: Any
+) -> dict[str, Any]:
     preferences = [{"instance_type": t, "count": n} for t, n in prefs]
-    return {"at": at, "submit": {"name": name, "share": share, "preferences": preferences, "duration": duration, **fields}}
+    return {
+        "at": at,
+        "submit": {"name": name, "share": share, "preferences": preferences, "duration": duration, **fields},
+    }
 
 
 def scenario(quota_raw: dict[str, Any], *events: dict[str, Any], **extra: Any) -> LoadedScenario:

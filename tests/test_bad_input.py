@@ -144,7 +144,9 @@ SIMULATE_CASES: list[tuple[str, str | dict[str, Any], Expected]] = [
     ),
     (
         "an unknown instance type in the second entry of a submission's preferences",
-        scenario(submit(0, preferences=[{"instance_type": G5, "count": 1}, {"instance_type": "ml.x9.mega", "count": 1}])),
+        scenario(
+            submit(0, preferences=[{"instance_type": G5, "count": 1}, {"instance_type": "ml.x9.mega", "count": 1}])
+        ),
         [("events[0].submit.preferences[1].instance_type", r"unknown instance type")],
     ),
     (
@@ -329,7 +331,11 @@ def test_simulate_reports_every_problem_of_a_file(tmp_path: Path, content: Any, 
     assert len(problem_lines(run.stderr)) >= len(expected)
 
 
-@pytest.mark.parametrize("command", ["simulate", "validate"], ids=["simulate a file that does not exist", "validate a file that does not exist"])
+@pytest.mark.parametrize(
+    "command",
+    ["simulate", "validate"],
+    ids=["simulate a file that does not exist", "validate a file that does not exist"],
+)
 def test_a_missing_file_is_a_clear_error(tmp_path: Path, command: str) -> None:
     path = tmp_path / "no-such-scenario.yaml"
     args = (command, str(path), "--json") if command == "simulate" else (command, str(path))
@@ -417,7 +423,9 @@ VALIDATE_INVALID_CASES: list[tuple[str, str | dict[str, Any], Expected]] = [
     ("content", "expected"),
     [pytest.param(content, expected, id=name) for name, content, expected in VALIDATE_INVALID_CASES],
 )
-def test_validate_reports_every_error_of_an_invalid_quota_file(tmp_path: Path, content: Any, expected: Expected) -> None:
+def test_validate_reports_every_error_of_an_invalid_quota_file(
+    tmp_path: Path, content: Any, expected: Expected
+) -> None:
     path = write(tmp_path, content, "quota.yaml")
     run = cli("validate", str(path))
     assert_refused(run, expected, path)
@@ -426,7 +434,9 @@ def test_validate_reports_every_error_of_an_invalid_quota_file(tmp_path: Path, c
 def test_validate_accepts_a_valid_scenario_file(tmp_path: Path) -> None:
     path = write(
         tmp_path,
-        scenario(submit(0), {"at": 10, "set_priority": {"job": "j1", "priority": 3}}, {"at": 20, "cancel": {"job": "j1"}}),
+        scenario(
+            submit(0), {"at": 10, "set_priority": {"job": "j1", "priority": 3}}, {"at": 20, "cancel": {"job": "j1"}}
+        ),
     )
     run = cli("validate", str(path))
     assert run.code == 0, run.stderr

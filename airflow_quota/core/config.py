@@ -14,7 +14,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from airflow_quota.core.catalogue import InstanceTypeSpec, builtin_catalogue
-from airflow_quota.exceptions import InvalidInput, Problem
+from airflow_quota.exceptions import InvalidInput, Problem, join_path
 
 NAME_PATTERN = r"^[A-Za-z0-9_-]{1,128}$"
 PositiveInt = Annotated[int, Field(ge=1, strict=True)]
@@ -220,7 +220,7 @@ def pydantic_problems(error: ValidationError, prefix: str = "") -> list[Problem]
                 continue
             else:
                 path = f"{path}.{part}" if path else str(part)
-        message = item["msg"]
+        message = item["msg"].removeprefix("Value error, ")
         if item["type"] == "extra_forbidden":
             message = "unknown key"
         elif item["type"] == "missing":
@@ -230,17 +230,58 @@ def pydantic_problems(error: ValidationError, prefix: str = "") -> list[Problem]
 
 
 def parse_config(raw: Any, prefix: str = "") -> QuotaConfig:
-    """Validate a mapping as a configuration; raise InvalidInput with every problem."""
+    """Validate a mapping as a configuration; raise InvalidInput with every problem.
+
+    The pool and each share are validated on their own, so that a broken share does not hide
+    the problems of the others nor the rules that span them (checked on the parts that are valid).
+    """
     if not isinstance(raw, Mapping):
         raise InvalidInput.single(prefix, "a quota configuration must be a mapping")
-    try:
-        config = QuotaConfig.model_validate(raw)
-    except ValidationError as exc:
-        raise InvalidInput(pydantic_problems(exc, prefix)) from None
-    problems = check_rules(config)
+    problems: list[Problem] = []
+    parts: dict[str, Any] = {}
+    for key in raw:
+        if key not in QuotaConfig.model_fields:
+            problems.append(Problem(join_path(prefix, str(key)), "unknown key"))
+    for key in ("instance_types", "pool", "alerts"):
+        if key not in raw:
+            continue
+        try:
+            parts[key] = QuotaConfig.model_validate({**_placeholder(), key: raw[key]}).__getattribute__(key)
+        except ValidationError as exc:
+            problems.extend(pydantic_problems(exc, prefix))
+    shares = raw.get("shares")
+    valid_shares: list[Share] = []
+    if not isinstance(shares, list) or not shares:
+        problems.append(Problem(join_path(prefix, "shares"), "a list of at least one share is required"))
+    else:
+        for i, item in enumerate(shares):
+            try:
+                valid_shares.append(Share.model_validate(item))
+            except ValidationError as exc:
+                problems.extend(pydantic_problems(exc, join_path(prefix, f"shares[{i}]")))
+    if "pool" not in raw:
+        problems.append(Problem(join_path(prefix, "pool"), "required field is missing"))
+    if "pool" in parts:
+        partial = QuotaConfig.model_construct(
+            instance_types=parts.get("instance_types", {}),
+            pool=parts["pool"],
+            shares=valid_shares,
+            alerts=parts.get("alerts", AlertsConfig()),
+        )
+        broken = {p.path for p in problems}
+        problems.extend(
+            Problem(join_path(prefix, p.path), p.message)
+            for p in check_rules(partial)
+            if join_path(prefix, p.path) not in broken
+        )
     if problems:
-        raise InvalidInput(problems).prefixed(prefix)
-    return config
+        raise InvalidInput(problems)
+    return QuotaConfig.model_validate(raw)
+
+
+def _placeholder() -> dict[str, Any]:
+    """The smallest valid configuration, to validate one section of another in its place."""
+    return {"pool": {"capacity": {"ml.m5.large": 1}}, "shares": [{"name": "x", "capacity_limits": {"ml.m5.large": 1}}]}
 
 
 def read_yaml(path: Path) -> Any:

@@ -634,7 +634,6 @@ class QuotaScheduler:
         victim.stopping_for = None
         retries = victim.request.preemption_retries
         if retries is not None and len(victim.preemptions) > retries:
-            victim.state = JobState.FAILED
             self._fail(victim, FailureReason.PREEMPTION_LIMIT, f"preempted {len(victim.preemptions)} times", now)
         else:
             self._make_runnable(victim, now)
@@ -655,6 +654,8 @@ class QuotaScheduler:
         self.snapshot.give_back(job, now)
 
     def _fail(self, job: Job, reason: FailureReason, detail: str, now: float) -> None:
+        if job.state is JobState.RUNNABLE and not job.stopping:
+            job.wait_seconds += now - job.runnable_since
         job.state = JobState.FAILED
         job.failure = reason
         job.failure_detail = detail

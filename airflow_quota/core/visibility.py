@@ -43,12 +43,12 @@ def queue_position(snapshot: Snapshot, job: Job) -> int:
 def pending_view(snapshot: Snapshot, job: Job, now: float) -> dict[str, Any]:
     """Pending reason, the entry waited for, and positions in the share and in the queue."""
     reason, entry = pending_reason(snapshot, job, now)
-    queued = job.state is JobState.RUNNABLE and job.placement is None
+    waiting = job.state is JobState.RUNNABLE and not job.stopping
     return {
         "pending_reason": reason.value,
         "waiting_for": entry,
-        "position_in_share": snapshot.queues[job.share].position(job.key) if queued else None,
-        "position_in_queue": queue_position(snapshot, job) if queued else None,
+        "position_in_share": snapshot.queues[job.share].position(job.key) if waiting else None,
+        "position_in_queue": queue_position(snapshot, job) if waiting else None,
     }
 
 

@@ -139,24 +139,43 @@ def load_scenario(path: Path) -> LoadedScenario:
 
 
 def parse_scenario(raw: Any, base: Path) -> LoadedScenario:
+    """Validate a scenario; every problem of every part is reported, not only the first."""
     if not isinstance(raw, Mapping):
         raise InvalidInput.single("", "a scenario must be a mapping with quota and events")
+    problems: list[Problem] = [Problem(str(k), "unknown key") for k in raw if k not in Scenario.model_fields]
+    header = {k: raw[k] for k in ("start", "provider", "quota_file") if k in raw}
     try:
-        scenario = Scenario.model_validate(raw)
+        scenario = Scenario.model_validate(header)
     except ValidationError as exc:
-        raise InvalidInput(pydantic_problems(exc)) from None
-    if (scenario.quota is None) == (scenario.quota_file is None):
-        raise InvalidInput.single("quota", "give exactly one of quota (inline) or quota_file")
-    if scenario.quota is not None:
-        config = parse_config(scenario.quota, "quota")
+        problems.extend(pydantic_problems(exc))
+        scenario = Scenario()
+    config: QuotaConfig | None = None
+    if ("quota" in raw) == ("quota_file" in raw):
+        problems.append(Problem("quota", "give exactly one of quota (inline) or quota_file"))
     else:
-        assert scenario.quota_file is not None
-        config = parse_config(read_yaml(base / scenario.quota_file), "quota_file")
-    start = scenario.start if scenario.start.tzinfo else scenario.start.replace(tzinfo=timezone.utc)
-    problems = _check_events(scenario, config)
+        try:
+            if "quota" in raw:
+                config = parse_config(raw["quota"], "quota")
+            else:
+                config = parse_config(read_yaml(base / str(raw["quota_file"])), "quota_file")
+        except InvalidInput as exc:
+            problems.extend(exc.problems)
+    events: list[tuple[int, Event]] = []
+    raw_events = raw.get("events", [])
+    if not isinstance(raw_events, list):
+        problems.append(Problem("events", "must be a list of events"))
+        raw_events = []
+    for i, item in enumerate(raw_events):
+        try:
+            events.append((i, Event.model_validate(item)))
+        except ValidationError as exc:
+            problems.extend(pydantic_problems(exc, f"events[{i}]"))
+    problems.extend(_check_events(events, scenario.provider, config))
     if problems:
         raise InvalidInput(problems)
-    return LoadedScenario(start=start, config=config, provider=scenario.provider, events=scenario.events)
+    assert config is not None
+    start = scenario.start if scenario.start.tzinfo else scenario.start.replace(tzinfo=timezone.utc)
+    return LoadedScenario(start=start, config=config, provider=scenario.provider, events=[e for _, e in events])
 
 
 def apply_share_update(config: QuotaConfig, update: ShareUpdate) -> dict[str, Any]:
@@ -175,27 +194,31 @@ def apply_pool_update(config: QuotaConfig, update: PoolUpdate) -> dict[str, Any]
     return raw
 
 
-def _check_events(scenario: Scenario, config: QuotaConfig) -> list[Problem]:
-    """Time order, job references, static job rules against the configuration in force, and
-    the configuration after each instant's configuration events."""
+def _check_events(
+    events: list[tuple[int, Event]], provider: ProviderState, config: QuotaConfig | None
+) -> list[Problem]:
+    """Time order, job references, and, given a valid configuration, static job rules against
+    the configuration in force and the configuration after each instant's changes."""
     problems: list[Problem] = []
     submitted: set[str] = set()
     previous = 0.0
     current = config
-    pending_config: tuple[int, dict[str, Any]] | None = None
+    pending_config: tuple[int, dict[str, Any], Event] | None = None
 
     def settle() -> None:
         nonlocal current, pending_config
         if pending_config is None:
             return
-        index, raw = pending_config
+        index, raw, event = pending_config
         pending_config = None
         try:
             current = parse_config(raw)
         except InvalidInput as exc:
-            problems.extend(exc.prefixed(f"events[{index}]").problems)
+            problems.extend(
+                Problem(f"events[{index}].{_event_field(p.path, event, raw)}", p.message) for p in exc.problems
+            )
 
-    for i, event in enumerate(scenario.events):
+    for i, event in events:
         where = f"events[{i}]"
         if event.at < previous:
             problems.append(Problem(f"{where}.at", f"{event.at:g} is before the previous event's time {previous:g}"))
@@ -205,7 +228,8 @@ def _check_events(scenario: Scenario, config: QuotaConfig) -> list[Problem]:
         kind = event.kind
         if kind == "submit":
             assert event.submit is not None
-            problems.extend(_check_job(event.submit, current, f"{where}.submit"))
+            if current is not None:
+                problems.extend(_check_job(event.submit, current, f"{where}.submit"))
             submitted.add(event.submit.name)
         elif kind in ("set_priority", "cancel"):
             ref = event.set_priority or event.cancel
@@ -214,6 +238,8 @@ def _check_events(scenario: Scenario, config: QuotaConfig) -> list[Problem]:
                 problems.append(
                     Problem(f"{where}.{kind}.job", f"no job named {ref.job!r} is submitted before this event")
                 )
+        elif current is None:
+            continue
         elif kind in ("update_share", "update_pool"):
             base = QuotaConfig.model_validate(pending_config[1]) if pending_config else current
             if event.update_share is not None:
@@ -231,7 +257,7 @@ def _check_events(scenario: Scenario, config: QuotaConfig) -> list[Problem]:
             except ValidationError as exc:
                 problems.extend(pydantic_problems(exc, f"{where}.{kind}"))
                 continue
-            pending_config = (i, raw)
+            pending_config = (i, raw, event)
         elif kind == "provider":
             assert event.provider is not None
             known = current.catalogue()
@@ -239,11 +265,28 @@ def _check_events(scenario: Scenario, config: QuotaConfig) -> list[Problem]:
                 if name not in known:
                     problems.append(Problem(f"{where}.provider.available.{name}", f"unknown instance type {name!r}"))
     settle()
+    if config is None:
+        return problems
     known = config.catalogue()
-    for name in scenario.provider.available:
+    for name in provider.available:
         if name not in known:
             problems.append(Problem(f"provider.available.{name}", f"unknown instance type {name!r}"))
     return problems
+
+
+def _event_field(path: str, event: Event, raw: dict[str, Any]) -> str:
+    """Point a problem of the configuration after an update at the update's own field."""
+    if event.update_pool is not None:
+        return "update_pool" + path.removeprefix("pool") if path.startswith("pool.") else path
+    assert event.update_share is not None
+    index = next(i for i, s in enumerate(raw["shares"]) if s["name"] == event.update_share.name)
+    own = f"shares[{index}]"
+    if path.startswith(own + "."):
+        return "update_share" + path.removeprefix(own)
+    limits = raw["shares"][index]["capacity_limits"]
+    if path.startswith("pool.capacity.") and path.removeprefix("pool.capacity.") in limits:
+        return "update_share.capacity_limits." + path.removeprefix("pool.capacity.")
+    return path
 
 
 def _check_job(job: SimJob, config: QuotaConfig, where: str) -> list[Problem]:

@@ -94,7 +94,9 @@ def scenarios(draw: st.DrawFn) -> LoadedScenario:
             events.append({"at": at, "submit": submit})
             names.append(submit["name"])
         elif kind == "priority":
-            events.append({"at": at, "set_priority": {"job": draw(st.sampled_from(names)), "priority": draw(st.integers(0, 9))}})
+            events.append(
+                {"at": at, "set_priority": {"job": draw(st.sampled_from(names)), "priority": draw(st.integers(0, 9))}}
+            )
         else:
             events.append({"at": at, "cancel": {"job": draw(st.sampled_from(names))}})
     return scenario(config, *events)
