@@ -39,7 +39,7 @@ def _request(rng: random.Random, config: dict, i: int) -> JobRequest:
 
 
 def cycle_latency(runnable: int, running: int = 2000, cycles: int = 200) -> dict[str, float]:
-    raw = workload.quota(capacity_per_type=running // 5 * 2 // 2)
+    raw = workload.quota(capacity_per_type=running)
     config = parse_config(raw)
     rng = random.Random(3)
     scheduler = QuotaScheduler(config)

@@ -38,7 +38,8 @@ def quota(shares: int = 20, capacity_per_type: int = 200, seed: int = 7) -> dict
 
 
 def jobs(count: int, config: dict[str, Any], load: float = 1.0, seed: int = 11) -> list[dict[str, Any]]:
-    """``count`` submissions arriving so that demand is about ``load`` × capacity."""
+    """``count`` submissions arriving so that demand is about ``load`` × capacity; each share
+    gets work in proportion to its limits."""
     rng = random.Random(seed)
     capacity = sum(config["pool"]["capacity"].values())
     mean_duration, mean_count = 3600.0, 2.5
@@ -46,9 +47,10 @@ def jobs(count: int, config: dict[str, Any], load: float = 1.0, seed: int = 11) 
     at = 0.0
     events = []
     shares = config["shares"]
+    weights = [sum(s["capacity_limits"].values()) for s in shares]
     for i in range(count):
         at += rng.expovariate(rate)
-        share = rng.choice(shares)
+        share = rng.choices(shares, weights)[0]
         own = list(share["capacity_limits"])
         others = [t for t in TYPES if t not in own]
         prefs = rng.sample(own, min(len(own), rng.randint(1, 3)))

@@ -284,6 +284,9 @@ def _placeholder() -> dict[str, Any]:
     return {"pool": {"capacity": {"ml.m5.large": 1}}, "shares": [{"name": "x", "capacity_limits": {"ml.m5.large": 1}}]}
 
 
+_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
 def read_yaml(path: Path) -> Any:
     """Parse a YAML file; a parse error becomes InvalidInput naming the file, line and column."""
     try:
@@ -291,7 +294,7 @@ def read_yaml(path: Path) -> Any:
     except OSError as exc:
         raise InvalidInput.single(str(path), f"cannot read the file: {exc.strerror}") from None
     try:
-        return yaml.safe_load(text)
+        return yaml.load(text, Loader=_LOADER)  # noqa: S506 - a safe loader, in C when libyaml is there
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else str(path)

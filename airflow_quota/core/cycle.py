@@ -65,7 +65,8 @@ class QuotaScheduler:
         self._dirty_jobs: set[int] = set()
         self._ready: list[int] = []
         self._out: list[Decision] = []
-        self._violating: dict[int, int] = {}
+        self._violating: dict[int, tuple[str, int, int]] = {}
+        """Jobs found waiting with an entry under their limit: (type, count, cycles seen)."""
         for plan in self.snapshot.plans.values():
             self._timer(plan.starts_at, _TYPE, plan.instance_type)
 
@@ -258,7 +259,10 @@ class QuotaScheduler:
         improved |= snap.improved
         self._preemption(now, improved, dirty)
         self._fail_fast(now, capacity_waits)
-        self._check_guarantees(now)
+        improved |= snap.improved
+        for seq in dirty:
+            improved |= snap.jobs[seq].instance_types
+        self._check_guarantees(now, improved)
         return self._flush()
 
     def _fire_timers(self, now: float) -> None:
@@ -290,12 +294,15 @@ class QuotaScheduler:
         """Shares by usage/limit in instances (lowest first), then name."""
         snap = self.snapshot
 
-        def ratio(name: str) -> tuple[float, str]:
-            limits = snap.shares[name].capacity_limits
-            used = sum(snap.types[t].usage_of(name) for t in snap.types if snap.types[t].usage_of(name))
-            return (used / sum(limits.values()), name)
+        return sorted(names, key=lambda name: (snap.share_usage[name] / snap.share_limit[name], name))
 
-        return sorted(names, key=ratio)
+    def _candidate_shares(self, improved: set[str], dirty_shares: set[str]) -> list[str]:
+        """Shares with a new or changed job, or a queue on a type that got easier."""
+        return [
+            name
+            for name, queue in self.snapshot.queues.items()
+            if name in dirty_shares or not improved.isdisjoint(queue.counts)
+        ]
 
     def _dirty_keys(self, dirty: set[int], share: str) -> SortedList:
         snap = self.snapshot
@@ -305,7 +312,7 @@ class QuotaScheduler:
         """Step 2: each job takes the first entry that fits under its share's limit."""
         snap = self.snapshot
         dirty_shares = {snap.jobs[s].share for s in dirty}
-        for name in self._share_order(list(snap.queues)):
+        for name in self._share_order(self._candidate_shares(improved, dirty_shares)):
             queue = snap.queues[name]
 
             def bound(instance_type: str, share: str = name) -> int:
@@ -407,37 +414,35 @@ class QuotaScheduler:
 
     def _preemption(self, now: float, improved: set[str], dirty: set[int]) -> None:
         """Step 4: jobs still RUNNABLE, visited as in step 2; the first entry for which a
-        victim set exists wins."""
+        victim set exists wins. Capacity a preemption frees beyond its need is seen by the
+        jobs visited after it."""
         snap = self.snapshot
         preempted: set[int] = set()
         dirty_shares = {snap.jobs[s].share for s in dirty}
         for name in self._share_order(list(snap.queues)):
             queue = snap.queues[name]
-            share = snap.shares[name]
-
-            def may_preempt(instance_type: str, count: int, job: Job | None, share_name: str = name) -> bool:
-                ledger = snap.types[instance_type]
-                if ledger.usage_of(share_name) + count <= ledger.limit_of(share_name) and ledger.borrowed() > 0:
-                    return True
-                running = snap.queues[share_name].running.get(instance_type)
-                if not (snap.shares[share_name].in_share_preemption and running):
-                    return False
-                return job is None or running[0][0] < job.priority
-
+            if name not in dirty_shares and improved.isdisjoint(queue.counts):
+                continue
             streams = MergedStreams(_identity)
             streams.seen = preempted
             if name in dirty_shares:
                 streams.add(self._dirty_keys(dirty, name), JOBS_STREAM)
-            for instance_type in set(improved):
-                for count in queue.counts.get(instance_type, ()):
-                    bucket = queue.buckets[(instance_type, count)]
-                    if bucket and may_preempt(instance_type, count, None):
-                        streams.add(bucket, (instance_type, count))
+            added: set[str] = set()
+
+            def add_type(instance_type: str, after: JobKey | None, share: str = name) -> None:
+                added.add(instance_type)
+                for count in snap.queues[share].counts.get(instance_type, ()):
+                    bucket = snap.queues[share].buckets[(instance_type, count)]
+                    if bucket and self._may_preempt(share, instance_type, count, None):
+                        streams.add(bucket, (instance_type, count), after)
+
+            for instance_type in improved & queue.counts.keys():
+                add_type(instance_type, None)
             while (item := streams.pop()) is not None:
                 key, tag, _ = item
                 job = snap.jobs[key[2]]
-                if tag != JOBS_STREAM and not may_preempt(tag[0], tag[1], job):
-                    if not (share.in_share_preemption and snap.queues[name].running.get(tag[0])):
+                if tag != JOBS_STREAM and not self._may_preempt(name, tag[0], tag[1], job):
+                    if not self._may_preempt(name, tag[0], tag[1], None):
                         streams.drop(tag)
                     continue
                 if not self._queued(job):
@@ -449,13 +454,25 @@ class QuotaScheduler:
                         continue
                     preempted.update(v.seq for v, _ in victims)
                     self._preempt(job, entry, victims, now)
-                    for instance_type in snap.improved - improved:
-                        improved.add(instance_type)
-                        for count in queue.counts.get(instance_type, ()):
-                            bucket = queue.buckets[(instance_type, count)]
-                            if bucket:
-                                streams.add(bucket, (instance_type, count), key)
+                    improved |= snap.improved
+                    for instance_type in (snap.improved & queue.counts.keys()) - added:
+                        add_type(instance_type, key)
                     break
+
+    def _may_preempt(self, share: str, instance_type: str, count: int, job: Job | None) -> bool:
+        """Whether a job of ``share`` asking ``count`` of the type could start in step 4: there
+        is free room, or lent capacity to reclaim, or (with in-share preemption) a running job
+        of lower priority. With ``job`` None: for any job of the share."""
+        snap = self.snapshot
+        ledger = snap.types[instance_type]
+        if ledger.capacity - ledger.used - ledger.draining >= count:
+            return True
+        if ledger.usage_of(share) + count <= ledger.limit_of(share) and ledger.borrowed_total > 0:
+            return True
+        running = snap.queues[share].running.get(instance_type)
+        if not (snap.shares[share].in_share_preemption and running):
+            return False
+        return job is None or running[0][0] < job.priority
 
     def _fail_fast(self, now: float, waits: set[int]) -> None:
         """Step 5: a CPU-only list that quota allows but the provider cannot serve fails now."""
@@ -469,34 +486,38 @@ class QuotaScheduler:
             snap.dequeue(job)
             self._fail(job, FailureReason.CAPACITY_ERROR, "no provider capacity for a CPU-only list", now)
 
-    def _check_guarantees(self, now: float) -> None:
+    def _check_guarantees(self, now: float, types: set[str]) -> None:
         """Step 6: a RUNNABLE job with an entry under its share's limit must not keep waiting
         unless for a plan window, provider capacity, a starving job, or victims (stopping or
-        protected)."""
+        protected). Looked at where something changed, and for jobs already found waiting."""
         snap = self.snapshot
-        seen: dict[int, int] = {}
+        suspects: dict[int, tuple[str, int]] = {}
+        for seq, (instance_type, count, _) in self._violating.items():
+            suspects[seq] = (instance_type, count)
         for name, queue in snap.queues.items():
-            for instance_type, limit in snap.shares[name].capacity_limits.items():
-                ledger = snap.types[instance_type]
-                headroom = limit - ledger.usage_of(name)
-                if headroom <= 0:
-                    continue
-                for count in queue.counts.get(instance_type, ()):
-                    if count > headroom:
-                        continue
-                    for key in queue.buckets[(instance_type, count)]:
-                        job = snap.jobs[key[2]]
-                        if job.seq in seen or self._excused(job, instance_type, count, now):
-                            continue
-                        seen[job.seq] = self._violating.get(job.seq, 0) + 1
-                        if seen[job.seq] >= 2 and AlertKind.GUARANTEE_VIOLATED not in job.alerts:
-                            self._alert(
-                                job,
-                                AlertKind.GUARANTEE_VIOLATED,
-                                f"{count}x {instance_type} fits under the limit but the job still waits",
-                                now,
-                            )
-        self._violating = seen
+            for instance_type in types & queue.counts.keys():
+                headroom = snap.types[instance_type].limit_of(name) - snap.types[instance_type].usage_of(name)
+                for count in queue.counts[instance_type]:
+                    if count <= headroom:
+                        for key in queue.buckets[(instance_type, count)]:
+                            suspects.setdefault(key[2], (instance_type, count))
+        still: dict[int, tuple[str, int, int]] = {}
+        for seq, (instance_type, count) in sorted(suspects.items()):
+            job = snap.jobs[seq]
+            ledger = snap.types[instance_type]
+            fits = ledger.usage_of(job.share) + count <= ledger.limit_of(job.share)
+            if not self._queued(job) or not fits or self._excused(job, instance_type, count, now):
+                continue
+            cycles = self._violating.get(seq, (instance_type, count, 0))[2] + 1
+            still[seq] = (instance_type, count, cycles)
+            if cycles >= 2 and AlertKind.GUARANTEE_VIOLATED not in job.alerts:
+                self._alert(
+                    job,
+                    AlertKind.GUARANTEE_VIOLATED,
+                    f"{count}x {instance_type} fits under the limit but the job still waits",
+                    now,
+                )
+        self._violating = still
 
     def _excused(self, job: Job, instance_type: str, count: int, now: float) -> bool:
         snap = self.snapshot

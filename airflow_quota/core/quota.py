@@ -79,6 +79,8 @@ class TypeLedger:
     usage: dict[str, int] = field(default_factory=dict)
     pressure: int = 0
     used: int = 0
+    borrowed_total: int = 0
+    """Σ_s max(0, U_s − L_s), kept up to date like ``pressure``."""
     draining: int = 0
     """Instances of stopping victims beyond what their preemptor holds: busy, owned by no share."""
     on_demand_used: int = 0
@@ -98,13 +100,16 @@ class TypeLedger:
     def recompute(self) -> None:
         """Rebuild the running sums (after a configuration change)."""
         self.used = sum(self.usage.values())
+        self.borrowed_total = self.borrowed()
         shares = set(self.limits) | set(self.usage)
         self.pressure = sum(self.term(s, self.usage_of(s)) for s in shares)
 
     def change_usage(self, share: str, delta: int) -> None:
         before = self.usage_of(share)
         after = before + delta
+        limit = self.limits.get(share, 0)
         self.pressure += self.term(share, after) - self.term(share, before)
+        self.borrowed_total += max(0, after - limit) - max(0, before - limit)
         self.used += delta
         self.usage[share] = after
 

@@ -44,6 +44,9 @@ class Snapshot:
     live_names: dict[str, int] = field(default_factory=dict)
     backoff_until: dict[tuple[str, str | None], float] = field(default_factory=dict)
     meter: Meter = field(default_factory=Meter)
+    share_usage: dict[str, int] = field(default_factory=dict)
+    """Instances each share holds, all types together (for usage/limit ordering)."""
+    share_limit: dict[str, int] = field(default_factory=dict)
     improved: set[str] = field(default_factory=set)
     """Types on which something got easier since the last look: capacity freed, a limit or
     the pool changed, a lender stopped protecting, a victim became available."""
@@ -60,8 +63,10 @@ class Snapshot:
         self.config = config
         self.catalogue = config.catalogue()
         self.shares = {s.name: s for s in config.shares}
-        for name in self.shares:
+        for name, share in self.shares.items():
             self.queues.setdefault(name, ShareQueue())
+            self.share_usage.setdefault(name, 0)
+            self.share_limit[name] = sum(share.capacity_limits.values())
         names = set(config.pool.capacity) | set(self.types)
         for share in config.shares:
             names |= set(share.capacity_limits)
@@ -184,6 +189,7 @@ class Snapshot:
         ledger = self.types[entry.instance_type]
         self.meter.touch(ledger, now)
         ledger.change_usage(job.share, entry.count)
+        self.share_usage[job.share] += entry.count
         if entry.training_plan is not None:
             self.plans[entry.training_plan].used += entry.count
         else:
@@ -199,6 +205,7 @@ class Snapshot:
         ledger = self.types[entry.instance_type]
         self.meter.touch(ledger, now)
         ledger.change_usage(job.share, -entry.count)
+        self.share_usage[job.share] -= entry.count
         ledger.draining -= placement.draining
         placement.draining = 0
         if entry.training_plan is not None:
