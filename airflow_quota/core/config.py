@@ -294,7 +294,7 @@ def read_yaml(path: Path) -> Any:
     except OSError as exc:
         raise InvalidInput.single(str(path), f"cannot read the file: {exc.strerror}") from None
     try:
-        return yaml.load(text, Loader=_LOADER)  # noqa: S506 - a safe loader, in C when libyaml is there
+        return yaml.load(text, Loader=_LOADER)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else str(path)

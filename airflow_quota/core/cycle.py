@@ -38,7 +38,7 @@ from airflow_quota.core.model import (
     Succeeded,
 )
 from airflow_quota.core.preempt import find_victims
-from airflow_quota.core.queues import JobKey, MergedStreams
+from airflow_quota.core.queues import JobKey, MergedStreams, ShareQueue
 from airflow_quota.core.quota import Block, holding_cap
 from airflow_quota.core.snapshot import Mode, Snapshot
 from airflow_quota.core.submission import check_submission
@@ -323,14 +323,31 @@ class QuotaScheduler:
             streams = MergedStreams(_identity)
             if name in dirty_shares:
                 streams.add(self._dirty_keys(dirty, name), JOBS_STREAM)
-            for instance_type in improved:
-                if instance_type in queue.counts:
-                    limit = bound(instance_type)
-                    for count in queue.counts[instance_type]:
-                        bucket = queue.buckets[(instance_type, count)]
-                        if bucket and count <= limit:
-                            streams.add(bucket, (instance_type, count))
-            self._drain(streams, Mode.WITHIN_QUOTA, now, waits, lambda tag, job: tag[1] <= bound(tag[0]))
+            active: set[str] = set()
+
+            def add_type(instance_type: str, after: Any = None, queue: ShareQueue = queue) -> None:
+                active.add(instance_type)
+                limit = bound(instance_type)
+                for count in queue.counts[instance_type]:
+                    bucket = queue.buckets[(instance_type, count)]
+                    if bucket and count <= limit:
+                        streams.add(bucket, (instance_type, count), after)
+
+            def newly_improved(position: Any, queue: ShareQueue = queue) -> None:
+                # a starving job placed lifts its reservation for the jobs behind it
+                for instance_type in (snap.improved & queue.counts.keys()) - active:
+                    add_type(instance_type, position)
+
+            for instance_type in improved & queue.counts.keys():
+                add_type(instance_type)
+            self._drain(
+                streams,
+                Mode.WITHIN_QUOTA,
+                now,
+                waits,
+                lambda tag, job: tag[1] <= bound(tag[0]),
+                newly_improved,
+            )
 
     def _borrowing(self, now: float, improved: set[str], dirty: set[int], waits: set[int]) -> None:
         """Step 3: LEND_AND_BORROW shares' remaining jobs, FIFO by first submission across
@@ -427,13 +444,11 @@ class QuotaScheduler:
             streams.seen = preempted
             if name in dirty_shares:
                 streams.add(self._dirty_keys(dirty, name), JOBS_STREAM)
-            added: set[str] = set()
 
             def add_type(instance_type: str, after: JobKey | None, share: str = name) -> None:
-                added.add(instance_type)
                 for count in snap.queues[share].counts.get(instance_type, ()):
                     bucket = snap.queues[share].buckets[(instance_type, count)]
-                    if bucket and self._may_preempt(share, instance_type, count, None):
+                    if bucket and self._may_preempt(share, instance_type, count, snap.jobs[bucket[0][2]]):
                         streams.add(bucket, (instance_type, count), after)
 
             for instance_type in improved & queue.counts.keys():
@@ -442,37 +457,57 @@ class QuotaScheduler:
                 key, tag, _ = item
                 job = snap.jobs[key[2]]
                 if tag != JOBS_STREAM and not self._may_preempt(name, tag[0], tag[1], job):
-                    if not self._may_preempt(name, tag[0], tag[1], None):
-                        streams.drop(tag)
+                    streams.drop(tag)  # jobs further down have no higher priority
                     continue
                 if not self._queued(job):
                     continue
                 preempted.add(job.seq)
                 for entry in job.entries:
+                    if not self._may_preempt(name, entry.instance_type, entry.count, job):
+                        continue
                     victims = find_victims(snap, job, entry, now)
                     if victims is None:
                         continue
                     preempted.update(v.seq for v, _ in victims)
                     self._preempt(job, entry, victims, now)
                     improved |= snap.improved
-                    for instance_type in (snap.improved & queue.counts.keys()) - added:
-                        add_type(instance_type, key)
+                    for instance_type in snap.improved & queue.counts.keys():
+                        add_type(instance_type, key)  # buckets passed over before may fit now
                     break
 
     def _may_preempt(self, share: str, instance_type: str, count: int, job: Job | None) -> bool:
-        """Whether a job of ``share`` asking ``count`` of the type could start in step 4: there
-        is free room, or lent capacity to reclaim, or (with in-share preemption) a running job
-        of lower priority. With ``job`` None: for any job of the share."""
+        """A necessary condition for a job of ``share`` asking ``count`` of the type to start in
+        step 4. It fails for every job after a job it fails for in the same bucket (they have
+        no higher priority and are behind the same starving jobs), so a bucket can be dropped."""
+        if job is not None and self.snapshot.queues[share].held_back(job.key, instance_type):
+            return False
+        if self._room_or_reclaim(share, instance_type, count):
+            return True
+        running = self.snapshot.queues[share].running.get(instance_type)
+        return (
+            job is not None
+            and self.snapshot.shares[share].in_share_preemption
+            and running is not None
+            and len(running) > 0
+            and running[0][0] < job.priority
+        )
+
+    def _room_or_reclaim(self, share: str, instance_type: str, count: int) -> bool:
+        """Room the share could take without victims (the strict check of step 4), or enough
+        lent capacity to reclaim."""
         snap = self.snapshot
         ledger = snap.types[instance_type]
-        if ledger.capacity - ledger.used - ledger.draining >= count:
-            return True
-        if ledger.usage_of(share) + count <= ledger.limit_of(share) and ledger.borrowed_total > 0:
-            return True
-        running = snap.queues[share].running.get(instance_type)
-        if not (snap.shares[share].in_share_preemption and running):
-            return False
-        return job is None or running[0][0] < job.priority
+        room = ledger.capacity - ledger.used - ledger.draining
+        usage, limit = ledger.usage_of(share), ledger.limit_of(share)
+        cap = holding_cap(snap.shares[share], limit)
+        if room >= count and (cap is None or usage + count <= cap):
+            if usage + count <= limit:
+                return True
+            slack = ledger.capacity - ledger.pressure - snap.protected_idle(ledger)
+            if slack >= usage + count - max(usage, limit):
+                return True
+        # a victim may free more than its share's excess, so any excess makes reclaim worth a look
+        return usage + count <= limit and ledger.borrowed_total > 0
 
     def _fail_fast(self, now: float, waits: set[int]) -> None:
         """Step 5: a CPU-only list that quota allows but the provider cannot serve fails now."""
@@ -565,9 +600,7 @@ class QuotaScheduler:
     def _place(self, job: Job, entry: Entry, borrowed: int, now: float, why: str) -> None:
         snap = self.snapshot
         snap.dequeue(job)
-        if job.starving:
-            snap.improved |= job.instance_types  # the reservation is lifted
-            job.starving = False
+        job.starving = False
         snap.take(job, entry, now)
         job.placement = Placement(entry, borrowed, now)
         self._start_held(job, now, why)

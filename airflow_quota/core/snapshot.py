@@ -179,7 +179,10 @@ class Snapshot:
         self.queues[job.share].add_runnable(job)
 
     def dequeue(self, job: Job) -> None:
-        """Take a job out of its share's queue; types its share stops protecting become lendable."""
+        """Take a job out of its share's queue; types its share stops protecting become lendable,
+        and a starving job's reservation is lifted."""
+        if job.starving:
+            self.improved |= job.instance_types
         for name in self.queues[job.share].remove_runnable(job):
             if self.types[name].limit_of(job.share):
                 self.improved.add(name)

@@ -31,7 +31,7 @@ STRATEGIES = ["RESERVE", "LEND", "LEND_AND_BORROW"]
 @st.composite
 def configurations(draw: st.DrawFn) -> dict[str, Any]:
     types = draw(st.lists(st.sampled_from(TYPES), min_size=1, max_size=3, unique=True))
-    capacity = {t: draw(st.integers(2, 6)) for t in types}
+    capacity = {t: draw(st.integers(2, 8)) for t in types}
     left = dict(capacity)
     shares = []
     for i in range(draw(st.integers(1, 4))):
@@ -70,7 +70,7 @@ def scenarios(draw: st.DrawFn) -> LoadedScenario:
     events: list[dict[str, Any]] = []
     names: list[str] = []
     at = 0
-    for i in range(draw(st.integers(1, 14))):
+    for i in range(draw(st.integers(1, 24))):
         at += draw(st.sampled_from([0, 0, 60, 300, 1800]))
         kind = draw(st.sampled_from(["submit"] * 6 + ["priority", "cancel"]))
         if kind == "submit" or not names:
@@ -79,7 +79,7 @@ def scenarios(draw: st.DrawFn) -> LoadedScenario:
                 "name": f"j{i}",
                 "share": draw(st.sampled_from(shares)),
                 "priority": draw(st.integers(0, 5)),
-                "preferences": [{"instance_type": t, "count": draw(st.integers(1, 3))} for t in prefs],
+                "preferences": [{"instance_type": t, "count": draw(st.integers(1, 4))} for t in prefs],
                 "duration": draw(st.sampled_from([600, 1800, 3600, 7200])),
             }
             if draw(st.booleans()):
@@ -163,7 +163,7 @@ def test_invariants_hold_after_every_cycle(loaded: LoadedScenario) -> None:
             assert later or cancelled, f"{decision.job} was preempted for {decision.by}, which was never placed"
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(scenarios())
 def test_incremental_cycle_decides_as_a_full_rescan(loaded: LoadedScenario) -> None:
     assert describe(run_checked(loaded)) == describe(run_checked(loaded, literal=True))
@@ -175,3 +175,17 @@ def test_same_input_same_output(loaded: LoadedScenario) -> None:
     first = to_json(build_report(Simulator(loaded).run()))
     second = to_json(build_report(Simulator(loaded).run()))
     assert first == second
+
+
+def test_incremental_cycle_decides_as_a_full_rescan_at_full_load() -> None:
+    """The same check on a busy pool: 2,500 jobs, 20 shares x 5 types, queues, borrowing and
+    preemption all happening (the benchmark's workload)."""
+    from pathlib import Path
+
+    from airflow_quota.sim.scenario import parse_scenario
+    from benchmarks import workload
+
+    loaded = parse_scenario(workload.scenario(2500), Path("."))
+    incremental = describe(run_checked(loaded))
+    assert sum(1 for d in incremental if d.startswith("Preempted")) > 50
+    assert incremental == describe(run_checked(loaded, literal=True))
