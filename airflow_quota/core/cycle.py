@@ -9,7 +9,7 @@ each with its reason. Nothing here reads a clock or does I/O.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from datetime import datetime, timezone
 from fnmatch import fnmatchcase
 from typing import Any
@@ -248,7 +248,8 @@ class QuotaScheduler:
             if held.placement is not None and held.state is JobState.RUNNABLE:
                 self._start_held(held, now)
         self._ready = []
-        dirty = {seq for seq in self._dirty_jobs if self._queued(snap.jobs[seq])}
+        dirty_seqs = {seq for seq in self._dirty_jobs if self._queued(snap.jobs[seq])}
+        dirty = self._group_by_share(dirty_seqs)
         self._dirty_jobs = set()
         improved = snap.improved
         snap.improved = set()
@@ -257,10 +258,13 @@ class QuotaScheduler:
         improved |= snap.improved
         self._borrowing(now, improved, dirty, capacity_waits)
         improved |= snap.improved
-        self._preemption(now, improved, dirty)
+        improved_or_new_victims = improved | snap.new_victims
+        snap.new_victims = set()
+        self._preemption(now, improved_or_new_victims, dirty)
+        improved |= improved_or_new_victims
         self._fail_fast(now, capacity_waits)
         improved |= snap.improved
-        for seq in dirty:
+        for seq in dirty_seqs:
             improved |= snap.jobs[seq].instance_types
         self._check_guarantees(now, improved)
         return self._flush()
@@ -296,7 +300,7 @@ class QuotaScheduler:
 
         return sorted(names, key=lambda name: (snap.share_usage[name] / snap.share_limit[name], name))
 
-    def _candidate_shares(self, improved: set[str], dirty_shares: set[str]) -> list[str]:
+    def _candidate_shares(self, improved: set[str], dirty_shares: Collection[str]) -> list[str]:
         """Shares with a new or changed job, or a queue on a type that got easier."""
         return [
             name
@@ -304,14 +308,19 @@ class QuotaScheduler:
             if name in dirty_shares or not improved.isdisjoint(queue.counts)
         ]
 
-    def _dirty_keys(self, dirty: set[int], share: str) -> SortedList:
+    def _group_by_share(self, dirty: set[int]) -> dict[str, SortedList]:
+        """The keys of new or changed queued jobs, share by share."""
         snap = self.snapshot
-        return SortedList(snap.jobs[s].key for s in dirty if snap.jobs[s].share == share and self._queued(snap.jobs[s]))
+        grouped: dict[str, SortedList] = {}
+        for seq in dirty:
+            job = snap.jobs[seq]
+            grouped.setdefault(job.share, SortedList()).add(job.key)
+        return grouped
 
-    def _within_quota(self, now: float, improved: set[str], dirty: set[int], waits: set[int]) -> None:
+    def _within_quota(self, now: float, improved: set[str], dirty: dict[str, SortedList], waits: set[int]) -> None:
         """Step 2: each job takes the first entry that fits under its share's limit."""
         snap = self.snapshot
-        dirty_shares = {snap.jobs[s].share for s in dirty}
+        dirty_shares = dirty.keys()
         for name in self._share_order(self._candidate_shares(improved, dirty_shares)):
             queue = snap.queues[name]
 
@@ -322,7 +331,7 @@ class QuotaScheduler:
 
             streams = MergedStreams(_identity)
             if name in dirty_shares:
-                streams.add(self._dirty_keys(dirty, name), JOBS_STREAM)
+                streams.add(dirty[name], JOBS_STREAM)
             active: set[str] = set()
 
             def add_type(instance_type: str, after: Any = None, queue: ShareQueue = queue) -> None:
@@ -349,7 +358,7 @@ class QuotaScheduler:
                 newly_improved,
             )
 
-    def _borrowing(self, now: float, improved: set[str], dirty: set[int], waits: set[int]) -> None:
+    def _borrowing(self, now: float, improved: set[str], dirty: dict[str, SortedList], waits: set[int]) -> None:
         """Step 3: LEND_AND_BORROW shares' remaining jobs, FIFO by first submission across
         shares, a job only after the jobs ahead of it in its own share."""
         snap = self.snapshot
@@ -368,7 +377,7 @@ class QuotaScheduler:
             return physical if cap is None else min(physical, cap - ledger.usage_of(share))
 
         streams = MergedStreams(order)
-        dirty_shares = {snap.jobs[s].share for s in dirty}
+        dirty_shares = dirty.keys()
         active: set[str] = set(improved)
 
         def add_type(instance_type: str, after: Any = None) -> None:
@@ -381,7 +390,7 @@ class QuotaScheduler:
 
         for name in lenders_of:
             if name in dirty_shares:
-                streams.add(self._dirty_keys(dirty, name), JOBS_STREAM)
+                streams.add(dirty[name], JOBS_STREAM)
         for instance_type in improved:
             add_type(instance_type)
 
@@ -429,13 +438,13 @@ class QuotaScheduler:
                 waits.add(job.seq)
         return False
 
-    def _preemption(self, now: float, improved: set[str], dirty: set[int]) -> None:
+    def _preemption(self, now: float, improved: set[str], dirty: dict[str, SortedList]) -> None:
         """Step 4: jobs still RUNNABLE, visited as in step 2; the first entry for which a
         victim set exists wins. Capacity a preemption frees beyond its need is seen by the
         jobs visited after it."""
         snap = self.snapshot
         preempted: set[int] = set()
-        dirty_shares = {snap.jobs[s].share for s in dirty}
+        dirty_shares = dirty.keys()
         for name in self._share_order(list(snap.queues)):
             queue = snap.queues[name]
             if name not in dirty_shares and improved.isdisjoint(queue.counts):
@@ -443,7 +452,7 @@ class QuotaScheduler:
             streams = MergedStreams(_identity)
             streams.seen = preempted
             if name in dirty_shares:
-                streams.add(self._dirty_keys(dirty, name), JOBS_STREAM)
+                streams.add(dirty[name], JOBS_STREAM)
 
             def add_type(instance_type: str, after: JobKey | None, share: str = name) -> None:
                 for count in snap.queues[share].counts.get(instance_type, ()):
@@ -470,7 +479,7 @@ class QuotaScheduler:
                         continue
                     preempted.update(v.seq for v, _ in victims)
                     self._preempt(job, entry, victims, now)
-                    improved |= snap.improved
+                    improved |= snap.improved | snap.new_victims
                     for instance_type in snap.improved & queue.counts.keys():
                         add_type(instance_type, key)  # buckets passed over before may fit now
                     break
@@ -532,9 +541,13 @@ class QuotaScheduler:
         for name, queue in snap.queues.items():
             for instance_type in types & queue.counts.keys():
                 headroom = snap.types[instance_type].limit_of(name) - snap.types[instance_type].usage_of(name)
+                if headroom <= 0:
+                    continue
                 for count in queue.counts[instance_type]:
                     if count <= headroom:
                         for key in queue.buckets[(instance_type, count)]:
+                            if queue.held_back(key, instance_type):
+                                break  # so are all the jobs behind it
                             suspects.setdefault(key[2], (instance_type, count))
         still: dict[int, tuple[str, int, int]] = {}
         for seq, (instance_type, count) in sorted(suspects.items()):
@@ -622,6 +635,7 @@ class QuotaScheduler:
         job.pending_deadline = None
         job.last_placement = placement.entry
         snap.queues[job.share].add_running(job, ledger.name)
+        snap.new_victims.add(ledger.name)
         protection = snap.shares[job.share].preemption_protection_seconds
         if protection > 0:
             self._timer(now + protection, _TYPE, ledger.name)

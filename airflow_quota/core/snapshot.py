@@ -48,6 +48,9 @@ class Snapshot:
     """Instances each share holds, all types together (for usage/limit ordering)."""
     share_limit: dict[str, int] = field(default_factory=dict)
     improved: set[str] = field(default_factory=set)
+    new_victims: set[str] = field(default_factory=set)
+    """Types with a newly placed job: a new candidate for in-share preemption or reclaim.
+    Only preemption (step 4) can gain from a placement; steps 2 and 3 cannot."""
     """Types on which something got easier since the last look: capacity freed, a limit or
     the pool changed, a lender stopped protecting, a victim became available."""
 
@@ -197,8 +200,7 @@ class Snapshot:
             self.plans[entry.training_plan].used += entry.count
         else:
             ledger.on_demand_used += entry.count
-        if ledger.usage_of(job.share) > ledger.limit_of(job.share):
-            self.improved.add(entry.instance_type)  # a new source of reclaimable capacity
+        self.new_victims.add(entry.instance_type)
 
     def give_back(self, job: Job, now: float) -> Placement:
         """Release what the job holds; the time it held it is charged to the job."""

@@ -173,7 +173,8 @@ def build_report(result: SimulationResult) -> dict[str, Any]:
 
 
 def to_json(report: dict[str, Any]) -> str:
-    return json.dumps(report, indent=1, ensure_ascii=False) + "\n"
+    """One JSON document, compact (the C encoder), one line."""
+    return json.dumps(report, ensure_ascii=False, separators=(",", ":")) + "\n"
 
 
 def _table(headers: list[str], rows: list[list[Any]]) -> str:
