@@ -47,7 +47,8 @@ from airflow_quota.exceptions import ChangeRefused
 EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 CAPACITY_BLOCKS = (Block.NO_PROVIDER_CAPACITY, Block.PLAN_FULL, Block.BACKING_OFF)
 SOURCE_BLOCKS = (*CAPACITY_BLOCKS, Block.PLAN_NOT_ACTIVE)
-JOBS_STREAM = "jobs"
+JOBS = "jobs"
+"""The first item of the tag of a stream of new or changed jobs: (JOBS, share)."""
 
 # timer kinds
 _DEADLINE, _STARVE, _TYPE = 0, 1, 2
@@ -331,7 +332,7 @@ class QuotaScheduler:
 
             streams = MergedStreams(_identity)
             if name in dirty_shares:
-                streams.add(dirty[name], JOBS_STREAM)
+                streams.add(dirty[name], (JOBS, name))
             active: set[str] = set()
 
             def add_type(instance_type: str, after: Any = None, queue: ShareQueue = queue) -> None:
@@ -390,7 +391,7 @@ class QuotaScheduler:
 
         for name in lenders_of:
             if name in dirty_shares:
-                streams.add(dirty[name], JOBS_STREAM)
+                streams.add(dirty[name], (JOBS, name))
         for instance_type in improved:
             add_type(instance_type)
 
@@ -415,7 +416,7 @@ class QuotaScheduler:
         while (item := streams.pop()) is not None:
             key, tag, position = item
             job = snap.jobs[key[2]]
-            if tag != JOBS_STREAM and not keep(tag, job):
+            if tag[0] != JOBS and not keep(tag, job):
                 streams.drop(tag)
                 continue
             streams.seen.add(job.seq)
@@ -452,7 +453,7 @@ class QuotaScheduler:
             streams = MergedStreams(_identity)
             streams.seen = preempted
             if name in dirty_shares:
-                streams.add(dirty[name], JOBS_STREAM)
+                streams.add(dirty[name], (JOBS, name))
 
             def add_type(instance_type: str, after: JobKey | None, share: str = name) -> None:
                 for count in snap.queues[share].counts.get(instance_type, ()):
@@ -465,7 +466,7 @@ class QuotaScheduler:
             while (item := streams.pop()) is not None:
                 key, tag, _ = item
                 job = snap.jobs[key[2]]
-                if tag != JOBS_STREAM and not self._may_preempt(name, tag[0], tag[1], job):
+                if tag[0] != JOBS and not self._may_preempt(name, tag[0], tag[1], job):
                     streams.drop(tag)  # jobs further down have no higher priority
                     continue
                 if not self._queued(job):

@@ -107,44 +107,57 @@ class MergedStreams:
 
     Streams are SortedLists that may change while the merge runs (jobs placed or requeued):
     each stream remembers the last key it gave and resumes with ``bisect_right``. A stream is
-    tagged so the caller can drop it when its jobs can no longer fit.
+    tagged; the caller drops a tag when its jobs can no longer fit, and may add it again later
+    (from a given position) when they might. ``order`` must grow with the keys of a stream.
     """
 
     def __init__(self, order: Callable[[JobKey], Any]) -> None:
         self._order = order
         self._heap: list[tuple[Any, int, JobKey]] = []
         self._streams: list[tuple[SortedList, Any]] = []
-        self._dropped: set[int] = set()
+        self._live: dict[Any, int] = {}
         self.seen: set[int] = set()
 
     def add(self, keys: SortedList, tag: Any, after: Any = None) -> None:
-        """Merge ``keys`` in; with ``after`` (an order value), only keys ordered after it."""
-        index = len(self._streams)
-        self._streams.append((keys, tag))
-        for position in range(len(keys)):
-            key = keys[position]
-            if after is None or self._order(key) > after:
-                heapq.heappush(self._heap, (self._order(key), index, key))
-                return
+        """Merge ``keys`` in; with ``after`` (an order value), only keys ordered after it.
+        A tag that is already being merged is left as it is."""
+        if tag in self._live:
+            return
+        start = 0
+        if after is not None:
+            low, high = 0, len(keys)
+            while low < high:
+                middle = (low + high) // 2
+                if self._order(keys[middle]) > after:
+                    high = middle
+                else:
+                    low = middle + 1
+            start = low
+        if start < len(keys):
+            index = len(self._streams)
+            self._streams.append((keys, tag))
+            self._live[tag] = index
+            key = keys[start]
+            heapq.heappush(self._heap, (self._order(key), index, key))
 
     def pop(self) -> tuple[JobKey, Any, Any] | None:
         """The next unseen key, its stream's tag and its order value; None when all are spent."""
         while self._heap:
             order, index, key = heapq.heappop(self._heap)
-            if index in self._dropped:
-                continue
             keys, tag = self._streams[index]
+            if self._live.get(tag) != index:
+                continue
             position = keys.bisect_right(key)
             if position < len(keys):
                 following = keys[position]
                 heapq.heappush(self._heap, (self._order(following), index, following))
+            else:
+                del self._live[tag]
             if key[2] in self.seen:
                 continue
             return key, tag, order
         return None
 
     def drop(self, tag: Any) -> None:
-        """Stop merging every stream with this tag."""
-        for index, (_, stream_tag) in enumerate(self._streams):
-            if stream_tag == tag:
-                self._dropped.add(index)
+        """Stop merging the stream with this tag."""
+        self._live.pop(tag, None)
