@@ -138,7 +138,7 @@ def run_checked(loaded: LoadedScenario, literal: bool = False) -> list[Decision]
         def rescanning_cycle(now: float) -> list[Decision]:
             snap = scheduler.snapshot
             snap.improved |= set(snap.types)
-            scheduler._dirty_jobs |= {j.seq for j in snap.jobs.values() if scheduler._queued(j)}
+            scheduler._dirty_jobs |= {j.seq for j in snap.jobs.values() if scheduler.queued(j)}
             return original(now)
 
         scheduler.run_cycle = rescanning_cycle  # type: ignore[method-assign]

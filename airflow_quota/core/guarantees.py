@@ -1,0 +1,76 @@
+"""The watchdog of quota-model.md 8: a RUNNABLE job with an entry that fits under its share's
+limit must not keep waiting unless for a plan window, provider capacity, a starving job's
+reservation, or victims. GUARANTEE_VIOLATED must never happen; this is what would notice.
+"""
+
+from __future__ import annotations
+
+from airflow_quota.core.lifecycle import Lifecycle
+from airflow_quota.core.model import AlertKind, Job
+from airflow_quota.core.phases import SOURCE_BLOCKS
+from airflow_quota.core.quota import Block
+from airflow_quota.core.snapshot import Mode, Snapshot
+
+
+class GuaranteeWatch:
+    """Step 6 of the cycle: alerts when a guarantee stays unmet for two cycles."""
+
+    def __init__(self) -> None:
+        self.violating: dict[int, tuple[str, int, int]] = {}
+        """Jobs found waiting with an entry under their limit: (type, count, cycles seen)."""
+
+    def check(self, life: Lifecycle, now: float, types: set[str]) -> None:
+        """Step 6: a RUNNABLE job with an entry under its share's limit must not keep waiting
+        unless for a plan window, provider capacity, a starving job, or victims (stopping or
+        protected). Looked at where something changed, and for jobs already found waiting."""
+        snap = life.snapshot
+        suspects: dict[int, tuple[str, int]] = {}
+        for seq, (instance_type, count, _) in self.violating.items():
+            suspects[seq] = (instance_type, count)
+        for name, queue in snap.queues.items():
+            for instance_type in types & queue.counts.keys():
+                headroom = snap.types[instance_type].limit_of(name) - snap.types[instance_type].usage_of(name)
+                if headroom <= 0:
+                    continue
+                for count in queue.counts[instance_type]:
+                    if count <= headroom:
+                        for key in queue.buckets[(instance_type, count)]:
+                            if queue.held_back(key, instance_type):
+                                break  # so are all the jobs behind it
+                            suspects.setdefault(key[2], (instance_type, count))
+        still: dict[int, tuple[str, int, int]] = {}
+        for seq, (instance_type, count) in sorted(suspects.items()):
+            job = snap.jobs[seq]
+            ledger = snap.types[instance_type]
+            fits = ledger.usage_of(job.share) + count <= ledger.limit_of(job.share)
+            if not life.queued(job) or not fits or self._excused(snap, job, instance_type, count, now):
+                continue
+            cycles = self.violating.get(seq, (instance_type, count, 0))[2] + 1
+            still[seq] = (instance_type, count, cycles)
+            if cycles >= 2 and AlertKind.GUARANTEE_VIOLATED not in job.alerts:
+                life.alert(
+                    job,
+                    AlertKind.GUARANTEE_VIOLATED,
+                    f"{count}x {instance_type} fits under the limit but the job still waits",
+                    now,
+                )
+        self.violating = still
+
+    def _excused(self, snap: Snapshot, job: Job, instance_type: str, count: int, now: float) -> bool:
+        """Waiting for a plan window, provider capacity, a starving job, or victims (stopping or
+        protected): the reasons a job under its limit may wait."""
+        entry = next(e for e in job.entries if e.instance_type == instance_type)
+        block = snap.check(job, entry, Mode.WITHIN_QUOTA, now)
+        if block in (*SOURCE_BLOCKS, Block.HELD_FOR_STARVING):
+            return True
+        ledger = snap.types[instance_type]
+        if ledger.draining > 0:
+            return True
+        for other, usage in ledger.usage.items():
+            if usage > ledger.limit_of(other):
+                for key in snap.queues[other].running.get(instance_type, ()):
+                    victim = snap.jobs[-key[3]]
+                    protection = snap.shares[other].preemption_protection_seconds
+                    if now - victim.placement.placed_at < protection:  # type: ignore[union-attr]
+                        return True
+        return False

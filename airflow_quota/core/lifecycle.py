@@ -1,0 +1,247 @@
+"""How jobs move between states when the core decides (quota-model.md 3, 6, 8): queued,
+placed, preempted, stopped, requeued, failed, starving. Keeps the snapshot's indexes, the timers
+and the outbox of decisions in step; the cycle and the scheduler's API call into it.
+"""
+
+from __future__ import annotations
+
+import heapq
+from typing import Any
+
+from airflow_quota.core.model import (
+    Alert,
+    AlertKind,
+    Decision,
+    Entry,
+    Failed,
+    FailureReason,
+    Job,
+    JobState,
+    Placed,
+    Placement,
+    Preempted,
+    PreemptionKind,
+    PreemptionRecord,
+)
+from airflow_quota.core.snapshot import Snapshot
+
+# timer kinds
+DEADLINE, STARVE, TYPE = 0, 1, 2
+
+
+class Lifecycle:
+    """Job state changes on a snapshot, with the timers they need and the decisions they make."""
+
+    def __init__(self, snapshot: Snapshot) -> None:
+        self.snapshot = snapshot
+        self._timers: list[tuple[float, int, int, Any]] = []
+        self._timer_seq = 0
+        self._dirty_jobs: set[int] = set()
+        """Jobs new or changed since the last cycle: looked at whatever their types."""
+        self._ready: list[int] = []
+        """Preemptors whose victims have all stopped: placed at the next cycle."""
+        self._out: list[Decision] = []
+
+    # -- timers --------------------------------------------------------------------------
+
+    def next_timer(self) -> float | None:
+        """When the core next needs a cycle (a deadline, a threshold, a window), if ever."""
+        return self._timers[0][0] if self._timers else None
+
+    def timer(self, at: float, kind: int, payload: Any) -> None:
+        self._timer_seq += 1
+        heapq.heappush(self._timers, (at, self._timer_seq, kind, payload))
+
+    def fire_timers(self, now: float) -> None:
+        snap = self.snapshot
+        while self._timers and self._timers[0][0] <= now:
+            at, _, kind, payload = heapq.heappop(self._timers)
+            if kind == TYPE:
+                snap.improved.add(payload)
+                continue
+            job = snap.jobs[payload]
+            if not self.queued(job):
+                continue
+            if kind == DEADLINE and job.pending_deadline == at:
+                snap.dequeue(job)
+                self.fail(
+                    job,
+                    FailureReason.PENDING_TIMEOUT,
+                    f"RUNNABLE for {job.request.max_pending_seconds:g} s (max_pending_seconds)",
+                    now,
+                )
+            elif kind == STARVE:
+                due = job.runnable_since + snap.shares[job.share].starvation_after_seconds
+                if due > now:
+                    self.timer(due, STARVE, job.seq)
+                elif not job.starving and due == at:
+                    self.start_starving(job, now)
+
+    # -- state changes -------------------------------------------------------------------
+
+    def queued(self, job: Job) -> bool:
+        return job.state is JobState.RUNNABLE and job.placement is None and not job.stopping
+
+    def make_runnable(self, job: Job, now: float, keep_pending_clock: bool = False) -> None:
+        snap = self.snapshot
+        job.state = JobState.RUNNABLE
+        job.placement = None
+        job.stopping = False
+        job.starving = False
+        job.running_since = None
+        job.runnable_since = now
+        max_pending = job.request.max_pending_seconds
+        if max_pending is not None and not (keep_pending_clock and job.pending_deadline is not None):
+            start = now
+            if all(e.training_plan for e in job.entries):
+                start = max(now, min(snap.plans[e.training_plan].starts_at for e in job.entries if e.training_plan))
+            job.pending_deadline = start + max_pending
+        if job.pending_deadline is not None:
+            self.timer(job.pending_deadline, DEADLINE, job.seq)
+        self.timer(now + snap.shares[job.share].starvation_after_seconds, STARVE, job.seq)
+        snap.enqueue(job)
+        self._dirty_jobs.add(job.seq)
+
+    def place(self, job: Job, entry: Entry, borrowed: int, now: float, why: str) -> None:
+        snap = self.snapshot
+        snap.dequeue(job)
+        job.starving = False
+        snap.take(job, entry, now)
+        job.placement = Placement(entry, borrowed, now)
+        self.start_held(job, now, why)
+
+    def start_held(self, job: Job, now: float, why: str = "its victims have stopped") -> None:
+        """The job's capacity is its own now: SCHEDULED, a new attempt."""
+        snap = self.snapshot
+        placement = job.placement
+        assert placement is not None
+        ledger = snap.types[placement.entry.instance_type]
+        if placement.draining:
+            ledger.draining -= placement.draining
+            snap.improved.add(ledger.name)
+            placement.draining = 0
+        placement.placed_at = now
+        job.state = JobState.SCHEDULED
+        job.attempts += 1
+        job.wait_seconds += now - job.runnable_since
+        job.pending_deadline = None
+        job.last_placement = placement.entry
+        snap.queues[job.share].add_running(job, ledger.name)
+        snap.new_victims.add(ledger.name)
+        protection = snap.shares[job.share].preemption_protection_seconds
+        if protection > 0:
+            self.timer(now + protection, TYPE, ledger.name)
+        borrowing = f", borrowing {placement.borrowed}" if placement.borrowed else ""
+        self.emit(Placed(now, job.name, job.share, placement.entry, placement.borrowed, job.attempts, why + borrowing))
+
+    def preempt(self, job: Job, entry: Entry, victims: list[tuple[Job, PreemptionKind]], now: float) -> None:
+        snap = self.snapshot
+        stopping = 0
+        waiting: set[int] = set()
+        for victim, kind in victims:
+            grace = snap.shares[victim.share].preemption_grace_seconds
+            checkpoints = victim.request.checkpoint_interval is not None
+            lost = 0.0 if grace > 0 and checkpoints else victim.unsaved_work(now + grace)
+            assert victim.placement is not None
+            count = victim.placement.entry.count
+            victim.lost_gpu_seconds += lost * count * snap.types[victim.placement.entry.instance_type].gpus
+            self.release(victim, now)
+            victim.stopping = True
+            victim.stop_lost = lost
+            victim.preemptions.append(PreemptionRecord(now, kind, job.name, lost))
+            what = "reclaims lent capacity" if kind is PreemptionKind.CROSS_SHARE else "has higher priority"
+            self.emit(
+                Preempted(
+                    now,
+                    victim.name,
+                    victim.share,
+                    kind,
+                    job.name,
+                    lost,
+                    grace,
+                    f"{job.name} ({job.share}, priority {job.priority}) {what} on {entry.instance_type}",
+                )
+            )
+            if len(victim.preemptions) == snap.shares[victim.share].preempted_alert_after:
+                self.alert(victim, AlertKind.PREEMPTED_REPEATEDLY, f"preempted {len(victim.preemptions)} times", now)
+            if grace > 0:
+                waiting.add(victim.seq)
+                victim.stopping_for = job.seq
+                stopping += count
+        ledger = snap.types[entry.instance_type]
+        borrowed = max(0, ledger.usage_of(job.share) + entry.count - ledger.limit_of(job.share))
+        for victim, _ in victims:
+            if victim.seq not in waiting:
+                self.victim_down(victim, now)
+        why = "after preempting " + ", ".join(v.name for v, _ in victims) if victims else "freed capacity"
+        if not waiting:
+            self.place(job, entry, borrowed, now, why)
+            return
+        snap.dequeue(job)
+        snap.take(job, entry, now)
+        job.placement = Placement(entry, borrowed, now, waiting)
+        job.placement.draining = max(0, stopping - entry.count)
+        ledger.draining += job.placement.draining
+
+    def victim_down(self, victim: Job, now: float) -> None:
+        """A preempted job has stopped: it is RUNNABLE again with its checkpoint, or FAILED."""
+        snap = self.snapshot
+        lost = victim.stop_lost
+        done = now - victim.running_since if victim.running_since is not None else 0.0
+        victim.progress = saved_progress(victim, done, lost)
+        preemptor_seq = victim.stopping_for
+        victim.stopping = False
+        victim.stopping_for = None
+        retries = victim.request.preemption_retries
+        if retries is not None and len(victim.preemptions) > retries:
+            self.fail(victim, FailureReason.PREEMPTION_LIMIT, f"preempted {len(victim.preemptions)} times", now)
+        else:
+            self.make_runnable(victim, now)
+        if preemptor_seq is not None:
+            preemptor = snap.jobs[preemptor_seq]
+            if preemptor.placement is not None and victim.seq in preemptor.placement.waiting_for:
+                preemptor.placement.waiting_for.discard(victim.seq)
+                if not preemptor.placement.waiting_for:
+                    self._ready.append(preemptor.seq)
+
+    def release(self, job: Job, now: float) -> None:
+        self.snapshot.give_back(job, now)
+
+    def fail(self, job: Job, reason: FailureReason, detail: str, now: float) -> None:
+        if job.state is JobState.RUNNABLE and not job.stopping:
+            job.wait_seconds += now - job.runnable_since
+        job.state = JobState.FAILED
+        job.failure = reason
+        job.failure_detail = detail
+        job.starving = False
+        self.snapshot.final_jobs_forget(job)
+        self.emit(Failed(now, job.name, job.share, reason, detail))
+
+    def start_starving(self, job: Job, now: float) -> None:
+        snap = self.snapshot
+        queue = snap.queues[job.share]
+        job.starving = True
+        queue.add_starving(job)
+        age = now - job.runnable_since
+        if AlertKind.STARVING not in job.alerts:
+            self.alert(job, AlertKind.STARVING, f"RUNNABLE for {age:g} s", now)
+
+    def alert(self, job: Job, kind: AlertKind, reason: str, now: float) -> None:
+        job.alerts.add(kind)
+        queue = self.snapshot.queues[job.share]
+        position = queue.position(job.key) if self.queued(job) else None
+        self.emit(Alert(now, job.name, job.share, kind, reason, position))
+
+    def emit(self, decision: Decision) -> None:
+        self._out.append(decision)
+
+    def flush(self) -> list[Decision]:
+        out, self._out = self._out, []
+        return out
+
+
+def saved_progress(job: Job, done: float, lost: float) -> float:
+    """Work kept after an attempt ends: everything up to the last checkpoint."""
+    if job.request.checkpoint_interval is None:
+        return 0.0
+    return job.progress + done - lost
