@@ -1,6 +1,6 @@
 # airflow-quota: two commands for a fresh machine.
 #   make test   creates .venv, installs the project with its test extras, lints, type-checks, tests
-#   make demo   runs the AWS walkthrough through the simulator (the embedded default)
+#   make demo   validates the walkthrough's quota and replays the AWS walkthrough in the simulator
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
@@ -29,8 +29,8 @@ test: lint typecheck
 	$(BIN)/pytest
 
 demo: $(STAMP)
-	$(BIN)/airflow-quota validate ../shared/scenarios/aws-walkthrough.yaml --scenario
-	$(BIN)/airflow-quota simulate ../shared/scenarios/aws-walkthrough.yaml
+	$(BIN)/airflow-quota validate examples/quota.yaml
+	$(BIN)/airflow-quota simulate examples/walkthrough.yaml
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/core_cycle.py
