@@ -8,10 +8,17 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
+from airflow_quota.core.explain import describe
 from airflow_quota.exceptions import InvalidInput
+
+if TYPE_CHECKING:
+    from airflow_quota.core.model import Decision
+    from airflow_quota.sim.scenario import LoadedScenario
 
 EXIT_INVALID = 2
 
@@ -43,10 +50,39 @@ def _simulate(args: argparse.Namespace) -> int:
     if args.until is not None and args.until < 0:
         raise InvalidInput.single("--until", f"{args.until:g} must be ≥ 0")
     scenario = load_scenario(Path(args.scenario))
-    result = Simulator(scenario, until=args.until).run()
+    show_progress = args.progress or (sys.stderr.isatty() and not args.log)
+    simulator = Simulator(scenario, until=args.until, progress=_progress_printer(scenario) if show_progress else None)
+    if args.log:
+        simulator.on_decision = _log_decision
+    result = simulator.run()
+    if show_progress:
+        print(file=sys.stderr)
     report = build_report(result)
     sys.stdout.write(to_json(report) if args.json else to_text(report))
     return 0
+
+
+def _log_decision(decision: Decision) -> None:
+    print(describe(decision), file=sys.stderr)
+
+
+def _progress_printer(scenario: LoadedScenario) -> Callable[[float, int, int], None]:
+    """Every two seconds of wall time: how far the simulated clock and the jobs have come."""
+    total = sum(1 for e in scenario.events if e.submit is not None)
+    last = [time.monotonic()]
+
+    def show(now: float, cycles: int, finished: int) -> None:
+        if time.monotonic() - last[0] < 2:
+            return
+        last[0] = time.monotonic()
+        print(
+            f"\rsimulated t={now:,.0f} s, {cycles:,} cycles, {finished:,} of {total:,} jobs finished",
+            end="",
+            file=sys.stderr,
+            flush=True,
+        )
+
+    return show
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -64,6 +100,8 @@ def build_parser() -> argparse.ArgumentParser:
     simulate.add_argument("scenario", help="scenario YAML (see spec/simulate.md)")
     simulate.add_argument("--json", action="store_true", help="print one JSON document")
     simulate.add_argument("--until", type=float, default=None, metavar="SECONDS", help="stop the run at this time")
+    simulate.add_argument("--log", action="store_true", help="log every decision with its reason on stderr")
+    simulate.add_argument("--progress", action="store_true", help="show progress on stderr (default on a terminal)")
     simulate.set_defaults(run=_simulate)
     return parser
 

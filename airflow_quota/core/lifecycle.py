@@ -224,13 +224,14 @@ class Lifecycle:
         queue.add_starving(job)
         age = now - job.runnable_since
         if AlertKind.STARVING not in job.alerts:
-            self.alert(job, AlertKind.STARVING, f"RUNNABLE for {age:g} s", now)
+            self.alert(job, AlertKind.STARVING, f"RUNNABLE for {age:g} s", now, age)
 
-    def alert(self, job: Job, kind: AlertKind, reason: str, now: float) -> None:
+    def alert(self, job: Job, kind: AlertKind, reason: str, now: float, age: float | None = None) -> None:
+        """Raise an alert (once per job and kind) with the job's position in its share."""
         job.alerts.add(kind)
         queue = self.snapshot.queues[job.share]
         position = queue.position(job.key) if self.queued(job) else None
-        self.emit(Alert(now, job.name, job.share, kind, reason, position))
+        self.emit(Alert(now, job.name, job.share, kind, reason, position, age))
 
     def emit(self, decision: Decision) -> None:
         self._out.append(decision)

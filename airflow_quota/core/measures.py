@@ -8,7 +8,28 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from airflow_quota.core.model import Entry, Job, UsageLine
 from airflow_quota.core.quota import TypeLedger
+
+ON_DEMAND = "on-demand"
+
+
+def charge(job: Job, entry: Entry, seconds: float, gpus: int, hourly_price: float) -> None:
+    """Charge a job for holding ``entry`` for ``seconds``: instance- and GPU-time by type and
+    source, and cost; on-demand cost of a job whose list has a plan entry is a fallback cost."""
+    source = entry.training_plan or ON_DEMAND
+    line = job.usage.get((entry.instance_type, source))
+    if line is None:
+        line = job.usage[(entry.instance_type, source)] = UsageLine()
+    instance_seconds = seconds * entry.count
+    cost = instance_seconds / 3600 * hourly_price
+    line.instance_seconds += instance_seconds
+    line.gpu_seconds += instance_seconds * gpus
+    line.cost += cost
+    job.gpu_seconds += instance_seconds * gpus
+    job.cost += cost
+    if entry.training_plan is None and any(e.training_plan for e in job.entries):
+        job.fallback_cost += cost
 
 
 @dataclass(slots=True)

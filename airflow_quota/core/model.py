@@ -130,6 +130,15 @@ class Placement:
 
 
 @dataclass(slots=True)
+class UsageLine:
+    """What a job used of one instance type from one source (a plan, or on demand)."""
+
+    instance_seconds: float = 0.0
+    gpu_seconds: float = 0.0
+    cost: float = 0.0
+
+
+@dataclass(slots=True)
 class PreemptionRecord:
     at: float
     kind: PreemptionKind
@@ -169,6 +178,8 @@ class Job:
     alerts: set[AlertKind] = field(default_factory=set)
     last_placement: Entry | None = None
     gpu_seconds: float = 0.0
+    usage: dict[tuple[str, str], UsageLine] = field(default_factory=dict)
+    """(instance type, plan name or "on-demand") → what the job used of it."""
     lost_gpu_seconds: float = 0.0
     cost: float = 0.0
     fallback_cost: float = 0.0
@@ -266,3 +277,4 @@ class Alert(Decision):
     kind: AlertKind
     reason: str
     position: int | None
+    age_seconds: float | None = None

@@ -12,8 +12,8 @@ from enum import Enum
 
 from airflow_quota.core.catalogue import InstanceTypeSpec
 from airflow_quota.core.config import QuotaConfig, Share, instant_seconds
-from airflow_quota.core.measures import Meter
-from airflow_quota.core.model import Entry, Job, JobState, Placement
+from airflow_quota.core.measures import Meter, charge
+from airflow_quota.core.model import Entry, Job, Placement
 from airflow_quota.core.queues import ShareQueue
 from airflow_quota.core.quota import Block, Plan, TypeLedger, holding_cap
 
@@ -222,12 +222,7 @@ class Snapshot:
             price = ledger.price
         if not placement.waiting_for and job.state.holds_capacity:
             self.queues[job.share].remove_running(job, entry.instance_type)
-            held = now - placement.placed_at
-            job.gpu_seconds += held * entry.count * ledger.gpus
-            cost = held / 3600 * entry.count * price
-            job.cost += cost
-            if entry.training_plan is None and any(e.training_plan for e in job.entries):
-                job.fallback_cost += cost
+            charge(job, entry, now - placement.placed_at, ledger.gpus, price)
         job.placement = None
         self.improved.add(entry.instance_type)
         return placement
@@ -236,6 +231,3 @@ class Snapshot:
         """A finished job frees its name for a new submission."""
         if self.live_names.get(job.name) == job.seq:
             del self.live_names[job.name]
-
-    def job_state(self, job: Job, state: JobState) -> None:
-        job.state = state

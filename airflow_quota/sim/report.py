@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import copy
 import json
 from typing import Any
 
-from airflow_quota.core.measures import percentile
+from airflow_quota.core.measures import charge, percentile
 from airflow_quota.core.model import (
     Alert,
     Decision,
     Failed,
+    Job,
     JobState,
     Placed,
     Preempted,
@@ -19,6 +21,7 @@ from airflow_quota.core.model import (
     Submitted,
     Succeeded,
 )
+from airflow_quota.core.snapshot import Snapshot
 from airflow_quota.core.visibility import pending_view
 from airflow_quota.sim.simulator import SimulationResult
 
@@ -66,6 +69,8 @@ def event_record(decision: Decision) -> dict[str, Any]:
         record.update(type="PRIORITY_CHANGED", priority=decision.new, previous=decision.old)
     elif isinstance(decision, Alert):
         record.update(type="ALERT", kind=decision.kind.value, reason=decision.reason, position=decision.position)
+        if decision.age_seconds is not None:
+            record["age_seconds"] = number(decision.age_seconds)
     return record
 
 
@@ -82,19 +87,14 @@ def build_report(result: SimulationResult) -> dict[str, Any]:
     share_cost: dict[str, float] = dict.fromkeys(snap.shares, 0.0)
     share_lost: dict[str, float] = dict.fromkeys(snap.shares, 0.0)
     share_preemptions: dict[str, int] = dict.fromkeys(snap.shares, 0)
-    fallback = 0.0
+    share_fallback: dict[str, float] = dict.fromkeys(snap.shares, 0.0)
     for job in sorted(snap.jobs.values(), key=lambda j: j.seq):
-        gpu_seconds, cost = job.gpu_seconds, job.cost
         wait = job.wait_seconds
         if job.placement is not None and job.state.holds_capacity and not job.placement.waiting_for:
-            entry = job.placement.entry
-            held = end - job.placement.placed_at
-            ledger = snap.types[entry.instance_type]
-            gpu_seconds += held * entry.count * ledger.gpus
-            price = snap.plans[entry.training_plan].hourly_price if entry.training_plan else ledger.price
-            cost += held / 3600 * entry.count * price
+            job = _charged_until(snap, job, end)
         elif job.state is JobState.RUNNABLE:
             wait += end - job.runnable_since
+        gpu_seconds, cost = job.gpu_seconds, job.cost
         last = job.last_placement
         record: dict[str, Any] = {
             "state": job.state.value,
@@ -111,6 +111,17 @@ def build_report(result: SimulationResult) -> dict[str, Any]:
             "lost_gpu_hours": number(job.lost_gpu_seconds / 3600),
             "cost": number(cost, 4),
             "failed_attempts": job.failed_attempts,
+            "lost_seconds": number(sum(p.lost_seconds for p in job.preemptions)),
+            "usage": [
+                {
+                    "instance_type": instance_type,
+                    "source": source,
+                    "instance_hours": number(line.instance_seconds / 3600),
+                    "gpu_hours": number(line.gpu_seconds / 3600),
+                    "cost": number(line.cost, 4),
+                }
+                for (instance_type, source), line in job.usage.items()
+            ],
         }
         if job.state is JobState.RUNNABLE:
             record.update(pending_view(snap, job, end))
@@ -119,7 +130,7 @@ def build_report(result: SimulationResult) -> dict[str, Any]:
         share_cost[job.share] += cost
         share_lost[job.share] += job.lost_gpu_seconds / 3600
         share_preemptions[job.share] += len(job.preemptions)
-        fallback += job.fallback_cost
+        share_fallback[job.share] += job.fallback_cost
 
     shares: dict[str, Any] = {}
     for name in snap.shares:
@@ -139,6 +150,7 @@ def build_report(result: SimulationResult) -> dict[str, Any]:
             "preemptions": share_preemptions[name],
             "lost_gpu_hours": number(share_lost[name]),
             "cost": number(share_cost[name], 4),
+            "plan_fallback_cost": number(share_fallback[name], 4),
         }
     meter = snap.meter
     pool = {
@@ -147,7 +159,7 @@ def build_report(result: SimulationResult) -> dict[str, Any]:
         if meter.capacity_gpu_seconds
         else 0.0,
         "cost": number(sum(share_cost.values()), 4),
-        "plan_fallback_cost": number(fallback, 4),
+        "plan_fallback_cost": number(sum(share_fallback.values()), 4),
         "end": number(end),
         "cycles": result.cycles,
     }
@@ -170,6 +182,17 @@ def build_report(result: SimulationResult) -> dict[str, Any]:
         "pool": pool,
         "alerts": alerts,
     }
+
+
+def _charged_until(snap: Snapshot, job: Job, end: float) -> Job:
+    """A copy of a job still holding capacity at the end of the run, charged up to ``end``."""
+    settled = copy.deepcopy(job)
+    assert settled.placement is not None
+    entry = settled.placement.entry
+    ledger = snap.types[entry.instance_type]
+    price = snap.plans[entry.training_plan].hourly_price if entry.training_plan else ledger.price
+    charge(settled, entry, end - settled.placement.placed_at, ledger.gpus, price)
+    return settled
 
 
 def to_json(report: dict[str, Any]) -> str:

@@ -43,7 +43,7 @@ class Simulator:
         self,
         scenario: LoadedScenario,
         until: float | None = None,
-        progress: Callable[[float, int], None] | None = None,
+        progress: Callable[[float, int, int], None] | None = None,
     ) -> None:
         self.scenario = scenario
         self.until = until
@@ -56,6 +56,8 @@ class Simulator:
         self._by_name: dict[str, SimJob] = {}
         self._rejected: dict[str, str] = {}
         self._progress = progress
+        self.on_decision: Callable[[Decision], None] | None = None
+        """Called with every decision as it is made (the CLI's --log)."""
         for name, count in scenario.provider.available.items():
             self.scheduler.set_provider_available(name, count, 0.0)
 
@@ -86,7 +88,8 @@ class Simulator:
                 next_event += 1
             self._act(scheduler.run_cycle(now), now)
             if self._progress is not None:
-                self._progress(now, scheduler.cycles)
+                snapshot = scheduler.snapshot
+                self._progress(now, scheduler.cycles, len(snapshot.jobs) - len(snapshot.live_names))
             if not self._live_jobs() and next_event >= len(events) and not self._happenings:
                 break
         return SimulationResult(scheduler, self.decisions, now, dict(self._by_name), scheduler.cycles)
@@ -135,7 +138,7 @@ class Simulator:
             try:
                 decisions = scheduler.submit(sim.request(), now)
             except SubmissionRejected as exc:
-                self.decisions.append(Rejected(now, sim.name, sim.share, str(exc)))
+                self._keep(Rejected(now, sim.name, sim.share, str(exc)))
                 self._rejected[sim.name] = sim.share
                 return
             job = scheduler.job(sim.name)
@@ -149,7 +152,7 @@ class Simulator:
             try:
                 self._record(scheduler.set_priority(job, event.set_priority.priority, now))
             except ChangeRefused as exc:
-                self.decisions.append(Rejected(now, job.name, job.share, str(exc), request="set_priority"))
+                self._keep(Rejected(now, job.name, job.share, str(exc), request="set_priority"))
         elif event.cancel is not None:
             if self._refuse_unknown(event.cancel.job, "cancel", now):
                 return
@@ -157,7 +160,7 @@ class Simulator:
             try:
                 self._record(scheduler.cancel(job, now))
             except ChangeRefused as exc:
-                self.decisions.append(Rejected(now, job.name, job.share, str(exc), request="cancel"))
+                self._keep(Rejected(now, job.name, job.share, str(exc), request="cancel"))
         elif event.update_share is not None:
             self._reconfigure(QuotaConfig.model_validate(apply_share_update(self.config, event.update_share)), now)
         elif event.update_pool is not None:
@@ -171,7 +174,7 @@ class Simulator:
         if name in self._by_name:
             return False
         error = f"job: {name!r} does not exist (its submission was rejected)"
-        self.decisions.append(Rejected(now, name, self._rejected.get(name, ""), error, request=request))
+        self._keep(Rejected(now, name, self._rejected.get(name, ""), error, request=request))
         return True
 
     def _reconfigure(self, config: QuotaConfig, now: float) -> None:
@@ -179,13 +182,19 @@ class Simulator:
         self._record(self.scheduler.apply_config(config, now))
 
     def _record(self, decisions: list[Decision]) -> None:
-        self.decisions.extend(decisions)
+        for decision in decisions:
+            self._keep(decision)
+
+    def _keep(self, decision: Decision) -> None:
+        self.decisions.append(decision)
+        if self.on_decision is not None:
+            self.on_decision(decision)
 
     def _act(self, decisions: list[Decision], now: float) -> None:
         """Carry a cycle's decisions out on the simulated backend."""
         scheduler = self.scheduler
         for decision in decisions:
-            self.decisions.append(decision)
+            self._keep(decision)
             if isinstance(decision, Placed):
                 job = scheduler.job(decision.job)
                 sim = self._sim_jobs[job.seq]

@@ -142,7 +142,7 @@ def run_checked(loaded: LoadedScenario, literal: bool = False) -> list[Decision]
             return original(now)
 
         scheduler.run_cycle = rescanning_cycle  # type: ignore[method-assign]
-    simulator._progress = lambda now, cycles: check_invariants(scheduler, now)
+    simulator._progress = lambda now, cycles, finished: check_invariants(scheduler, now)
     return simulator.run().decisions
 
 
