@@ -125,6 +125,7 @@ def simulate_end_to_end(jobs: int) -> dict[str, float]:
         "borrowing_placements": borrowed,
         "preempted": counts.get("PREEMPTED", 0),
         "rejected": counts.get("REJECTED", 0),
+        "guarantee_violated": sum(1 for a in report["alerts"] if a["kind"] == "GUARANTEE_VIOLATED"),
         "pool_utilization": report["pool"]["utilization"],
         "cycles": report["pool"]["cycles"],
     }

@@ -16,7 +16,16 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from airflow_quota.core.cycle import QuotaScheduler
-from airflow_quota.core.model import Decision, FailureReason, JobState, PendingReason, Placed, Preempted
+from airflow_quota.core.model import (
+    Alert,
+    AlertKind,
+    Decision,
+    FailureReason,
+    JobState,
+    PendingReason,
+    Placed,
+    Preempted,
+)
 from airflow_quota.core.quota import holding_cap
 from airflow_quota.core.visibility import pending_reason
 from airflow_quota.sim.report import build_report, to_json
@@ -154,6 +163,8 @@ def describe(decisions: list[Decision]) -> list[str]:
 @given(scenarios())
 def test_invariants_hold_after_every_cycle(loaded: LoadedScenario) -> None:
     decisions = run_checked(loaded)
+    violated = [d for d in decisions if isinstance(d, Alert) and d.kind is AlertKind.GUARANTEE_VIOLATED]
+    assert not violated, f"a guarantee went unmet: {violated[0]}"
     for i, decision in enumerate(decisions):
         if isinstance(decision, Preempted):
             later = [d for d in decisions[i:] if d.job == decision.by and isinstance(d, Placed)]
@@ -188,4 +199,5 @@ def test_incremental_cycle_decides_as_a_full_rescan_at_full_load() -> None:
     loaded = parse_scenario(workload.scenario(2500), Path("."))
     incremental = describe(run_checked(loaded))
     assert sum(1 for d in incremental if d.startswith("Preempted")) > 50
+    assert not [d for d in incremental if "GUARANTEE_VIOLATED" in d]
     assert incremental == describe(run_checked(loaded, literal=True))
