@@ -41,8 +41,7 @@ class QuotaScheduler(Lifecycle):
         self.cycles = 0
         self._seq = 0
         self._guarantees = GuaranteeWatch()
-        for plan in self.snapshot.plans.values():
-            self.timer(plan.starts_at, TYPE, plan.instance_type)
+        self._plan_timers()
 
     # -- what happened -------------------------------------------------------------------
 
@@ -119,8 +118,7 @@ class QuotaScheduler(Lifecycle):
     def apply_config(self, config: QuotaConfig, now: float) -> list[Decision]:
         """A new configuration takes effect in the next cycle (quota-model.md 5)."""
         self.snapshot.load_config(config, now)
-        for plan in self.snapshot.plans.values():
-            self.timer(plan.starts_at, TYPE, plan.instance_type)
+        self._plan_timers()
         return self.flush()
 
     def set_provider_available(self, instance_type: str, available: int | None, now: float) -> None:
@@ -185,6 +183,12 @@ class QuotaScheduler(Lifecycle):
         if job.stopping:
             self.victim_down(job, now)
         return self.flush()
+
+    def _plan_timers(self) -> None:
+        """A cycle at every plan window's start and end."""
+        for plan in self.snapshot.plans.values():
+            self.timer(plan.starts_at, TYPE, plan.instance_type)
+            self.timer(plan.ends_at, TYPE, plan.instance_type)
 
     # -- the cycle -----------------------------------------------------------------------
 

@@ -45,8 +45,23 @@ class Lifecycle:
     # -- timers --------------------------------------------------------------------------
 
     def next_timer(self) -> float | None:
-        """When the core next needs a cycle (a deadline, a threshold, a window), if ever."""
+        """When the core next needs a cycle (a deadline, a threshold, a window), if ever.
+        Timers made moot since (the job was placed, requeued or finished) are dropped."""
+        while self._timers:
+            at, _, kind, payload = self._timers[0]
+            if not self._stale(at, kind, payload):
+                break
+            heapq.heappop(self._timers)
         return self._timers[0][0] if self._timers else None
+
+    def _stale(self, at: float, kind: int, payload: Any) -> bool:
+        if kind == TYPE:
+            return False
+        seq, since = payload
+        job = self.snapshot.jobs[seq]
+        if not self.queued(job) or job.runnable_since != since:
+            return True
+        return job.pending_deadline != at if kind == DEADLINE else job.starving
 
     def timer(self, at: float, kind: int, payload: Any) -> None:
         self._timer_seq += 1
@@ -59,10 +74,10 @@ class Lifecycle:
             if kind == TYPE:
                 snap.improved.add(payload)
                 continue
-            job = snap.jobs[payload]
-            if not self.queued(job):
+            if self._stale(at, kind, payload):
                 continue
-            if kind == DEADLINE and job.pending_deadline == at:
+            job = snap.jobs[payload[0]]
+            if kind == DEADLINE:
                 snap.dequeue(job)
                 self.fail(
                     job,
@@ -73,8 +88,8 @@ class Lifecycle:
             elif kind == STARVE:
                 due = job.runnable_since + snap.shares[job.share].starvation_after_seconds
                 if due > now:
-                    self.timer(due, STARVE, job.seq)
-                elif not job.starving and due == at:
+                    self.timer(due, STARVE, payload)  # the threshold was raised meanwhile
+                else:
                     self.start_starving(job, now)
 
     # -- state changes -------------------------------------------------------------------
@@ -97,8 +112,8 @@ class Lifecycle:
                 start = max(now, min(snap.plans[e.training_plan].starts_at for e in job.entries if e.training_plan))
             job.pending_deadline = start + max_pending
         if job.pending_deadline is not None:
-            self.timer(job.pending_deadline, DEADLINE, job.seq)
-        self.timer(now + snap.shares[job.share].starvation_after_seconds, STARVE, job.seq)
+            self.timer(job.pending_deadline, DEADLINE, (job.seq, now))
+        self.timer(now + snap.shares[job.share].starvation_after_seconds, STARVE, (job.seq, now))
         snap.enqueue(job)
         self._dirty_jobs.add(job.seq)
 

@@ -9,7 +9,7 @@ import math
 from dataclasses import dataclass, field
 
 from airflow_quota.core.model import Entry, Job, UsageLine
-from airflow_quota.core.quota import TypeLedger
+from airflow_quota.core.quota import TypeLedger, lent_by
 
 ON_DEMAND = "on-demand"
 
@@ -78,26 +78,11 @@ class Meter:
                     totals.borrowed_gpu_seconds += over * gpus * dt
                     borrowed += over
         if borrowed:
-            self._credit_lenders(ledger, borrowed, gpus * dt)
+            self._credit_lenders(ledger, gpus * dt)
 
-    def _credit_lenders(self, ledger: TypeLedger, borrowed: int, weight: float) -> None:
-        """Borrowing draws first on capacity no share is guaranteed, then on lenders' idle
-        capacity, shared in proportion to what each leaves idle."""
-        unassigned = max(0, ledger.capacity - sum(ledger.limits.values()))
-        from_lenders = borrowed - unassigned
-        if from_lenders <= 0:
-            return
-        idle = {
-            s: lim - ledger.usage_of(s)
-            for s, lim in ledger.limits.items()
-            if ledger.lends.get(s, True) and lim > ledger.usage_of(s)
-        }
-        total_idle = sum(idle.values())
-        if total_idle <= 0:
-            return
-        drawn = min(from_lenders, total_idle)
-        for share, amount in idle.items():
-            self.totals(share).lent_gpu_seconds += drawn * amount / total_idle * weight
+    def _credit_lenders(self, ledger: TypeLedger, weight: float) -> None:
+        for share, amount in lent_by(ledger).items():
+            self.totals(share).lent_gpu_seconds += amount * weight
 
 
 def percentile(sorted_values: list[float], fraction: float) -> float:

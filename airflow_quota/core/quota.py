@@ -122,3 +122,23 @@ class TypeLedger:
         unassigned = self.capacity - sum(self.limits.values())
         idle = sum(max(0, lim - self.usage_of(s)) for s, lim in self.limits.items() if self.lends.get(s, True))
         return unassigned + idle
+
+
+def lent_by(ledger: TypeLedger) -> dict[str, float]:
+    """How much of the type each lending share lends now. Borrowing draws first on capacity no
+    share is guaranteed, then on lenders' idle capacity, shared in proportion to what each
+    leaves idle (a convention: the spec fixes the totals, not who lends what)."""
+    unassigned = max(0, ledger.capacity - sum(ledger.limits.values()))
+    from_lenders = ledger.borrowed_total - unassigned
+    if from_lenders <= 0:
+        return {}
+    idle = {
+        share: limit - ledger.usage_of(share)
+        for share, limit in ledger.limits.items()
+        if ledger.lends.get(share, True) and limit > ledger.usage_of(share)
+    }
+    total_idle = sum(idle.values())
+    if total_idle <= 0:
+        return {}
+    drawn = min(from_lenders, total_idle)
+    return {share: drawn * amount / total_idle for share, amount in idle.items()}

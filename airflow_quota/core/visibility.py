@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from airflow_quota.core.model import Job, JobState, PendingReason
-from airflow_quota.core.quota import Block
+from airflow_quota.core.quota import Block, lent_by
 from airflow_quota.core.snapshot import Mode, Snapshot
 
 _REASONS = {
@@ -58,6 +58,7 @@ def share_view(snapshot: Snapshot, share: str, now: float) -> dict[str, Any]:
     runnable = [snapshot.jobs[key[2]] for key in queue.runnable]
     types: dict[str, Any] = {}
     for name, ledger in snapshot.types.items():
+        lent = lent_by(ledger).get(share, 0.0)
         limit = ledger.limit_of(share)
         usage = ledger.usage_of(share)
         asking = [j for j in runnable if name in j.instance_types]
@@ -67,6 +68,7 @@ def share_view(snapshot: Snapshot, share: str, now: float) -> dict[str, Any]:
             "limit": limit,
             "usage": usage,
             "borrowed": max(0, usage - limit),
+            "lent": lent,
             "idle": max(0, limit - usage),
             "runnable": len(asking),
             "oldest_pending_seconds": max((now - j.runnable_since for j in asking), default=0.0),

@@ -1,0 +1,244 @@
+"""What a person asks of the queue (quota-model.md 7): ``pending_reason``, ``pending_view``,
+``queue_position`` and ``share_view`` on small states built through the scheduler's API."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from airflow_quota.core.config import parse_config
+from airflow_quota.core.cycle import QuotaScheduler
+from airflow_quota.core.model import JobRequest, PendingReason
+from airflow_quota.core.visibility import pending_reason, pending_view, queue_position, share_view
+from tests.builders import quota, share
+
+G5 = "ml.g5.xlarge"
+P4 = "ml.p4d.24xlarge"
+
+
+def scheduler_for(*shares: dict[str, Any], capacity: dict[str, int] | None = None, **pool: Any) -> QuotaScheduler:
+    return QuotaScheduler(parse_config(quota(capacity or {G5: 2}, *shares, **pool)))
+
+
+def submit(
+    scheduler: QuotaScheduler,
+    name: str,
+    share_name: str,
+    at: float,
+    priority: int = 0,
+    count: int = 1,
+    instance_type: str = G5,
+    **entry: Any,
+) -> None:
+    scheduler.submit(
+        JobRequest.model_validate(
+            {
+                "name": name,
+                "share": share_name,
+                "priority": priority,
+                "preferences": [{"instance_type": instance_type, "count": count, **entry}],
+            }
+        ),
+        at,
+    )
+
+
+# -- pending reasons ------------------------------------------------------------------------
+
+
+def waiting_for_quota() -> tuple[QuotaScheduler, str, float]:
+    s = scheduler_for(share("team", {G5: 1}, "RESERVE"), capacity={G5: 1})
+    submit(s, "holder", "team", 0)
+    submit(s, "waiter", "team", 0)
+    s.run_cycle(0)
+    return s, "waiter", 0
+
+
+def waiting_for_capacity() -> tuple[QuotaScheduler, str, float]:
+    s = scheduler_for(share("team", {G5: 1}, "RESERVE"), capacity={G5: 1})
+    s.set_provider_available(G5, 0, 0)
+    submit(s, "waiter", "team", 0)
+    s.run_cycle(0)
+    return s, "waiter", 0
+
+
+def waiting_for_plan() -> tuple[QuotaScheduler, str, float]:
+    plan = {"name": "december", "instance_type": P4, "count": 1, "starts_at": 1000, "ends_at": 5000}
+    s = scheduler_for(share("team", {P4: 1}, "RESERVE"), capacity={P4: 1}, training_plans=[plan])
+    submit(s, "waiter", "team", 0, instance_type=P4, training_plan="december")
+    s.run_cycle(0)
+    return s, "waiter", 0
+
+
+def waiting_for_victims() -> tuple[QuotaScheduler, str, float]:
+    s = scheduler_for(
+        share("borrower", {G5: 1}, "LEND_AND_BORROW", preemption_grace_seconds=60),
+        share("lender", {G5: 1}, "LEND"),
+    )
+    submit(s, "own", "borrower", 0)
+    submit(s, "lent", "borrower", 0)
+    s.run_cycle(0)
+    submit(s, "owner", "lender", 100)
+    s.run_cycle(100)  # "lent" is asked to stop and gets 60 s; its instance is held for "owner"
+    return s, "owner", 100
+
+
+def held_for_starving_job() -> tuple[QuotaScheduler, str, float]:
+    s = scheduler_for(share("team", {G5: 2}, "RESERVE", starvation_after_seconds=100))
+    submit(s, "holder", "team", 0)
+    submit(s, "big", "team", 0, count=2)
+    s.run_cycle(0)
+    s.run_cycle(100)  # "big" starves: its type is reserved for it
+    submit(s, "small", "team", 150)  # would fit on the free instance
+    s.run_cycle(150)
+    return s, "small", 150
+
+
+@pytest.mark.parametrize(
+    ("build", "reason", "entry"),
+    [
+        (waiting_for_quota, PendingReason.WAITING_FOR_QUOTA, "1x ml.g5.xlarge"),
+        (waiting_for_capacity, PendingReason.WAITING_FOR_CAPACITY, "1x ml.g5.xlarge"),
+        (waiting_for_plan, PendingReason.WAITING_FOR_PLAN, "1x ml.p4d.24xlarge on plan december"),
+        (waiting_for_victims, PendingReason.WAITING_FOR_VICTIMS, "1x ml.g5.xlarge"),
+        (held_for_starving_job, PendingReason.HELD_FOR_STARVING_JOB, "1x ml.g5.xlarge"),
+    ],
+    ids=[
+        "a RESERVE share at its limit waits for quota",
+        "quota allows it but the provider has none: waits for capacity",
+        "its only entry is a plan whose window has not begun: waits for the plan",
+        "capacity is held for it while its victim checkpoints: waits for victims",
+        "a starving job ahead of it reserves the type: held for the starving job",
+    ],
+)
+def test_pending_reason(build: Any, reason: PendingReason, entry: str) -> None:
+    scheduler, name, now = build()
+    job = scheduler.job(name)
+    assert pending_reason(scheduler.snapshot, job, now) == (reason, entry)
+    assert pending_view(scheduler.snapshot, job, now)["pending_reason"] == reason.value
+    assert pending_view(scheduler.snapshot, job, now)["waiting_for"] == entry
+
+
+def test_a_reserve_share_at_its_limit_does_not_wait_for_capacity_when_the_pool_has_room() -> None:
+    """The pool has a free instance (another share's RESERVE limit), but it is not this share's:
+    the job waits for quota, not for capacity."""
+    s = scheduler_for(share("team", {G5: 1}, "RESERVE"), share("other", {G5: 1}, "RESERVE"))
+    submit(s, "holder", "team", 0)
+    submit(s, "waiter", "team", 0)
+    s.run_cycle(0)
+    assert pending_reason(s.snapshot, s.job("waiter"), 0)[0] is PendingReason.WAITING_FOR_QUOTA
+
+
+# -- positions ----------------------------------------------------------------------------------
+
+
+def four_waiting_jobs() -> QuotaScheduler:
+    """Two RESERVE shares, each full; four jobs wait: by priority, then first submission."""
+    s = scheduler_for(share("c1", {G5: 1}, "RESERVE"), share("c2", {G5: 1}, "RESERVE"))
+    submit(s, "hold1", "c1", 0)
+    submit(s, "hold2", "c2", 0)
+    s.run_cycle(0)
+    submit(s, "w", "c2", 0.5, priority=1)
+    submit(s, "x", "c1", 1, priority=1)
+    submit(s, "y", "c1", 2, priority=5)
+    submit(s, "z", "c2", 3, priority=5)
+    submit(s, "v", "c1", 3, priority=5)  # same priority and time as z, submitted after it
+    s.run_cycle(3)
+    return s
+
+
+@pytest.mark.parametrize(
+    ("name", "in_share", "in_queue"),
+    [("y", 1, 1), ("z", 1, 2), ("v", 2, 3), ("w", 2, 4), ("x", 3, 5)],
+    ids=[
+        "highest priority, first submitted: first everywhere",
+        "same priority, later: first in its share, second in the queue",
+        "same priority and time as z, submitted after it: behind z",
+        "lower priority, earliest submission: behind every higher priority",
+        "lower priority, later than w: last",
+    ],
+)
+def test_positions_are_one_based_by_priority_then_submission(name: str, in_share: int, in_queue: int) -> None:
+    s = four_waiting_jobs()
+    job = s.job(name)
+    view = pending_view(s.snapshot, job, 3)
+    assert (view["position_in_share"], view["position_in_queue"]) == (in_share, in_queue)
+    assert queue_position(s.snapshot, job) == in_queue
+
+
+def test_a_running_job_has_no_position() -> None:
+    s = four_waiting_jobs()
+    view = pending_view(s.snapshot, s.job("hold1"), 3)
+    assert (view["position_in_share"], view["position_in_queue"]) == (None, None)
+
+
+def test_positions_move_up_when_a_job_ahead_is_placed() -> None:
+    s = four_waiting_jobs()
+    s.cancel(s.job("hold1"), 10)
+    s.run_cycle(10)  # y, first in c1, takes the freed instance
+    assert pending_view(s.snapshot, s.job("v"), 10)["position_in_share"] == 1
+    assert [queue_position(s.snapshot, s.job(n)) for n in ("z", "v", "w", "x")] == [1, 2, 3, 4]
+
+
+# -- share view -----------------------------------------------------------------------------------
+
+
+def borrowing_state() -> QuotaScheduler:
+    """Capacity 2: the borrower (limit 1) runs 2, one borrowed from the lender's idle instance,
+    and has a third job waiting since t=10. ml.c5.xlarge belongs to the lender only."""
+    s = scheduler_for(
+        share("borrower", {G5: 1}, "LEND_AND_BORROW"),
+        share("lender", {G5: 1, "ml.c5.xlarge": 1}, "LEND"),
+        capacity={G5: 2, "ml.c5.xlarge": 1},
+    )
+    submit(s, "own", "borrower", 0)
+    submit(s, "lent", "borrower", 0)
+    s.run_cycle(0)
+    submit(s, "waiting", "borrower", 10)
+    s.run_cycle(10)
+    return s
+
+
+def test_share_view_of_a_borrower() -> None:
+    view = share_view(borrowing_state().snapshot, "borrower", 70)
+    assert view["share"] == "borrower"
+    assert view["runnable"] == 1
+    assert set(view["types"]) == {G5}  # no limit, usage nor demand on ml.c5.xlarge
+    g5 = view["types"][G5]
+    assert {k: g5[k] for k in ("limit", "usage", "borrowed", "idle", "runnable")} == {
+        "limit": 1,
+        "usage": 2,
+        "borrowed": 1,
+        "idle": 0,
+        "runnable": 1,
+    }
+    assert g5["oldest_pending_seconds"] == 60
+
+
+def test_share_view_of_a_lender() -> None:
+    view = share_view(borrowing_state().snapshot, "lender", 70)
+    assert view["runnable"] == 0
+    assert set(view["types"]) == {G5, "ml.c5.xlarge"}
+    for name in (G5, "ml.c5.xlarge"):
+        t = view["types"][name]
+        assert {k: t[k] for k in ("limit", "usage", "borrowed", "idle", "runnable")} == {
+            "limit": 1,
+            "usage": 0,
+            "borrowed": 0,
+            "idle": 1,
+            "runnable": 0,
+        }
+        assert t["oldest_pending_seconds"] == 0
+
+
+def test_share_view_reports_lent_capacity() -> None:
+    """quota-model.md 7: every share's view has, per type, what it lends. The lender's one idle
+    ml.g5.xlarge is what the borrower runs above its limit (the pool has nothing unassigned), so
+    the lender lends 1 of it and none of ml.c5.xlarge, and the borrower lends nothing."""
+    snapshot = borrowing_state().snapshot
+    lender = share_view(snapshot, "lender", 70)["types"]
+    borrower = share_view(snapshot, "borrower", 70)["types"]
+    assert lender[G5].get("lent") == 1
+    assert lender["ml.c5.xlarge"].get("lent") == 0
+    assert borrower[G5].get("lent") == 0
