@@ -14,13 +14,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from airflow_quota.core.explain import describe
-from airflow_quota.exceptions import InvalidInput
+from airflow_quota.exceptions import InvalidInput, Refused
+from airflow_quota.store.engine import DatabaseUnavailable
 
 if TYPE_CHECKING:
     from airflow_quota.core.model import Decision
     from airflow_quota.sim.scenario import LoadedScenario
 
 EXIT_INVALID = 2
+EXIT_UNAVAILABLE = 1
 
 
 def _validate(args: argparse.Namespace) -> int:
@@ -103,6 +105,10 @@ def build_parser() -> argparse.ArgumentParser:
     simulate.add_argument("--log", action="store_true", help="log every decision with its reason on stderr")
     simulate.add_argument("--progress", action="store_true", help="show progress on stderr (default on a terminal)")
     simulate.set_defaults(run=_simulate)
+
+    from airflow_quota.admin import add_commands
+
+    add_commands(commands)
     return parser
 
 
@@ -115,6 +121,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         for problem in exc.problems:
             print(problem, file=sys.stderr)
         return EXIT_INVALID
+    except Refused as exc:
+        print(exc, file=sys.stderr)
+        return EXIT_INVALID
+    except DatabaseUnavailable as exc:
+        print(exc, file=sys.stderr)
+        return EXIT_UNAVAILABLE
     except KeyboardInterrupt:
         return 130
     return code

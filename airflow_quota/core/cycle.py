@@ -45,8 +45,11 @@ class QuotaScheduler(Lifecycle):
 
     # -- what happened -------------------------------------------------------------------
 
-    def submit(self, request: JobRequest, now: float) -> list[Decision]:
-        """Accept a job into its share's queue, or raise SubmissionRejected (nothing stored)."""
+    def submit(self, request: JobRequest, now: float, ref: int | None = None) -> list[Decision]:
+        """Accept a job into its share's queue, or raise SubmissionRejected (nothing stored).
+
+        ``ref`` is the caller's identifier for the job (its id in the quota database), found
+        again with ``by_ref``."""
         check_submission(self.snapshot, request)
         self._seq += 1
         job = Job(
@@ -58,21 +61,26 @@ class QuotaScheduler(Lifecycle):
             request=request,
             submitted_at=now,
         )
+        job.ref = ref
         self.snapshot.jobs[job.seq] = job
+        if ref is not None:
+            self.snapshot.refs[ref] = job.seq
         self.snapshot.live_names[job.name] = job.seq
+        self.snapshot.latest_names[job.name] = job.seq
         self.emit(Submitted(now, job.name, job.share))
         self.make_runnable(job, now)
         return self.flush()
 
     def job(self, name: str) -> Job:
         """The live job of that name, else the latest one of that name."""
-        seq = self.snapshot.live_names.get(name)
+        seq = self.snapshot.live_names.get(name) or self.snapshot.latest_names.get(name)
         if seq is None:
-            matches = [j for j in self.snapshot.jobs.values() if j.name == name]
-            if not matches:
-                raise KeyError(name)
-            return matches[-1]
+            raise KeyError(name)
         return self.snapshot.jobs[seq]
+
+    def by_ref(self, ref: int) -> Job:
+        """The job submitted with this ``ref``."""
+        return self.snapshot.jobs[self.snapshot.refs[ref]]
 
     def set_priority(self, job: Job, priority: int, now: float) -> list[Decision]:
         """UpdateServiceJob: takes effect in the next cycle; above max_priority it is refused."""

@@ -1,6 +1,10 @@
-"""One readable line per decision, for logs: what happened, to whom, and why."""
+"""Decisions rendered for people and files: one readable line for logs, and the event record
+of simulate.md (also kept in the quota database's decision log)."""
 
 from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import Any
 
 from airflow_quota.core.model import (
     Alert,
@@ -16,9 +20,13 @@ from airflow_quota.core.model import (
 )
 
 
-def describe(decision: Decision) -> str:
-    """``t=600 PREEMPTED qs1-med [qs1] CROSS_SHARE by qs2-job, lost 0 s: <why>``."""
-    head = f"t={decision.at:g}"
+def describe(decision: Decision, wall_clock: bool = False) -> str:
+    """``t=600 PREEMPTED qs1-med [qs1] CROSS_SHARE by qs2-job, lost 0 s: <why>``; with
+    ``wall_clock`` the time is an ISO instant (the service's clock is epoch seconds)."""
+    if wall_clock:
+        head = datetime.fromtimestamp(decision.at, tz=timezone.utc).isoformat(timespec="seconds")
+    else:
+        head = f"t={decision.at:g}"
     who = f"{decision.job} [{decision.share}]"
     if isinstance(decision, Submitted):
         return f"{head} SUBMITTED {who}"
@@ -43,3 +51,51 @@ def describe(decision: Decision) -> str:
         where = f", position {decision.position} in its share" if decision.position else ""
         return f"{head} ALERT {decision.kind.value} {who}: {decision.reason}{where}"
     return f"{head} {type(decision).__name__} {who}"
+
+
+def number(value: float, digits: int = 6) -> float | int:
+    """Integral values print as integers, others rounded: stable, readable JSON."""
+    rounded = round(value, digits)
+    return int(rounded) if rounded == int(rounded) else rounded
+
+
+def event_record(decision: Decision) -> dict[str, Any]:
+    record: dict[str, Any] = {"t": number(decision.at), "type": "", "job": decision.job, "share": decision.share}
+    if isinstance(decision, Submitted):
+        record["type"] = "SUBMITTED"
+    elif isinstance(decision, Rejected):
+        record.update(type="REJECTED", error=decision.error)
+        if decision.request != "submit":
+            record["request"] = decision.request
+    elif isinstance(decision, Placed):
+        record.update(
+            type="PLACED",
+            instance_type=decision.entry.instance_type,
+            count=decision.entry.count,
+            borrowed=decision.borrowed,
+            training_plan=decision.entry.training_plan,
+            attempt=decision.attempt,
+            reason=decision.reason,
+        )
+    elif isinstance(decision, Preempted):
+        record.update(
+            type="PREEMPTED",
+            kind=decision.kind.value,
+            by=decision.by,
+            lost_seconds=number(decision.lost_seconds),
+            grace_seconds=number(decision.grace_seconds),
+            reason=decision.reason,
+        )
+    elif isinstance(decision, Requeued):
+        record.update(type="REQUEUED", reason=decision.reason)
+    elif isinstance(decision, Succeeded):
+        record["type"] = "SUCCEEDED"
+    elif isinstance(decision, Failed):
+        record.update(type="FAILED", reason=decision.reason.value, detail=decision.detail)
+    elif isinstance(decision, PriorityChanged):
+        record.update(type="PRIORITY_CHANGED", priority=decision.new, previous=decision.old)
+    elif isinstance(decision, Alert):
+        record.update(type="ALERT", kind=decision.kind.value, reason=decision.reason, position=decision.position)
+        if decision.age_seconds is not None:
+            record["age_seconds"] = number(decision.age_seconds)
+    return record

@@ -158,6 +158,8 @@ class Job:
     request: JobRequest
     submitted_at: float
     state: JobState = JobState.RUNNABLE
+    ref: int | None = None
+    """The caller's identifier (the quota database's job id)."""
     failure: FailureReason | None = None
     failure_detail: str | None = None
     runnable_since: float = 0.0

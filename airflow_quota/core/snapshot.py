@@ -42,6 +42,10 @@ class Snapshot:
     queues: dict[str, ShareQueue] = field(default_factory=dict)
     jobs: dict[int, Job] = field(default_factory=dict)
     live_names: dict[str, int] = field(default_factory=dict)
+    latest_names: dict[str, int] = field(default_factory=dict)
+    refs: dict[int, int] = field(default_factory=dict)
+    """The caller's identifier of a job → its seq."""
+    """The latest job of each name, live or not."""
     backoff_until: dict[tuple[str, str | None], float] = field(default_factory=dict)
     meter: Meter = field(default_factory=Meter)
     share_usage: dict[str, int] = field(default_factory=dict)

@@ -6,72 +6,16 @@ import copy
 import json
 from typing import Any
 
+from airflow_quota.core.explain import event_record, number
 from airflow_quota.core.measures import charge, percentile
 from airflow_quota.core.model import (
     Alert,
-    Decision,
-    Failed,
     Job,
     JobState,
-    Placed,
-    Preempted,
-    PriorityChanged,
-    Rejected,
-    Requeued,
-    Submitted,
-    Succeeded,
 )
 from airflow_quota.core.snapshot import Snapshot
 from airflow_quota.core.visibility import pending_view
 from airflow_quota.sim.simulator import SimulationResult
-
-
-def number(value: float, digits: int = 6) -> float | int:
-    """Integral values print as integers, others rounded: stable, readable JSON."""
-    rounded = round(value, digits)
-    return int(rounded) if rounded == int(rounded) else rounded
-
-
-def event_record(decision: Decision) -> dict[str, Any]:
-    record: dict[str, Any] = {"t": number(decision.at), "type": "", "job": decision.job, "share": decision.share}
-    if isinstance(decision, Submitted):
-        record["type"] = "SUBMITTED"
-    elif isinstance(decision, Rejected):
-        record.update(type="REJECTED", error=decision.error)
-        if decision.request != "submit":
-            record["request"] = decision.request
-    elif isinstance(decision, Placed):
-        record.update(
-            type="PLACED",
-            instance_type=decision.entry.instance_type,
-            count=decision.entry.count,
-            borrowed=decision.borrowed,
-            training_plan=decision.entry.training_plan,
-            attempt=decision.attempt,
-            reason=decision.reason,
-        )
-    elif isinstance(decision, Preempted):
-        record.update(
-            type="PREEMPTED",
-            kind=decision.kind.value,
-            by=decision.by,
-            lost_seconds=number(decision.lost_seconds),
-            grace_seconds=number(decision.grace_seconds),
-            reason=decision.reason,
-        )
-    elif isinstance(decision, Requeued):
-        record.update(type="REQUEUED", reason=decision.reason)
-    elif isinstance(decision, Succeeded):
-        record["type"] = "SUCCEEDED"
-    elif isinstance(decision, Failed):
-        record.update(type="FAILED", reason=decision.reason.value, detail=decision.detail)
-    elif isinstance(decision, PriorityChanged):
-        record.update(type="PRIORITY_CHANGED", priority=decision.new, previous=decision.old)
-    elif isinstance(decision, Alert):
-        record.update(type="ALERT", kind=decision.kind.value, reason=decision.reason, position=decision.position)
-        if decision.age_seconds is not None:
-            record["age_seconds"] = number(decision.age_seconds)
-    return record
 
 
 def build_report(result: SimulationResult) -> dict[str, Any]:
@@ -200,7 +144,7 @@ def to_json(report: dict[str, Any]) -> str:
     return json.dumps(report, ensure_ascii=False, separators=(",", ":")) + "\n"
 
 
-def _table(headers: list[str], rows: list[list[Any]]) -> str:
+def table(headers: list[str], rows: list[list[Any]]) -> str:
     cells = [headers] + [["-" if v is None else str(v) for v in row] for row in rows]
     widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
     lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in cells]
@@ -219,7 +163,7 @@ def to_text(report: dict[str, Any]) -> str:
     out.append("")
     out.append("Shares")
     out.append(
-        _table(
+        table(
             ["share", "GPU-h", "util", "borrowed GPU-h", "lent GPU-h", "wait mean", "p95", "max", "preempted", "cost"],
             [
                 [
@@ -241,7 +185,7 @@ def to_text(report: dict[str, Any]) -> str:
     out.append("")
     out.append("Jobs")
     out.append(
-        _table(
+        table(
             [
                 "job",
                 "share",
@@ -277,7 +221,7 @@ def to_text(report: dict[str, Any]) -> str:
         out.append("")
         out.append("Alerts")
         out.append(
-            _table(
+            table(
                 ["t", "kind", "job", "share", "reason"],
                 [[a["t"], a["kind"], a["job"], a["share"], a["reason"]] for a in report["alerts"]],
             )

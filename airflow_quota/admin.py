@@ -1,0 +1,414 @@
+"""The administration commands of ``airflow-quota``: ``db migrate``, ``apply``, ``scheduler``,
+``shares``, ``jobs list|show|submit|set-priority|cancel`` and ``alerts``. Each reading command
+prints a table, or one JSON document with ``--json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from airflow_quota.core.config import pydantic_problems, read_yaml
+from airflow_quota.core.model import JobRequest
+from airflow_quota.exceptions import InvalidInput, Problem
+from airflow_quota.store.engine import make_engine, migrate
+from airflow_quota.store.models import JobRow
+from airflow_quota.store.repository import QuotaStore
+from airflow_quota.store.settings import airflow_home, database_url, redacted
+
+
+def add_commands(commands: Any) -> None:
+    """Register the administration commands on the CLI's subparsers."""
+    db = commands.add_parser("db", help="the quota database")
+    db_commands = db.add_subparsers(dest="db_command", required=True, metavar="COMMAND")
+    migrate_parser = db_commands.add_parser("migrate", help="create or upgrade the quota database")
+    _db_option(migrate_parser)
+    migrate_parser.set_defaults(run=db_migrate)
+
+    apply = commands.add_parser("apply", help="validate and store a quota configuration as a new version")
+    apply.add_argument("file")
+    _db_option(apply)
+    apply.set_defaults(run=apply_config)
+
+    scheduler = commands.add_parser("scheduler", help="run the quota scheduler (one leads, others wait)")
+    _db_option(scheduler)
+    scheduler.add_argument("--state-dir", default=None, help="where local and fake attempts keep their state")
+    scheduler.add_argument("--gpu-indices", default=None, help='JSON: {"instance type": [GPU indices]} for local')
+    scheduler.add_argument("--region", default=None, help="AWS region of the SageMaker backend")
+    scheduler.add_argument("--cycle-seconds", type=float, default=1.0)
+    scheduler.add_argument("--poll-seconds", type=float, default=0.2)
+    scheduler.add_argument("--lease-seconds", type=float, default=10.0, help="SQLite leader lease")
+    scheduler.set_defaults(run=run_scheduler)
+
+    shares = commands.add_parser("shares", help="per share and type: limit, used, borrowed, lent, RUNNABLE")
+    _db_option(shares)
+    _json_option(shares)
+    shares.set_defaults(run=show_shares)
+
+    jobs = commands.add_parser("jobs", help="list, show, submit, re-prioritise and cancel jobs")
+    job_commands = jobs.add_subparsers(dest="jobs_command", required=True, metavar="COMMAND")
+    listing = job_commands.add_parser("list", help="jobs, with position and pending reason when waiting")
+    listing.add_argument("--share")
+    listing.add_argument("--state", action="append", help="repeat for several states")
+    listing.add_argument("--dag")
+    _db_option(listing)
+    _json_option(listing)
+    listing.set_defaults(run=list_jobs)
+    show = job_commands.add_parser("show", help="one job: attempts, placements, preemptions, cost")
+    show.add_argument("job", help="job id or name")
+    _db_option(show)
+    _json_option(show)
+    show.set_defaults(run=show_job)
+    submit = job_commands.add_parser("submit", help="submit a job described in a YAML file")
+    submit.add_argument("file")
+    _db_option(submit)
+    _json_option(submit)
+    submit.set_defaults(run=submit_job)
+    priority = job_commands.add_parser("set-priority", help="change a job's priority")
+    priority.add_argument("job", help="job id or name")
+    priority.add_argument("priority", type=int)
+    _db_option(priority)
+    priority.set_defaults(run=set_priority)
+    cancel = job_commands.add_parser("cancel", help="cancel a job (FAILED with CANCELLED)")
+    cancel.add_argument("job", help="job id or name")
+    _db_option(cancel)
+    cancel.set_defaults(run=cancel_job)
+
+    alerts = commands.add_parser("alerts", help="STARVING, PREEMPTED_REPEATEDLY and GUARANTEE_VIOLATED alerts")
+    _db_option(alerts)
+    _json_option(alerts)
+    alerts.set_defaults(run=show_alerts)
+
+
+def _db_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--db", default=None, metavar="URL", help="quota database URL (default: see README)")
+
+
+def _json_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--json", action="store_true", help="print one JSON document")
+
+
+def _store(args: argparse.Namespace) -> QuotaStore:
+    return QuotaStore(make_engine(database_url(args.db)))
+
+
+def db_migrate(args: argparse.Namespace) -> int:
+    url = database_url(args.db)
+    before, after = migrate(make_engine(url))
+    if before == after:
+        print(f"quota database {redacted(url)} is up to date (revision {after})")
+    else:
+        print(f"quota database {redacted(url)} migrated from {before or 'nothing'} to revision {after}")
+    return 0
+
+
+def apply_config(args: argparse.Namespace) -> int:
+    store = _store(args)
+    version = store.apply_config(read_yaml(Path(args.file)), source=str(args.file))
+    print(f"{args.file}: stored as configuration version {version}; it takes effect at the next cycle")
+    return 0
+
+
+def run_scheduler(args: argparse.Namespace) -> int:
+    from airflow_quota.service.backends.fake import FakeBackend
+    from airflow_quota.service.clock import WallClock
+    from airflow_quota.service.scheduler import QuotaService, run_forever
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s", stream=sys.stderr)
+    url = database_url(args.db)
+    engine = make_engine(url)
+    migrate(engine)
+    state = Path(args.state_dir) if args.state_dir else airflow_home() / "quota"
+    clock = WallClock()
+    backends: dict[str, Any] = {"fake": FakeBackend(clock.now, state / "fake")}
+    try:
+        from airflow_quota.service.backends.local import LocalBackend
+
+        indices = json.loads(args.gpu_indices) if args.gpu_indices else None
+        backends["local"] = LocalBackend(state / "local", gpu_indices=indices)
+    except ImportError:  # pragma: no cover - the local backend ships with the package
+        pass
+    try:
+        from airflow_quota.service.backends.sagemaker import SageMakerBackend
+
+        backends["sagemaker"] = SageMakerBackend(region_name=args.region)
+    except ImportError:
+        logging.getLogger("airflow_quota.scheduler").info("the sagemaker backend needs boto3: not enabled")
+    service = QuotaService(
+        engine,
+        backends,
+        clock=clock,
+        cycle_seconds=args.cycle_seconds,
+        poll_seconds=args.poll_seconds,
+        lease_seconds=args.lease_seconds,
+    )
+    logging.getLogger("airflow_quota.scheduler").info(
+        "quota scheduler %s on %s with backends %s", service.holder, redacted(url), ", ".join(sorted(backends))
+    )
+    run_forever(service)
+    return 0
+
+
+def show_shares(args: argparse.Namespace) -> int:
+    views = _store(args).shares()
+    if args.json:
+        _print_json({"shares": views})
+        return 0
+    rows = []
+    for view in views:
+        for name, t in view["types"].items():
+            rows.append(
+                [
+                    view["share"],
+                    view["strategy"],
+                    name,
+                    t["limit"],
+                    t["used"],
+                    t["borrowed"],
+                    t["lent"],
+                    t["idle"],
+                    t["runnable"],
+                    t["oldest_pending_seconds"],
+                ]
+            )
+    print(
+        _table(
+            [
+                "share",
+                "strategy",
+                "instance type",
+                "limit",
+                "used",
+                "borrowed",
+                "lent",
+                "idle",
+                "RUNNABLE",
+                "oldest wait s",
+            ],
+            rows,
+        )
+    )
+    return 0
+
+
+def _job_record(job: JobRow) -> dict[str, Any]:
+    return {
+        "id": job.id,
+        "name": job.name,
+        "share": job.share,
+        "priority": job.priority,
+        "state": job.state,
+        "reason": job.reason,
+        "detail": job.detail,
+        "backend": job.backend,
+        "instance_type": job.instance_type,
+        "count": job.count,
+        "training_plan": job.training_plan,
+        "borrowed": job.borrowed,
+        "attempts": job.attempts,
+        "preemptions": job.preemptions,
+        "wait_seconds": round(job.wait_seconds, 3),
+        "gpu_hours": round(job.gpu_hours, 6),
+        "lost_gpu_hours": round(job.lost_gpu_hours, 6),
+        "cost": round(job.cost, 4),
+        "pending_reason": job.pending_reason,
+        "waiting_for": job.waiting_for,
+        "position_in_share": job.position_in_share,
+        "position_in_queue": job.position_in_queue,
+        "dag_id": job.dag_id,
+        "task_id": job.task_id,
+        "run_id": job.run_id,
+        "submitted_at": job.submitted_at,
+    }
+
+
+def list_jobs(args: argparse.Namespace) -> int:
+    jobs = _store(args).jobs(share=args.share, states=args.state, dag_id=args.dag)
+    if args.json:
+        _print_json({"jobs": [_job_record(j) for j in jobs]})
+        return 0
+    print(
+        _table(
+            ["id", "name", "share", "prio", "state", "reason / pending", "placed on", "pos", "attempts", "preempted"],
+            [
+                [
+                    j.id,
+                    j.name,
+                    j.share,
+                    j.priority,
+                    j.state,
+                    j.reason or j.pending_reason,
+                    f"{j.count}x {j.instance_type}" if j.instance_type else None,
+                    j.position_in_share,
+                    j.attempts,
+                    j.preemptions,
+                ]
+                for j in jobs
+            ],
+        )
+    )
+    return 0
+
+
+def _find(store: QuotaStore, key: str) -> JobRow:
+    job = store.job(int(key)) if key.isdigit() else store.job_by_name(key)
+    if job is None:
+        raise InvalidInput.single("job", f"no job {key!r}")
+    return job
+
+
+def show_job(args: argparse.Namespace) -> int:
+    store = _store(args)
+    job = _find(store, args.job)
+    record = _job_record(job)
+    record["attempts_detail"] = [
+        {
+            "number": a.number,
+            "instance_type": a.instance_type,
+            "count": a.count,
+            "training_plan": a.training_plan,
+            "borrowed": a.borrowed,
+            "status": a.status,
+            "placed_at": a.placed_at,
+            "running_since": a.running_since,
+            "ended_at": a.ended_at,
+            "reason": a.reason,
+        }
+        for a in store.attempts(job.id)
+    ]
+    record["preemptions_detail"] = [
+        {"attempt": p.attempt, "at": p.at, "kind": p.kind, "by": p.by_job, "lost_seconds": p.lost_seconds}
+        for p in store.preemptions(job.id)
+    ]
+    record["alerts"] = [{"at": a.at, "kind": a.kind, "reason": a.reason} for a in store.alerts(job.id)]
+    record["events"] = [e.line for e in store.events(job=job.name)]
+    if args.json:
+        _print_json(record)
+        return 0
+    for key in (
+        "id",
+        "name",
+        "share",
+        "priority",
+        "state",
+        "reason",
+        "detail",
+        "backend",
+        "attempts",
+        "preemptions",
+        "wait_seconds",
+        "gpu_hours",
+        "lost_gpu_hours",
+        "cost",
+        "pending_reason",
+        "position_in_share",
+        "position_in_queue",
+    ):
+        if record[key] is not None:
+            print(f"{key:>18}: {record[key]}")
+    if record["attempts_detail"]:
+        print("\nattempts")
+        print(
+            _table(
+                ["#", "placed on", "plan", "borrowed", "status", "reason"],
+                [
+                    [
+                        a["number"],
+                        f"{a['count']}x {a['instance_type']}",
+                        a["training_plan"],
+                        a["borrowed"],
+                        a["status"],
+                        a["reason"],
+                    ]
+                    for a in record["attempts_detail"]
+                ],
+            )
+        )
+    if record["preemptions_detail"]:
+        print("\npreemptions")
+        print(
+            _table(
+                ["attempt", "kind", "by", "lost s"],
+                [[p["attempt"], p["kind"], p["by"], p["lost_seconds"]] for p in record["preemptions_detail"]],
+            )
+        )
+    if record["events"]:
+        print("\nstory")
+        print("\n".join(record["events"]))
+    return 0
+
+
+JOB_FILE_KEYS = {"backend", "training", "client_token", "dag_id", "task_id", "run_id"}
+
+
+def submit_job(args: argparse.Namespace) -> int:
+    raw = read_yaml(Path(args.file))
+    if not isinstance(raw, dict):
+        raise InvalidInput.single(str(args.file), "a job file is a mapping of job fields")
+    fields = {k: v for k, v in raw.items() if k not in JOB_FILE_KEYS}
+    try:
+        request = JobRequest.model_validate(fields)
+    except ValidationError as exc:
+        raise InvalidInput(pydantic_problems(exc)) from None
+    backend = raw.get("backend", "local")
+    training = raw.get("training") or {}
+    if not isinstance(training, dict):
+        raise InvalidInput([Problem("training", "must be a mapping")])
+    job = _store(args).submit(
+        request, backend, training, raw.get("client_token"), raw.get("dag_id"), raw.get("task_id"), raw.get("run_id")
+    )
+    if args.json:
+        _print_json(_job_record(job))
+    else:
+        print(f"submitted job {job.id} ({job.name}) to share {job.share}")
+    return 0
+
+
+def set_priority(args: argparse.Namespace) -> int:
+    store = _store(args)
+    job = _find(store, args.job)
+    store.set_priority(job.id, args.priority)
+    print(f"job {job.id} ({job.name}): priority {args.priority} asked; it takes effect at the next cycle")
+    return 0
+
+
+def cancel_job(args: argparse.Namespace) -> int:
+    store = _store(args)
+    job = _find(store, args.job)
+    store.cancel(job.id)
+    print(f"job {job.id} ({job.name}): cancel asked")
+    return 0
+
+
+def show_alerts(args: argparse.Namespace) -> int:
+    alerts = _store(args).alerts()
+    records = [
+        {"at": a.at, "kind": a.kind, "job": a.job, "share": a.share, "reason": a.reason, "position": a.position}
+        for a in alerts
+    ]
+    if args.json:
+        _print_json({"alerts": records})
+        return 0
+    print(
+        _table(
+            ["at", "kind", "job", "share", "reason"],
+            [[r["at"], r["kind"], r["job"], r["share"], r["reason"]] for r in records],
+        )
+    )
+    return 0
+
+
+def _print_json(document: Any) -> None:
+    print(json.dumps(document, ensure_ascii=False))
+
+
+def _table(headers: list[str], rows: list[list[Any]]) -> str:
+    from airflow_quota.sim.report import table
+
+    return table(headers, rows)

@@ -1,0 +1,1 @@
+"""The quota service: the long-running quota scheduler, its clock and its backends."""

@@ -1,0 +1,1 @@
+"""Where training runs: one small interface (start, poll, stop) and its implementations."""

@@ -1,0 +1,91 @@
+"""The backend interface: the quota scheduler starts, polls and stops *attempts* through it.
+
+An attempt is one placement of a job (quota-model.md 6). Its ``key`` (job id and attempt
+number) is stable across scheduler restarts, so every call is idempotent: starting an attempt
+the backend already has does nothing, stopping one twice is harmless, and a scheduler that
+restarts after a crash asks ``poll`` what became of the attempts it had started.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any, Protocol
+
+
+class AttemptStatus(str, Enum):
+    UNKNOWN = "UNKNOWN"
+    """The backend has never heard of this attempt (it was never started)."""
+    PENDING = "PENDING"
+    """Started, training not yet running (instances being provisioned)."""
+    RUNNING = "RUNNING"
+    SUCCEEDED = "SUCCEEDED"
+    FAILED = "FAILED"
+    """Ended by itself in failure; ``reason`` says why (``ExitCode:N``, SageMaker's FailureReason)."""
+    STOPPED = "STOPPED"
+    """Ended because it was asked to stop (preempted or cancelled)."""
+    CAPACITY_ERROR = "CAPACITY_ERROR"
+    """The provider had no capacity for the placed entry: the job goes back to RUNNABLE."""
+
+    @property
+    def ended(self) -> bool:
+        return self in (
+            AttemptStatus.SUCCEEDED,
+            AttemptStatus.FAILED,
+            AttemptStatus.STOPPED,
+            AttemptStatus.CAPACITY_ERROR,
+        )
+
+
+@dataclass(frozen=True)
+class AttemptSpec:
+    """Everything a backend needs to run one attempt of a job."""
+
+    job_id: int
+    job_name: str
+    attempt: int
+    share: str
+    instance_type: str
+    count: int
+    gpus: int
+    """GPUs per instance (catalogue)."""
+    training_plan: str | None = None
+    training_plan_arn: str | None = None
+    checkpoint_uri: str | None = None
+    training: dict[str, Any] = field(default_factory=dict)
+    """Backend-specific: for ``local`` ``{"command": str | list[str], "env": {...}, "cwd": str}``;
+    for ``sagemaker`` a CreateTrainingJob request without the fields the placement fills in."""
+
+    @property
+    def key(self) -> str:
+        """Stable identity of the attempt: ``<job id>-<attempt>``."""
+        return f"{self.job_id}-{self.attempt}"
+
+
+@dataclass(frozen=True)
+class AttemptReport:
+    status: AttemptStatus
+    reason: str | None = None
+    running_since: float | None = None
+    """When training began (epoch seconds), when the backend knows."""
+    ended_at: float | None = None
+
+
+class Backend(Protocol):
+    """What the quota scheduler needs of a place where training runs."""
+
+    name: str
+
+    def start(self, attempt: AttemptSpec) -> None:
+        """Start the attempt; does nothing if the backend already has it."""
+
+    def poll(self, attempt: AttemptSpec) -> AttemptReport:
+        """What became of the attempt."""
+
+    def stop(self, attempt: AttemptSpec, grace_seconds: float) -> None:
+        """Ask the attempt to stop, giving it ``grace_seconds`` to checkpoint before it is
+        killed; ``poll`` reports STOPPED once it is down. Harmless if already stopped."""
+
+
+class BackendError(Exception):
+    """A backend could not do what was asked (a failed API call, a bad training request)."""

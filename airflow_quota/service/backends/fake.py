@@ -1,0 +1,84 @@
+"""A deterministic backend for tests, the scenario replay through the service, and the soak.
+
+``training`` says what the fake attempt does: ``{"duration": seconds of work, "startup": seconds
+before it runs, "fail_after": seconds, "reason": "ExitCode:1", "capacity_error": true}``. Time
+comes from the service's clock. With a ``state_dir`` the attempts live in files, so schedulers
+in other processes (a restarted leader) see the same attempts.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from airflow_quota.service.backends.base import AttemptReport, AttemptSpec, AttemptStatus
+
+
+class FakeBackend:
+    name = "fake"
+
+    def __init__(self, clock: Callable[[], float], state_dir: Path | None = None) -> None:
+        self.clock = clock
+        self.state_dir = state_dir
+        self._memory: dict[str, dict[str, Any]] = {}
+        self.starts: list[str] = []
+        """Every attempt key ever started by this object, in order (tests check "never twice")."""
+
+    def start(self, attempt: AttemptSpec) -> None:
+        if self._load(attempt.key) is not None:
+            return
+        self.starts.append(attempt.key)
+        self._save(attempt.key, {"started_at": self.clock(), "training": attempt.training, "stop_at": None})
+
+    def poll(self, attempt: AttemptSpec) -> AttemptReport:
+        state = self._load(attempt.key)
+        if state is None:
+            return AttemptReport(AttemptStatus.UNKNOWN)
+        now = self.clock()
+        training = state["training"]
+        started = float(state["started_at"])
+        running_since = started + float(training.get("startup", 0))
+        if training.get("capacity_error"):
+            return AttemptReport(AttemptStatus.CAPACITY_ERROR, "CapacityError: no capacity", ended_at=started)
+        ends = running_since + float(training.get("duration", 0))
+        fails = "fail_after" in training and running_since + float(training["fail_after"]) < ends
+        if fails:
+            ends = running_since + float(training["fail_after"])
+        stop_at = state["stop_at"]
+        if stop_at is not None and stop_at < ends:
+            if now >= stop_at:
+                return AttemptReport(AttemptStatus.STOPPED, "stopped", running_since, ended_at=stop_at)
+        elif now >= ends:
+            if fails:
+                return AttemptReport(
+                    AttemptStatus.FAILED, str(training.get("reason", "ExitCode:1")), running_since, ends
+                )
+            return AttemptReport(AttemptStatus.SUCCEEDED, None, running_since, ends)
+        if now >= running_since:
+            return AttemptReport(AttemptStatus.RUNNING, None, running_since)
+        return AttemptReport(AttemptStatus.PENDING)
+
+    def stop(self, attempt: AttemptSpec, grace_seconds: float) -> None:
+        state = self._load(attempt.key)
+        if state is None or state["stop_at"] is not None:
+            return
+        state["stop_at"] = self.clock() + grace_seconds
+        self._save(attempt.key, state)
+
+    def _load(self, key: str) -> dict[str, Any] | None:
+        if self.state_dir is None:
+            return self._memory.get(key)
+        path = self.state_dir / f"{key}.json"
+        return json.loads(path.read_text()) if path.exists() else None
+
+    def _save(self, key: str, state: dict[str, Any]) -> None:
+        if self.state_dir is None:
+            self._memory[key] = state
+            return
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        temporary = self.state_dir / f".{key}.json.tmp"
+        temporary.write_text(json.dumps(state))
+        os.replace(temporary, self.state_dir / f"{key}.json")

@@ -1,0 +1,425 @@
+"""The ``sagemaker`` backend: one attempt is one SageMaker training job.
+
+The quota scheduler has already chosen the entry of the job's preference list (an on-demand
+instance type and count, or a training plan); this backend turns the job's training request
+into a CreateTrainingJob call with that choice filled in, follows the job with
+DescribeTrainingJob, and preempts it with StopTrainingJob.
+
+Why plain boto3 and not the amazon provider's ``SageMakerHook``: the hook lives in
+``airflow.providers.amazon`` and needs an Airflow installation and an Airflow connection to
+build its client, while the quota scheduler is a standalone process that must run (and be
+tested) without Airflow. The three calls it needs are single boto3 calls, so the hook would add
+a heavy dependency for nothing; its waiting helpers (``wait_for_completion``) do not fit a
+scheduler that polls many attempts in one loop either.
+
+Idempotence (``base.py``): the training job name is derived deterministically from
+``name_prefix``, the job name and the attempt key, so a scheduler that restarts after a crash
+finds the job it started before instead of starting a second one. ``start`` looks the name up
+first and also treats an "already exists" answer from CreateTrainingJob as success. SageMaker
+never reuses a training job name, so give each quota database its own ``name_prefix``: a fresh
+database starting again at job id 1 would otherwise find the old database's jobs.
+
+Status mapping (``report_from_description``), from TrainingJobStatus and SecondaryStatus:
+
+==========  ==========================================================  ===================================
+status      SecondaryStatus or FailureReason                            AttemptStatus
+==========  ==========================================================  ===================================
+InProgress  Starting, Pending, LaunchingMLInstances,                    PENDING
+            PreparingTrainingStack, Downloading, DownloadingTrainingImage
+InProgress  Training, Uploading, Updating, Restarting                   RUNNING (running_since: TrainingStartTime)
+InProgress  anything else                                               RUNNING if training began, else PENDING
+Stopping    any (the instances are up while it checkpoints)             RUNNING if training began, else PENDING
+Completed   any                                                         SUCCEEDED
+Failed      FailureReason mentions CapacityError / InsufficientCapacity  CAPACITY_ERROR
+Failed      any other                                                   FAILED (reason: FailureReason)
+Stopped     stopped for capacity (see below)                            CAPACITY_ERROR
+Stopped     MaxRuntimeExceeded                                          FAILED
+Stopped     any other                                                   STOPPED
+Deleting    any                                                         STOPPED
+not found   DescribeTrainingJob says the job does not exist             UNKNOWN
+==========  ==========================================================  ===================================
+
+A job is *stopped for capacity* when its FailureReason or its last secondary status message
+mentions a capacity error, insufficient capacity or "waiting for capacity" (the AWS Batch
+documentation describes a capacity timeout as Stopped with a status "timed out in pending
+waiting for capacity"), or when its SecondaryStatus is ``MaxWaitTimeExceeded`` or
+``Interrupted`` (managed spot capacity that never came or was taken back).
+
+Two deliberate choices: ``Stopping`` is not yet STOPPED, because ``base.py`` promises STOPPED
+only "once it is down" and a preemptor placed earlier would find the victim's instances still
+held; and ``MaxRuntimeExceeded`` is a failure of the job itself (its own time limit), not a stop
+the scheduler asked for, so requeueing it as preempted would only repeat it.
+
+After CAPACITY_ERROR the scheduler skips the placed entry for ``capacity_backoff_seconds``
+(quota-model.md 4); the backend only carries that setting.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import logging
+import re
+import threading
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any
+
+from botocore.exceptions import BotoCoreError, ClientError, ParamValidationError
+from botocore.model import ServiceModel
+from botocore.validate import ParamValidator
+
+from airflow_quota.service.backends.base import AttemptReport, AttemptSpec, AttemptStatus, BackendError
+
+__all__ = ["SageMakerBackend", "report_from_description", "training_job_name"]
+
+log = logging.getLogger(__name__)
+
+MAX_NAME_LENGTH = 63
+"""SageMaker's limit for a TrainingJobName (pattern ``[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}``)."""
+MAX_PREFIX_LENGTH = 32
+"""Leaves room in a name for the attempt key and some of the job name."""
+
+PENDING_SECONDARY = frozenset(
+    {"Starting", "Pending", "LaunchingMLInstances", "PreparingTrainingStack", "Downloading", "DownloadingTrainingImage"}
+)
+"""InProgress secondary statuses before training runs: instances are being provisioned or prepared."""
+RUNNING_SECONDARY = frozenset({"Training", "Uploading", "Updating", "Restarting"})
+"""InProgress secondary statuses once the training container has started."""
+CAPACITY_STOP_SECONDARY = frozenset({"MaxWaitTimeExceeded", "Interrupted"})
+"""Stopped secondary statuses that mean the provider had (or kept) no capacity."""
+
+CAPACITY_PATTERN = re.compile(r"capacity\s*error|insufficient\s*\w*\s*capacity|waiting\s+for\s+capacity", re.IGNORECASE)
+"""What a FailureReason or status message says when the provider had no capacity, e.g.
+``CapacityError: Unable to provision requested ML compute capacity ...`` or
+``InsufficientCapacityError``."""
+
+NOT_FOUND_PATTERN = re.compile(r"not\s+found|could\s+not\s+find|does\s+not\s+exist", re.IGNORECASE)
+"""DescribeTrainingJob on an unknown name: SageMaker says "Requested resource not found.",
+moto says "Could not find training job '...'"."""
+
+ALREADY_EXISTS_PATTERN = re.compile(r"already\s+exists|must\s+be\s+unique", re.IGNORECASE)
+
+TAG_KEY_PREFIX = "airflow-quota:"
+_TAG_VALUE_UNSAFE = re.compile(r"[^\w.:/=+\-@ ]")
+
+
+def _sanitize(text: str) -> str:
+    """``text`` with every run of characters a training job name cannot hold turned into one
+    hyphen, and no hyphen at either end."""
+    return re.sub(r"[^a-zA-Z0-9]+", "-", text).strip("-")
+
+
+def training_job_name(prefix: str, attempt: AttemptSpec) -> str:
+    """The deterministic TrainingJobName of an attempt: ``<prefix>-<job name>-<key>``.
+
+    The attempt key (job id and attempt number) is always kept whole, since it is what makes
+    the name unique; the job name is only there for people reading the console and is shortened
+    (with a short hash of the full name, so two long names sharing a beginning stay apart) when
+    the whole would exceed 63 characters.
+    """
+    safe_prefix = _sanitize(prefix)
+    key = _sanitize(attempt.key)
+    job = _sanitize(attempt.job_name)
+    if not safe_prefix:
+        raise ValueError(f"name_prefix {prefix!r} has no letter or digit to start a training job name with")
+    head = f"{safe_prefix}-"
+    tail = f"-{key}"
+    room = MAX_NAME_LENGTH - len(head) - len(tail)
+    if len(job) > room:
+        digest = hashlib.sha256(attempt.job_name.encode()).hexdigest()[:6]
+        keep = room - len(digest) - 1
+        job = f"{job[:keep].rstrip('-')}-{digest}" if keep >= 1 else ""
+    name = f"{head}{job}{tail}" if job else f"{safe_prefix}{tail}"
+    return name[:MAX_NAME_LENGTH]
+
+
+def _epoch(value: Any) -> float | None:
+    """Epoch seconds from a botocore timestamp (a ``datetime``), or None when absent."""
+    return value.timestamp() if isinstance(value, datetime) else None
+
+
+def _last_status_message(description: Mapping[str, Any]) -> str:
+    transitions = description.get("SecondaryStatusTransitions") or []
+    return str(transitions[-1].get("StatusMessage", "")) if transitions else ""
+
+
+def _stopped_for_capacity(description: Mapping[str, Any]) -> bool:
+    """Whether a Stopped job was stopped by SageMaker because it found no capacity."""
+    if description.get("SecondaryStatus") in CAPACITY_STOP_SECONDARY:
+        return True
+    texts = (str(description.get("FailureReason", "")), _last_status_message(description))
+    return any(CAPACITY_PATTERN.search(text) for text in texts)
+
+
+def report_from_description(description: Mapping[str, Any]) -> AttemptReport:
+    """Map a DescribeTrainingJob response to an ``AttemptReport`` (the table in the module
+    docstring). Pure, so the whole table is tested without any client."""
+    status = str(description.get("TrainingJobStatus", ""))
+    secondary = str(description.get("SecondaryStatus", ""))
+    failure = description.get("FailureReason")
+    started = _epoch(description.get("TrainingStartTime"))
+    ended = _epoch(description.get("TrainingEndTime")) or _epoch(description.get("LastModifiedTime"))
+    message = _last_status_message(description)
+    detail = f"{secondary}: {message}" if message else secondary or None
+
+    if status in ("InProgress", "Stopping"):
+        if status == "InProgress" and secondary in PENDING_SECONDARY:
+            return AttemptReport(AttemptStatus.PENDING, reason=detail)
+        if status == "InProgress" and secondary in RUNNING_SECONDARY:
+            return AttemptReport(AttemptStatus.RUNNING, reason=detail, running_since=started)
+        # Stopping, or a secondary status this mapping does not know yet: the instances are up
+        # (or coming up), so the attempt still holds its capacity.
+        reason = detail
+        if status == "Stopping":
+            reason = "Stopping" if secondary in ("", "Stopping") and not message else f"Stopping ({detail})"
+        if started is not None:
+            return AttemptReport(AttemptStatus.RUNNING, reason=reason, running_since=started)
+        return AttemptReport(AttemptStatus.PENDING, reason=reason)
+    if status == "Completed":
+        return AttemptReport(AttemptStatus.SUCCEEDED, running_since=started, ended_at=ended)
+    if status == "Failed":
+        reason = str(failure) if failure else f"Failed ({detail})"
+        if CAPACITY_PATTERN.search(reason):
+            return AttemptReport(AttemptStatus.CAPACITY_ERROR, reason=reason, running_since=started, ended_at=ended)
+        return AttemptReport(AttemptStatus.FAILED, reason=reason, running_since=started, ended_at=ended)
+    if status == "Stopped":
+        reason = str(failure) if failure else detail or "Stopped"
+        if _stopped_for_capacity(description):
+            return AttemptReport(AttemptStatus.CAPACITY_ERROR, reason=reason, running_since=started, ended_at=ended)
+        if secondary == "MaxRuntimeExceeded":
+            return AttemptReport(AttemptStatus.FAILED, reason=reason, running_since=started, ended_at=ended)
+        return AttemptReport(AttemptStatus.STOPPED, reason=reason, running_since=started, ended_at=ended)
+    if status == "Deleting":
+        return AttemptReport(AttemptStatus.STOPPED, reason="Deleting", running_since=started, ended_at=ended)
+    raise BackendError(
+        f"training job {description.get('TrainingJobName')!r} has a TrainingJobStatus"
+        f" this backend does not know: {status!r}"
+    )
+
+
+def _error_code(exc: ClientError) -> str:
+    return str(exc.response.get("Error", {}).get("Code", ""))
+
+
+def _error_message(exc: ClientError) -> str:
+    return str(exc.response.get("Error", {}).get("Message", ""))
+
+
+def _is_not_found(exc: ClientError) -> bool:
+    return _error_code(exc) in ("ValidationException", "ResourceNotFound") and bool(
+        NOT_FOUND_PATTERN.search(_error_message(exc))
+    )
+
+
+class SageMakerBackend:
+    """Runs each attempt as a SageMaker training job (see the module docstring).
+
+    ``client`` is a boto3 SageMaker client; when None, one is created on first use from
+    ``region_name`` and ``endpoint_url`` (and the usual AWS credential chain), so building the
+    backend needs no credentials or network. ``capacity_backoff_seconds`` is how long the
+    scheduler skips an entry after this backend reports CAPACITY_ERROR for it.
+    """
+
+    name = "sagemaker"
+
+    def __init__(
+        self,
+        client: Any | None = None,
+        region_name: str | None = None,
+        endpoint_url: str | None = None,
+        name_prefix: str = "quota",
+        capacity_backoff_seconds: float = 600,
+    ) -> None:
+        if not _sanitize(name_prefix):
+            raise ValueError(f"name_prefix {name_prefix!r} must contain a letter or digit")
+        if len(name_prefix) > MAX_PREFIX_LENGTH:
+            raise ValueError(f"name_prefix {name_prefix!r} is longer than {MAX_PREFIX_LENGTH} characters")
+        if capacity_backoff_seconds < 0:
+            raise ValueError(f"capacity_backoff_seconds must be ≥ 0, not {capacity_backoff_seconds}")
+        self._client = client
+        self._client_lock = threading.Lock()
+        self.region_name = region_name
+        self.endpoint_url = endpoint_url
+        self.name_prefix = name_prefix
+        self.capacity_backoff_seconds = capacity_backoff_seconds
+
+    @property
+    def client(self) -> Any:
+        """The boto3 SageMaker client, created on first use when none was given."""
+        if self._client is None:
+            with self._client_lock:
+                if self._client is None:
+                    import boto3  # only when needed: an injected client needs no boto3 session
+
+                    self._client = boto3.client(
+                        "sagemaker", region_name=self.region_name, endpoint_url=self.endpoint_url
+                    )
+        return self._client
+
+    def job_name(self, attempt: AttemptSpec) -> str:
+        """The TrainingJobName this backend uses for ``attempt``."""
+        return training_job_name(self.name_prefix, attempt)
+
+    # -- the request ---------------------------------------------------------------------------
+
+    def build_request(self, attempt: AttemptSpec) -> dict[str, Any]:
+        """The CreateTrainingJob request for ``attempt``: a deep copy of ``attempt.training``
+        with the placement filled in. ``attempt.training`` itself is never changed (it is the
+        job's stored request, reused by every attempt). The job is also tagged
+        ``airflow-quota:job-id``, ``airflow-quota:attempt`` and ``airflow-quota:share``, so cost
+        allocation and the console can tell which quota job and share a training job belongs to."""
+        name = self.job_name(attempt)
+        request: dict[str, Any] = copy.deepcopy(dict(attempt.training))
+        request["TrainingJobName"] = name
+
+        resource = dict(request.get("ResourceConfig") or {})
+        for chosen_elsewhere in ("InstancePreferences", "InstanceGroups"):
+            if chosen_elsewhere in resource:
+                raise BackendError(
+                    f"training job {name!r} (attempt {attempt.key}): ResourceConfig.{chosen_elsewhere} is not allowed,"
+                    " the quota scheduler chooses the instance type and count from the job's preference list"
+                )
+        resource["InstanceType"] = attempt.instance_type
+        resource["InstanceCount"] = attempt.count
+        if attempt.training_plan is not None or attempt.training_plan_arn is not None:
+            if not attempt.training_plan_arn:
+                raise BackendError(
+                    f"training job {name!r} (attempt {attempt.key}): training plan {attempt.training_plan!r}"
+                    " has no ARN, SageMaker needs ResourceConfig.TrainingPlanArn"
+                )
+            resource["TrainingPlanArn"] = attempt.training_plan_arn
+        else:
+            resource.pop("TrainingPlanArn", None)  # an on-demand entry: never the request's own plan
+        request["ResourceConfig"] = resource
+
+        if attempt.checkpoint_uri is not None:
+            if not attempt.checkpoint_uri.startswith(("s3://", "https://")):
+                raise BackendError(
+                    f"training job {name!r} (attempt {attempt.key}): checkpoint_uri {attempt.checkpoint_uri!r}"
+                    " is not an S3 URI, SageMaker saves checkpoints only to S3"
+                )
+            request["CheckpointConfig"] = {**(request.get("CheckpointConfig") or {}), "S3Uri": attempt.checkpoint_uri}
+
+        tags = [dict(tag) for tag in request.get("Tags") or []]
+        present = {tag.get("Key") for tag in tags}
+        ours = {
+            f"{TAG_KEY_PREFIX}job-id": str(attempt.job_id),
+            f"{TAG_KEY_PREFIX}attempt": str(attempt.attempt),
+            f"{TAG_KEY_PREFIX}share": _TAG_VALUE_UNSAFE.sub("_", attempt.share)[:256],
+        }
+        tags.extend({"Key": key, "Value": value} for key, value in ours.items() if key not in present)
+        request["Tags"] = tags
+        return request
+
+    def _validate(self, request: dict[str, Any], attempt: AttemptSpec) -> None:
+        """Refuse a request botocore's own service model rejects, before any call is made, with
+        every problem botocore finds (missing required fields, unknown fields, wrong types)."""
+        service_model = getattr(getattr(self.client, "meta", None), "service_model", None)
+        if not isinstance(service_model, ServiceModel):
+            return  # not a botocore client (a test double): the client call validates or not
+        shape = service_model.operation_model("CreateTrainingJob").input_shape
+        report = ParamValidator().validate(request, shape)
+        if report.has_errors():
+            raise BackendError(
+                f"training job {request['TrainingJobName']!r} (attempt {attempt.key}): the training request is"
+                f" not a valid CreateTrainingJob request: {report.generate_report()}"
+            )
+
+    # -- Backend -------------------------------------------------------------------------------
+
+    def start(self, attempt: AttemptSpec) -> None:
+        """Create the attempt's training job; do nothing if a job of that name exists already
+        (it was started before a crash, or by an earlier call)."""
+        request = self.build_request(attempt)
+        name = request["TrainingJobName"]
+        self._validate(request, attempt)
+        if self._describe(name, attempt) is not None:
+            log.info("training job %s (attempt %s) exists already: not started again", name, attempt.key)
+            return
+        try:
+            self.client.create_training_job(**request)
+        except ClientError as exc:
+            if _error_code(exc) == "ResourceInUse" or ALREADY_EXISTS_PATTERN.search(_error_message(exc)):
+                log.info("training job %s (attempt %s) exists already: not started again", name, attempt.key)
+                return
+            raise BackendError(
+                f"SageMaker CreateTrainingJob for training job {name!r} (attempt {attempt.key}) failed: {exc}"
+            ) from exc
+        except ParamValidationError as exc:
+            raise BackendError(
+                f"training job {name!r} (attempt {attempt.key}): the training request is not a valid"
+                f" CreateTrainingJob request: {exc}"
+            ) from exc
+        except BotoCoreError as exc:
+            raise BackendError(
+                f"SageMaker CreateTrainingJob for training job {name!r} (attempt {attempt.key}) failed: {exc}"
+            ) from exc
+        log.info(
+            "training job %s (attempt %s) created on %d x %s%s",
+            name,
+            attempt.key,
+            attempt.count,
+            attempt.instance_type,
+            f" (plan {attempt.training_plan_arn})" if attempt.training_plan_arn else "",
+        )
+
+    def poll(self, attempt: AttemptSpec) -> AttemptReport:
+        """What SageMaker says of the attempt's training job; UNKNOWN when it has none."""
+        name = self.job_name(attempt)
+        description = self._describe(name, attempt)
+        if description is None:
+            return AttemptReport(AttemptStatus.UNKNOWN)
+        return report_from_description(description)
+
+    def stop(self, attempt: AttemptSpec, grace_seconds: float) -> None:
+        """Ask SageMaker to stop the attempt's training job.
+
+        ``grace_seconds`` is informational here: SageMaker itself sends the training container
+        SIGTERM and gives it 120 seconds to save its checkpoint before it is killed, and that
+        time cannot be changed per call. Stopping a job that has already ended, is already
+        stopping, or was never created is harmless (``base.py``): those errors are ignored.
+        """
+        name = self.job_name(attempt)
+        try:
+            self.client.stop_training_job(TrainingJobName=name)
+        except ClientError as exc:
+            if _is_not_found(exc):
+                log.info("training job %s (attempt %s) to stop does not exist: nothing to stop", name, attempt.key)
+                return
+            if _error_code(exc) == "ValidationException":
+                # SageMaker refuses to stop a job that is not in progress; its wording is not
+                # documented, so ask for the job's status rather than trust the message.
+                description = self._describe(name, attempt)
+                if description is None or description.get("TrainingJobStatus") != "InProgress":
+                    log.info("training job %s (attempt %s) is not in progress: nothing to stop", name, attempt.key)
+                    return
+            raise BackendError(
+                f"SageMaker StopTrainingJob for training job {name!r} (attempt {attempt.key}) failed: {exc}"
+            ) from exc
+        except BotoCoreError as exc:
+            raise BackendError(
+                f"SageMaker StopTrainingJob for training job {name!r} (attempt {attempt.key}) failed: {exc}"
+            ) from exc
+        log.info(
+            "training job %s (attempt %s) asked to stop (grace %.0f s requested; SageMaker allows 120 s)",
+            name,
+            attempt.key,
+            grace_seconds,
+        )
+
+    def _describe(self, name: str, attempt: AttemptSpec) -> dict[str, Any] | None:
+        """DescribeTrainingJob, or None when SageMaker has no job of that name."""
+        try:
+            response: dict[str, Any] = self.client.describe_training_job(TrainingJobName=name)
+        except ClientError as exc:
+            if _is_not_found(exc):
+                return None
+            raise BackendError(
+                f"SageMaker DescribeTrainingJob for training job {name!r} (attempt {attempt.key}) failed: {exc}"
+            ) from exc
+        except BotoCoreError as exc:
+            raise BackendError(
+                f"SageMaker DescribeTrainingJob for training job {name!r} (attempt {attempt.key}) failed: {exc}"
+            ) from exc
+        return response

@@ -1,0 +1,513 @@
+"""``airflow-quota scheduler``: the long-running quota scheduler.
+
+One step of the leader:
+
+1. take in the inbox (submissions, priority changes, cancels, configuration versions) in order;
+2. ask the backends what became of the attempts they run (running, finished, stopped);
+3. run a cycle when anything came in, a timer of the core fell due, or a second has passed;
+4. commit, in one transaction: the inputs (the log that rebuilds the state), the decisions, the
+   jobs as they now stand, and the backend actions still to do (start, stop);
+5. carry the actions out through the backends, then mark them done.
+
+A scheduler killed at any point recovers on restart: it replays the input log into a fresh core
+(the same state the last leader had), then finishes the backend actions it finds pending
+(starting an attempt is idempotent by its key) and asks the backends about the rest.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy import Engine, select
+from sqlalchemy.orm import Session
+
+from airflow_quota.core.cycle import QuotaScheduler
+from airflow_quota.core.explain import describe, event_record
+from airflow_quota.core.model import (
+    Alert,
+    Decision,
+    Failed,
+    FailureReason,
+    Job,
+    JobState,
+    Placed,
+    Preempted,
+    PriorityChanged,
+    Rejected,
+)
+from airflow_quota.core.visibility import pending_view
+from airflow_quota.exceptions import Refused
+from airflow_quota.service.backends.base import AttemptReport, AttemptSpec, AttemptStatus, Backend, BackendError
+from airflow_quota.service.clock import Clock, WallClock
+from airflow_quota.service.inputs import apply_input, replay
+from airflow_quota.store.engine import DatabaseUnavailable, reachable, session_factory
+from airflow_quota.store.lock import leader_lock
+from airflow_quota.store.models import AlertRow, Attempt, ConfigVersion, EventRow, Input, JobRow, Preemption, Request
+from airflow_quota.store.repository import NOTIFY_CHANNEL
+
+log = logging.getLogger("airflow_quota.scheduler")
+
+
+@dataclass
+class _Step:
+    """What one step gathered before it commits."""
+
+    inputs: list[tuple[str, dict[str, Any], float]] = field(default_factory=list)
+    decisions: list[Decision] = field(default_factory=list)
+    handled: list[tuple[int, str, str | None]] = field(default_factory=list)
+    rejected_jobs: list[int] = field(default_factory=list)
+    touched: set[int] = field(default_factory=set)
+    ended: list[tuple[int, int, AttemptReport]] = field(default_factory=list)
+    running: list[tuple[int, int, float]] = field(default_factory=list)
+
+
+class QuotaService:
+    """The quota scheduler process. ``step`` is one pass of the leader (tests call it directly
+    with a manual clock); ``run`` elects a leader and loops until stopped."""
+
+    def __init__(
+        self,
+        engine: Engine,
+        backends: Mapping[str, Backend],
+        clock: Clock | None = None,
+        holder: str | None = None,
+        cycle_seconds: float = 1.0,
+        poll_seconds: float = 0.2,
+        lease_seconds: float = 10.0,
+        capacity_backoff_seconds: float = 600.0,
+        refresh_views_seconds: float = 5.0,
+    ) -> None:
+        self.engine = engine
+        self.backends = dict(backends)
+        self.clock = clock or WallClock()
+        self.wall_clock = isinstance(self.clock, WallClock)
+        self.holder = holder or f"{socket.gethostname()}:{os.getpid()}"
+        self.cycle_seconds = cycle_seconds
+        self.poll_seconds = poll_seconds
+        self.capacity_backoff_seconds = capacity_backoff_seconds
+        self.refresh_views_seconds = refresh_views_seconds
+        self.sessions = session_factory(engine)
+        self.lock = leader_lock(engine, self.holder, lease_seconds, self.clock.now)
+        self.scheduler: QuotaScheduler | None = None
+        self._last_cycle = float("-inf")
+        self._last_refresh = float("-inf")
+        self._start_failures: list[tuple[int, int, str]] = []
+        self.recovered = False
+
+    # -- the process ---------------------------------------------------------------------
+
+    def run(self, stop: threading.Event) -> None:
+        """Lead when possible, wait otherwise, until ``stop`` is set (SIGTERM)."""
+        backoff = 1.0
+        leading = False
+        while not stop.is_set():
+            try:
+                if not leading:
+                    leading = self.lock.acquire()
+                    if not leading:
+                        stop.wait(1.0)
+                        continue
+                    log.info("%s leads the quota scheduler", self.holder)
+                    self.recover()
+                if not self.lock.still_leader():
+                    log.warning("%s lost the leadership; waiting", self.holder)
+                    leading = False
+                    self.scheduler = None
+                    continue
+                if not self.step():
+                    self._wait(stop)
+                backoff = 1.0
+            except DatabaseUnavailable as exc:
+                log.error("%s; retrying in %.0f s", exc, backoff)
+                leading = False
+                self.scheduler = None
+                stop.wait(backoff)
+                backoff = min(backoff * 2, 30.0)
+        if leading:
+            self.lock.release()
+            log.info("%s stopped", self.holder)
+
+    def _wait(self, stop: threading.Event) -> None:
+        """Sleep until woken (PostgreSQL NOTIFY) or the poll interval passes."""
+        if self.engine.dialect.name != "postgresql":
+            stop.wait(self.poll_seconds)
+            return
+        try:
+            import psycopg
+
+            url = self.engine.url.set(drivername="postgresql").render_as_string(hide_password=False)
+            with psycopg.connect(url, autocommit=True) as connection:
+                connection.execute(f"LISTEN {NOTIFY_CHANNEL}")
+                for _ in connection.notifies(timeout=self.poll_seconds, stop_after=1):
+                    break
+        except Exception:
+            stop.wait(self.poll_seconds)
+
+    # -- recovery ------------------------------------------------------------------------
+
+    def recover(self) -> None:
+        """Rebuild the core from the input log, then finish what the last leader left undone."""
+        with reachable(str(self.engine.url)), self.sessions() as session:
+            rows = session.execute(select(Input.kind, Input.payload, Input.at).order_by(Input.id)).all()
+        self.scheduler = replay((kind, payload, at) for kind, payload, at in rows)
+        self._last_cycle = float("-inf")
+        log.info("recovered from %d inputs", len(rows))
+        self._act()
+        self.recovered = True
+
+    # -- one step ------------------------------------------------------------------------
+
+    def step(self) -> bool:
+        """One pass of the leader; True when anything came in or was decided."""
+        now = self.clock.now()
+        gathered = _Step()
+        with reachable(str(self.engine.url)):
+            self._take_in_reports(gathered, now)  # what finished at this instant releases first
+            self._take_in_requests(gathered, now)
+            due = self.scheduler is not None and (
+                gathered.inputs
+                or now - self._last_cycle >= self.cycle_seconds
+                or ((timer := self.scheduler.next_timer()) is not None and timer <= now)
+            )
+            if due:
+                self._feed(gathered, "cycle", {}, now)
+                self._last_cycle = now
+            if gathered.inputs or gathered.handled or gathered.ended or gathered.running:
+                self._commit(gathered, now)
+            self._act()
+        return bool(gathered.decisions or gathered.handled)
+
+    def _feed(self, gathered: _Step, kind: str, payload: dict[str, Any], now: float) -> list[Decision]:
+        """Apply one input to the core and keep it for the log (refusals are not inputs)."""
+        self.scheduler, decisions = apply_input(self.scheduler, kind, payload, now)
+        gathered.inputs.append((kind, payload, now))
+        gathered.decisions.extend(decisions)
+        for decision in decisions:
+            log.info(describe(decision, wall_clock=self.wall_clock))
+        return decisions
+
+    def _take_in_requests(self, gathered: _Step, now: float) -> None:
+        with self.sessions() as session:
+            requests = session.scalars(
+                select(Request).where(Request.handled.is_(False)).order_by(Request.id).limit(500)
+            ).all()
+            jobs = {r.job_id: session.get(JobRow, r.job_id) for r in requests if r.job_id is not None}
+            documents = {}
+            for request in requests:
+                if request.kind == "config":
+                    version = session.get(ConfigVersion, request.payload["version"])
+                    documents[request.id] = version.document if version else None
+        for request in requests:
+            payload: dict[str, Any]
+            if request.kind == "config":
+                payload = {"document": documents[request.id], "version": request.payload["version"]}
+            elif request.kind == "submit":
+                assert request.job_id is not None
+                row = jobs[request.job_id]
+                assert row is not None
+                payload = {"job_id": row.id, "request": row.request}
+            else:
+                payload = {"job_id": request.job_id, **request.payload}
+            if self.scheduler is None and request.kind != "config":
+                break  # nothing can be taken in before the first configuration
+            try:
+                self._feed(gathered, request.kind, payload, now)
+                gathered.handled.append((request.id, "accepted", None))
+            except Refused as exc:
+                gathered.handled.append((request.id, "refused", str(exc)))
+                if request.kind == "submit" and request.job_id is not None:
+                    gathered.rejected_jobs.append(request.job_id)
+                    row = jobs[request.job_id]
+                    decision = Rejected(now, row.name if row else "?", row.share if row else "?", str(exc))
+                    gathered.decisions.append(decision)
+                    log.info(describe(decision, wall_clock=self.wall_clock))
+            if request.job_id is not None:
+                gathered.touched.add(request.job_id)
+
+    def _take_in_reports(self, gathered: _Step, now: float) -> None:
+        """Ask the backends about every attempt they run; turn what changed into inputs."""
+        if self.scheduler is None:
+            return
+        for job_id, payload in self._start_failures_inputs():
+            gathered.touched.add(job_id)
+            self._feed(gathered, "finished", payload, now)
+        with self.sessions() as session:
+            open_attempts = session.scalars(
+                select(Attempt).where(Attempt.ended_at.is_(None), Attempt.action.is_(None))
+            ).all()
+            rows = {a.job_id: session.get(JobRow, a.job_id) for a in open_attempts}
+        for attempt in open_attempts:
+            row = rows[attempt.job_id]
+            assert row is not None
+            backend = self.backends.get(attempt.backend)
+            if backend is None:
+                continue
+            try:
+                report = backend.poll(self._spec(row, attempt))
+            except BackendError as exc:
+                log.warning("could not poll attempt %s-%s: %s", attempt.job_id, attempt.number, exc)
+                continue
+            self._ingest(gathered, attempt, report, now)
+
+    def _ingest(self, gathered: _Step, attempt: Attempt, report: AttemptReport, now: float) -> None:
+        assert self.scheduler is not None
+        job = self._job(attempt.job_id)
+        current = job is not None and job.attempts == attempt.number and job.placement is not None
+        if report.status is AttemptStatus.RUNNING and attempt.status != "RUNNING":
+            gathered.running.append((attempt.job_id, attempt.number, report.running_since or now))
+            if current and job is not None and not job.stopping:
+                since = min(report.running_since or now, now)
+                self._feed(
+                    gathered, "running", {"job_id": attempt.job_id, "attempt": attempt.number, "since": since}, now
+                )
+        if report.status is AttemptStatus.UNKNOWN:
+            report = AttemptReport(AttemptStatus.FAILED, "BackendLost: the backend has no such attempt")
+        if not report.status.ended:
+            return
+        gathered.ended.append((attempt.job_id, attempt.number, report))
+        gathered.touched.add(attempt.job_id)
+        if job is None:
+            return
+        key = {"job_id": attempt.job_id, "attempt": attempt.number}
+        if job.stopping and job.attempts == attempt.number:
+            self._feed(gathered, "stopped", key, now)
+        elif current and job.state.holds_capacity:
+            if report.status is AttemptStatus.SUCCEEDED:
+                self._feed(gathered, "finished", {**key, "succeeded": True}, now)
+            elif report.status is AttemptStatus.CAPACITY_ERROR:
+                self._feed(gathered, "capacity_error", {**key, "backoff": self.capacity_backoff_seconds}, now)
+            else:
+                reason = report.reason or report.status.value
+                self._feed(gathered, "finished", {**key, "succeeded": False, "reason": reason}, now)
+
+    def _job(self, job_id: int) -> Job | None:
+        assert self.scheduler is not None
+        seq = self.scheduler.snapshot.refs.get(job_id)
+        return None if seq is None else self.scheduler.snapshot.jobs[seq]
+
+    def _start_failures_inputs(self) -> list[tuple[int, dict[str, Any]]]:
+        failures, self._start_failures = self._start_failures, []
+        assert self.scheduler is not None
+        out = []
+        for job_id, number, reason in failures:
+            job = self._job(job_id)
+            if job is not None and job.attempts == number and job.state.holds_capacity:
+                out.append((job_id, {"job_id": job_id, "attempt": number, "succeeded": False, "reason": reason}))
+        return out
+
+    # -- committing ----------------------------------------------------------------------
+
+    def _commit(self, gathered: _Step, now: float) -> None:
+        assert self.scheduler is not None or not gathered.decisions
+        with self.sessions() as session, session.begin():
+            session.add_all(Input(at=at, kind=kind, payload=payload) for kind, payload, at in gathered.inputs)
+            for request_id, outcome, error in gathered.handled:
+                request = session.get(Request, request_id)
+                if request is not None:
+                    request.handled, request.outcome, request.error = True, outcome, error
+            for job_id, number, running_since in gathered.running:
+                attempt = session.get(Attempt, (job_id, number))
+                if attempt is not None and attempt.ended_at is None:
+                    attempt.status, attempt.running_since = "RUNNING", running_since
+            for job_id, number, report in gathered.ended:
+                attempt = session.get(Attempt, (job_id, number))
+                if attempt is not None:
+                    attempt.status, attempt.reason = report.status.value, report.reason
+                    attempt.ended_at = report.ended_at or now
+            for decision in gathered.decisions:
+                self._record(session, decision, gathered, now)
+            for job_id in gathered.rejected_jobs:
+                row = session.get(JobRow, job_id)
+                if row is not None:
+                    session.delete(row)
+            self._write_jobs(session, gathered.touched - set(gathered.rejected_jobs), now)
+
+    def _record(self, session: Session, decision: Decision, gathered: _Step, now: float) -> None:
+        assert self.scheduler is not None
+        record = event_record(decision)
+        session.add(
+            EventRow(
+                at=decision.at,
+                type=record["type"],
+                job=decision.job,
+                share=decision.share,
+                record=record,
+                line=describe(decision, wall_clock=self.wall_clock),
+            )
+        )
+        if isinstance(decision, Rejected):
+            return
+        job = self.scheduler.job(decision.job)
+        job_id = job.ref
+        if job_id is None:
+            return
+        gathered.touched.add(job_id)
+        if isinstance(decision, Placed):
+            row = session.get(JobRow, job_id)
+            session.add(
+                Attempt(
+                    job_id=job_id,
+                    number=decision.attempt,
+                    backend=row.backend if row else "fake",
+                    instance_type=decision.entry.instance_type,
+                    count=decision.entry.count,
+                    training_plan=decision.entry.training_plan,
+                    borrowed=decision.borrowed,
+                    placed_at=decision.at,
+                    action="START",
+                    status="PLACED",
+                )
+            )
+        elif isinstance(decision, Preempted):
+            attempt = session.get(Attempt, (job_id, job.attempts))
+            if attempt is not None and attempt.ended_at is None:
+                attempt.action, attempt.stop_grace, attempt.status = "STOP", decision.grace_seconds, "STOPPING"
+            session.add(
+                Preemption(
+                    job_id=job_id,
+                    attempt=job.attempts,
+                    at=decision.at,
+                    kind=decision.kind.value,
+                    by_job=decision.by,
+                    lost_seconds=decision.lost_seconds,
+                )
+            )
+        elif isinstance(decision, Failed) and decision.reason is FailureReason.CANCELLED:
+            attempt = session.get(Attempt, (job_id, job.attempts))
+            if attempt is not None and attempt.ended_at is None and attempt.status != "STOPPING":
+                attempt.action, attempt.stop_grace, attempt.status = "STOP", 0.0, "STOPPING"
+        elif isinstance(decision, Alert):
+            session.add(
+                AlertRow(
+                    at=decision.at,
+                    job_id=job_id,
+                    job=decision.job,
+                    share=decision.share,
+                    kind=decision.kind.value,
+                    reason=decision.reason,
+                    position=decision.position,
+                )
+            )
+        elif isinstance(decision, PriorityChanged):
+            pass
+
+    def _write_jobs(self, session: Session, touched: set[int], now: float) -> None:
+        """Write the touched jobs as they now stand; every few seconds, every waiting job's
+        pending reason and positions too (they move when anything ahead of them does)."""
+        assert self.scheduler is not None
+        snap = self.scheduler.snapshot
+        refresh = now - self._last_refresh >= self.refresh_views_seconds
+        if refresh:
+            self._last_refresh = now
+            touched = touched | {job.ref for job in snap.jobs.values() if job.state is JobState.RUNNABLE and job.ref}
+        for job_id in sorted(touched):
+            seq = snap.refs.get(job_id)
+            row = session.get(JobRow, job_id)
+            if seq is None or row is None:
+                continue
+            _copy_job(snap.jobs[seq], row, snap, now)
+
+    # -- backend actions -----------------------------------------------------------------
+
+    def _act(self) -> None:
+        """Carry out the backend actions recorded and not yet done (start, stop)."""
+        with self.sessions() as session:
+            pending = session.scalars(
+                select(Attempt).where(Attempt.action.is_not(None)).order_by(Attempt.placed_at)
+            ).all()
+            rows = {a.job_id: session.get(JobRow, a.job_id) for a in pending}
+        for attempt in pending:
+            row = rows[attempt.job_id]
+            assert row is not None
+            backend = self.backends.get(attempt.backend)
+            spec = self._spec(row, attempt)
+            status = attempt.status
+            try:
+                if backend is None:
+                    raise BackendError(f"no backend {attempt.backend!r} is configured in this scheduler")
+                if attempt.action == "START":
+                    backend.start(spec)
+                    status = "PENDING"
+                else:
+                    backend.stop(spec, attempt.stop_grace)
+            except BackendError as exc:
+                log.error("attempt %s of job %s: %s", attempt.number, row.name, exc)
+                if attempt.action == "START":
+                    self._start_failures.append((attempt.job_id, attempt.number, f"BackendError: {exc}"))
+                    status = "FAILED"
+            with self.sessions() as session, session.begin():
+                fresh = session.get(Attempt, (attempt.job_id, attempt.number))
+                if fresh is not None:
+                    fresh.action, fresh.status = None, status
+                    if status == "FAILED":
+                        fresh.ended_at = self.clock.now()
+
+    def _spec(self, row: JobRow, attempt: Attempt) -> AttemptSpec:
+        plan_arn = None
+        gpus = 0
+        if self.scheduler is not None:
+            snap = self.scheduler.snapshot
+            spec = snap.catalogue.get(attempt.instance_type)
+            gpus = spec.gpus if spec else 0
+            if attempt.training_plan:
+                plan = snap.config.plan(attempt.training_plan)
+                plan_arn = plan.arn if plan else None
+        return AttemptSpec(
+            job_id=row.id,
+            job_name=row.name,
+            attempt=attempt.number,
+            share=row.share,
+            instance_type=attempt.instance_type,
+            count=attempt.count,
+            gpus=gpus,
+            training_plan=attempt.training_plan,
+            training_plan_arn=plan_arn,
+            checkpoint_uri=row.request.get("checkpoint_uri"),
+            training=row.training,
+        )
+
+
+def _copy_job(job: Job, row: JobRow, snap: Any, now: float) -> None:
+    row.state = job.state.value
+    row.priority = job.priority
+    row.reason = job.failure.value if job.failure else None
+    row.detail = job.failure_detail
+    row.attempts = job.attempts
+    row.preemptions = len(job.preemptions)
+    row.wait_seconds = job.wait_seconds
+    last = job.last_placement
+    if last is not None:
+        row.instance_type, row.count, row.training_plan = last.instance_type, last.count, last.training_plan
+    row.borrowed = job.placement.borrowed if job.placement else 0
+    row.gpu_hours = job.gpu_seconds / 3600
+    row.lost_gpu_hours = job.lost_gpu_seconds / 3600
+    row.cost = job.cost
+    if job.state is JobState.RUNNABLE:
+        view = pending_view(snap, job, now)
+        row.pending_reason, row.waiting_for = view["pending_reason"], view["waiting_for"]
+        row.position_in_share, row.position_in_queue = view["position_in_share"], view["position_in_queue"]
+    else:
+        row.pending_reason = row.waiting_for = None
+        row.position_in_share = row.position_in_queue = None
+    row.updated_at = now
+
+
+def run_forever(service: QuotaService) -> None:
+    """Run until SIGTERM or SIGINT, then stop cleanly (the lock is released for the next one)."""
+    import signal
+
+    stop = threading.Event()
+
+    def _stop(signum: int, _frame: object) -> None:
+        log.info("received %s: stopping after this step", signal.Signals(signum).name)
+        stop.set()
+
+    signal.signal(signal.SIGTERM, _stop)
+    signal.signal(signal.SIGINT, _stop)
+    service.run(stop)

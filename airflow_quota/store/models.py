@@ -1,0 +1,186 @@
+"""The tables of the quota database.
+
+The quota scheduler's state is *event-sourced*: ``inputs`` is the ordered log of everything fed
+to the core (submissions, changes, backend reports, cycles), and replaying it through a fresh
+``QuotaScheduler`` rebuilds the exact in-memory state (the core is deterministic). The other
+tables are what people and backends need to read: jobs as they stand, attempts with their
+pending backend actions, preemptions, alerts, the decision log, configuration versions, and the
+inbox of requests the scheduler has yet to take in.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import JSON, Boolean, Float, ForeignKey, Index, Integer, String, Text, text
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+LIVE_STATES = ("SUBMITTED", "RUNNABLE", "SCHEDULED", "STARTING", "RUNNING")
+
+
+class Base(DeclarativeBase):
+    type_annotation_map = {dict[str, Any]: JSON, list[Any]: JSON}  # noqa: RUF012 - SQLAlchemy's API
+
+
+class ConfigVersion(Base):
+    """A quota configuration as applied with ``airflow-quota apply`` (one row per version)."""
+
+    __tablename__ = "quota_config_versions"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    created_at: Mapped[float] = mapped_column(Float)
+    document: Mapped[dict[str, Any]]
+    source: Mapped[str | None] = mapped_column(String(500))
+
+
+class Request(Base):
+    """The inbox: what clients asked for, taken in by the leader in id order."""
+
+    __tablename__ = "quota_requests"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    created_at: Mapped[float] = mapped_column(Float)
+    kind: Mapped[str] = mapped_column(String(20))
+    """submit | set_priority | cancel | config"""
+    job_id: Mapped[int | None] = mapped_column(Integer)
+    payload: Mapped[dict[str, Any]]
+    handled: Mapped[bool] = mapped_column(Boolean, default=False)
+    outcome: Mapped[str | None] = mapped_column(String(20))
+    error: Mapped[str | None] = mapped_column(Text)
+
+    __table_args__ = (Index("ix_quota_requests_pending", "handled", "id"),)
+
+
+class JobRow(Base):
+    """A job as it stands (written by the leader after each cycle; submitted by clients)."""
+
+    __tablename__ = "quota_jobs"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    name: Mapped[str] = mapped_column(String(128))
+    share: Mapped[str] = mapped_column(String(128))
+    priority: Mapped[int] = mapped_column(Integer)
+    backend: Mapped[str] = mapped_column(String(32))
+    request: Mapped[dict[str, Any]]
+    training: Mapped[dict[str, Any]]
+    client_token: Mapped[str | None] = mapped_column(String(256), unique=True)
+    dag_id: Mapped[str | None] = mapped_column(String(250))
+    task_id: Mapped[str | None] = mapped_column(String(250))
+    run_id: Mapped[str | None] = mapped_column(String(250))
+    submitted_at: Mapped[float] = mapped_column(Float)
+    state: Mapped[str] = mapped_column(String(20), default="SUBMITTED")
+    reason: Mapped[str | None] = mapped_column(String(40))
+    detail: Mapped[str | None] = mapped_column(Text)
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    preemptions: Mapped[int] = mapped_column(Integer, default=0)
+    wait_seconds: Mapped[float] = mapped_column(Float, default=0.0)
+    instance_type: Mapped[str | None] = mapped_column(String(64))
+    count: Mapped[int | None] = mapped_column(Integer)
+    training_plan: Mapped[str | None] = mapped_column(String(128))
+    borrowed: Mapped[int] = mapped_column(Integer, default=0)
+    gpu_hours: Mapped[float] = mapped_column(Float, default=0.0)
+    lost_gpu_hours: Mapped[float] = mapped_column(Float, default=0.0)
+    cost: Mapped[float] = mapped_column(Float, default=0.0)
+    pending_reason: Mapped[str | None] = mapped_column(String(40))
+    waiting_for: Mapped[str | None] = mapped_column(String(200))
+    position_in_share: Mapped[int | None] = mapped_column(Integer)
+    position_in_queue: Mapped[int | None] = mapped_column(Integer)
+    updated_at: Mapped[float] = mapped_column(Float, default=0.0)
+
+    __table_args__ = (
+        Index(
+            "ux_quota_jobs_live_name",
+            "name",
+            unique=True,
+            postgresql_where=text("state IN ('SUBMITTED','RUNNABLE','SCHEDULED','STARTING','RUNNING')"),
+            sqlite_where=text("state IN ('SUBMITTED','RUNNABLE','SCHEDULED','STARTING','RUNNING')"),
+        ),
+        Index("ix_quota_jobs_share_state", "share", "state"),
+        Index("ix_quota_jobs_dag", "dag_id"),
+    )
+
+
+class Attempt(Base):
+    """One placement of a job, with the backend action still to do (crash safety)."""
+
+    __tablename__ = "quota_attempts"
+
+    job_id: Mapped[int] = mapped_column(ForeignKey("quota_jobs.id"), primary_key=True)
+    number: Mapped[int] = mapped_column(Integer, primary_key=True)
+    backend: Mapped[str] = mapped_column(String(32))
+    instance_type: Mapped[str] = mapped_column(String(64))
+    count: Mapped[int] = mapped_column(Integer)
+    training_plan: Mapped[str | None] = mapped_column(String(128))
+    borrowed: Mapped[int] = mapped_column(Integer, default=0)
+    placed_at: Mapped[float] = mapped_column(Float)
+    action: Mapped[str | None] = mapped_column(String(10))
+    """START or STOP while the backend has not been told yet; None once it has."""
+    stop_grace: Mapped[float] = mapped_column(Float, default=0.0)
+    status: Mapped[str] = mapped_column(String(20), default="PLACED")
+    """PLACED, PENDING, RUNNING, STOPPING, then SUCCEEDED, FAILED, STOPPED or CAPACITY_ERROR."""
+    running_since: Mapped[float | None] = mapped_column(Float)
+    ended_at: Mapped[float | None] = mapped_column(Float)
+    reason: Mapped[str | None] = mapped_column(Text)
+
+    __table_args__ = (Index("ix_quota_attempts_open", "ended_at"),)
+
+
+class Preemption(Base):
+    __tablename__ = "quota_preemptions"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    job_id: Mapped[int] = mapped_column(ForeignKey("quota_jobs.id"), index=True)
+    attempt: Mapped[int] = mapped_column(Integer)
+    at: Mapped[float] = mapped_column(Float)
+    kind: Mapped[str] = mapped_column(String(20))
+    by_job: Mapped[str] = mapped_column(String(128))
+    lost_seconds: Mapped[float] = mapped_column(Float)
+
+
+class AlertRow(Base):
+    __tablename__ = "quota_alerts"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    at: Mapped[float] = mapped_column(Float)
+    job_id: Mapped[int] = mapped_column(ForeignKey("quota_jobs.id"), index=True)
+    job: Mapped[str] = mapped_column(String(128))
+    share: Mapped[str] = mapped_column(String(128))
+    kind: Mapped[str] = mapped_column(String(40))
+    reason: Mapped[str] = mapped_column(Text)
+    position: Mapped[int | None] = mapped_column(Integer)
+    notified: Mapped[bool] = mapped_column(Boolean, default=False)
+
+
+class EventRow(Base):
+    """The decision log, one row per decision, in the order they were made."""
+
+    __tablename__ = "quota_events"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    at: Mapped[float] = mapped_column(Float)
+    type: Mapped[str] = mapped_column(String(30))
+    job: Mapped[str] = mapped_column(String(128), index=True)
+    share: Mapped[str] = mapped_column(String(128))
+    record: Mapped[dict[str, Any]]
+    line: Mapped[str] = mapped_column(Text)
+
+
+class Input(Base):
+    """Everything fed to the core, in order: replaying it rebuilds the scheduler's state."""
+
+    __tablename__ = "quota_inputs"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    at: Mapped[float] = mapped_column(Float)
+    kind: Mapped[str] = mapped_column(String(20))
+    payload: Mapped[dict[str, Any]]
+
+
+class Leader(Base):
+    """Who leads (for display on PostgreSQL; the lease itself on SQLite)."""
+
+    __tablename__ = "quota_leader"
+
+    name: Mapped[str] = mapped_column(String(40), primary_key=True)
+    holder: Mapped[str] = mapped_column(String(200))
+    expires_at: Mapped[float] = mapped_column(Float)

@@ -1,0 +1,288 @@
+"""What clients do with the quota database: apply a configuration, submit jobs, change or cancel
+them, and read the state. Writes go to the inbox (``quota_requests``); the leading quota
+scheduler takes them in at its next cycle. Every write is one transaction: on any error nothing
+is stored.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from datetime import datetime, timezone
+from typing import Any
+
+from sqlalchemy import Engine, func, select, text
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from airflow_quota.core.config import QuotaConfig, parse_config
+from airflow_quota.core.model import JobRequest
+from airflow_quota.core.quota import TypeLedger, lent_by
+from airflow_quota.core.snapshot import Snapshot
+from airflow_quota.core.submission import check_submission
+from airflow_quota.exceptions import ChangeRefused, SubmissionRejected
+from airflow_quota.store.engine import reachable, session_factory
+from airflow_quota.store.models import (
+    LIVE_STATES,
+    AlertRow,
+    Attempt,
+    ConfigVersion,
+    EventRow,
+    JobRow,
+    Preemption,
+    Request,
+)
+
+NOTIFY_CHANNEL = "airflow_quota"
+BACKENDS = ("local", "sagemaker", "fake")
+HOLDING_STATES = ("SCHEDULED", "STARTING", "RUNNING")
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+
+
+class QuotaStore:
+    """The quota database as clients see it."""
+
+    def __init__(self, engine: Engine, clock: Callable[[], float] = time.time) -> None:
+        self.engine = engine
+        self.sessions = session_factory(engine)
+        self.clock = clock
+        self._checked: tuple[int, Snapshot] | None = None
+
+    # -- configuration -------------------------------------------------------------------
+
+    def apply_config(self, raw: Any, source: str | None = None) -> int:
+        """Validate and store a configuration as a new version; raises InvalidInput (nothing
+        stored). It takes effect at the scheduler's next cycle."""
+        config = parse_config(raw)
+        document = config.model_dump(mode="json", exclude_defaults=True)
+        with self._session() as session, session.begin():
+            version = ConfigVersion(created_at=self.clock(), document=document, source=source)
+            session.add(version)
+            session.flush()
+            session.add(Request(created_at=self.clock(), kind="config", payload={"version": version.id}))
+            self._notify(session)
+            return version.id
+
+    def latest_config(self) -> tuple[int, QuotaConfig] | None:
+        with self._session() as session:
+            row = session.scalars(select(ConfigVersion).order_by(ConfigVersion.id.desc()).limit(1)).first()
+            return None if row is None else (row.id, QuotaConfig.model_validate(row.document))
+
+    # -- jobs ----------------------------------------------------------------------------
+
+    def submit(
+        self,
+        request: JobRequest,
+        backend: str,
+        training: dict[str, Any] | None = None,
+        client_token: str | None = None,
+        dag_id: str | None = None,
+        task_id: str | None = None,
+        run_id: str | None = None,
+    ) -> JobRow:
+        """Store a submission for the scheduler to take in; raises SubmissionRejected when the
+        current configuration could never accept it (nothing stored). With ``client_token``,
+        submitting again returns the job already stored (a retried task finds its job)."""
+        if backend not in BACKENDS:
+            raise SubmissionRejected(f"backend: {backend!r} is not one of {', '.join(BACKENDS)}")
+        if client_token is not None:
+            existing = self.job_by_token(client_token)
+            if existing is not None:
+                return existing
+        self._check_against_config(request)
+        now = self.clock()
+        with self._session() as session:
+            try:
+                with session.begin():
+                    job = JobRow(
+                        name=request.name,
+                        share=request.share,
+                        priority=request.priority,
+                        backend=backend,
+                        request=request.model_dump(mode="json", exclude_defaults=True),
+                        training=training or {},
+                        client_token=client_token,
+                        dag_id=dag_id,
+                        task_id=task_id,
+                        run_id=run_id,
+                        submitted_at=now,
+                        state="SUBMITTED",
+                        updated_at=now,
+                    )
+                    session.add(job)
+                    session.flush()
+                    session.add(Request(created_at=now, kind="submit", job_id=job.id, payload={}))
+                    self._notify(session)
+            except IntegrityError:
+                if client_token is not None and (again := self.job_by_token(client_token)) is not None:
+                    return again
+                raise SubmissionRejected(f"name: a live job is already named {request.name!r}") from None
+            return job
+
+    def _check_against_config(self, request: JobRequest) -> None:
+        latest = self.latest_config()
+        if latest is None:
+            raise SubmissionRejected("no quota configuration is applied yet (airflow-quota apply quota.yaml)")
+        version, config = latest
+        if self._checked is None or self._checked[0] != version:
+            self._checked = (version, Snapshot(config, _EPOCH))
+        check_submission(self._checked[1], request)
+
+    def set_priority(self, job_id: int, priority: int) -> None:
+        """Ask for a new priority (AWS UpdateServiceJob); refused above the share's max_priority."""
+        job = self._live_job(job_id)
+        latest = self.latest_config()
+        share = latest[1].share(job.share) if latest else None
+        if not 0 <= priority <= 9999:
+            raise ChangeRefused(f"priority: {priority} is outside 0-9999")
+        if share is not None and priority > share.max_priority:
+            raise ChangeRefused(
+                f"priority: {priority} is above share {share.name!r}'s max_priority {share.max_priority}"
+            )
+        self._request("set_priority", job_id, {"priority": priority})
+
+    def cancel(self, job_id: int) -> None:
+        self._live_job(job_id)
+        self._request("cancel", job_id, {})
+
+    def _live_job(self, job_id: int) -> JobRow:
+        job = self.job(job_id)
+        if job is None:
+            raise ChangeRefused(f"job: no job with id {job_id}")
+        if job.state not in LIVE_STATES:
+            raise ChangeRefused(f"job {job.name!r} is already {job.state}")
+        return job
+
+    def _request(self, kind: str, job_id: int, payload: dict[str, Any]) -> None:
+        with self._session() as session, session.begin():
+            session.add(Request(created_at=self.clock(), kind=kind, job_id=job_id, payload=payload))
+            self._notify(session)
+
+    # -- reading -------------------------------------------------------------------------
+
+    def job(self, job_id: int) -> JobRow | None:
+        with self._session() as session:
+            return session.get(JobRow, job_id)
+
+    def job_by_name(self, name: str) -> JobRow | None:
+        """The live job of that name, else the latest one."""
+        with self._session() as session:
+            query = select(JobRow).where(JobRow.name == name).order_by(JobRow.id.desc())
+            rows = session.scalars(query).all()
+            live = [r for r in rows if r.state in LIVE_STATES]
+            ordered = live or list(rows)
+            return ordered[0] if ordered else None
+
+    def job_by_token(self, token: str) -> JobRow | None:
+        with self._session() as session:
+            return session.scalars(select(JobRow).where(JobRow.client_token == token)).first()
+
+    def jobs(
+        self, share: str | None = None, states: Sequence[str] | None = None, dag_id: str | None = None
+    ) -> list[JobRow]:
+        with self._session() as session:
+            query = select(JobRow).order_by(JobRow.id)
+            if share:
+                query = query.where(JobRow.share == share)
+            if states:
+                query = query.where(JobRow.state.in_(list(states)))
+            if dag_id:
+                query = query.where(JobRow.dag_id == dag_id)
+            return list(session.scalars(query))
+
+    def attempts(self, job_id: int) -> list[Attempt]:
+        with self._session() as session:
+            query = select(Attempt).where(Attempt.job_id == job_id).order_by(Attempt.number)
+            return list(session.scalars(query))
+
+    def preemptions(self, job_id: int) -> list[Preemption]:
+        with self._session() as session:
+            return list(session.scalars(select(Preemption).where(Preemption.job_id == job_id).order_by(Preemption.id)))
+
+    def alerts(self, job_id: int | None = None) -> list[AlertRow]:
+        with self._session() as session:
+            query = select(AlertRow).order_by(AlertRow.id)
+            if job_id is not None:
+                query = query.where(AlertRow.job_id == job_id)
+            return list(session.scalars(query))
+
+    def events(self, job: str | None = None, after: int = 0) -> list[EventRow]:
+        with self._session() as session:
+            query = select(EventRow).where(EventRow.id > after).order_by(EventRow.id)
+            if job is not None:
+                query = query.where(EventRow.job == job)
+            return list(session.scalars(query))
+
+    def request_outcome(self, request_id: int) -> Request | None:
+        with self._session() as session:
+            return session.get(Request, request_id)
+
+    def pending_requests(self) -> int:
+        with self._session() as session:
+            return int(session.scalar(select(func.count()).where(Request.handled.is_(False))) or 0)
+
+    def shares(self) -> list[dict[str, Any]]:
+        """Per share and instance type: limit, used, borrowed, lent, idle, RUNNABLE count and
+        oldest pending age, from the jobs as the scheduler last wrote them."""
+        latest = self.latest_config()
+        if latest is None:
+            return []
+        config = latest[1]
+        now = self.clock()
+        holding: dict[tuple[str, str], int] = {}
+        waiting: dict[tuple[str, str], list[float]] = {}
+        for job in self.jobs(states=[*HOLDING_STATES, "RUNNABLE", "SUBMITTED"]):
+            if job.state in HOLDING_STATES and job.instance_type:
+                key = (job.share, job.instance_type)
+                holding[key] = holding.get(key, 0) + (job.count or 0)
+            elif job.state in ("RUNNABLE", "SUBMITTED"):
+                for entry in job.request.get("preferences", []):
+                    waiting.setdefault((job.share, entry["instance_type"]), []).append(job.submitted_at)
+        ledgers = {}
+        for name, capacity in config.pool.capacity.items():
+            ledger = TypeLedger(
+                name=name,
+                capacity=capacity,
+                gpus=0,
+                price=0.0,
+                limits={s.name: s.capacity_limits[name] for s in config.shares if name in s.capacity_limits},
+                lends={s.name: s.lends for s in config.shares},
+                usage={s.name: holding.get((s.name, name), 0) for s in config.shares},
+            )
+            ledger.recompute()
+            ledgers[name] = ledger
+        views = []
+        for share in config.shares:
+            types = {}
+            for name, ledger in ledgers.items():
+                limit, used = ledger.limit_of(share.name), ledger.usage_of(share.name)
+                queued = waiting.get((share.name, name), [])
+                if not (limit or used or queued):
+                    continue
+                types[name] = {
+                    "limit": limit,
+                    "used": used,
+                    "borrowed": max(0, used - limit),
+                    "lent": round(lent_by(ledger).get(share.name, 0.0), 3),
+                    "idle": max(0, limit - used),
+                    "runnable": len(queued),
+                    "oldest_pending_seconds": round(now - min(queued), 1) if queued else 0.0,
+                }
+            views.append(
+                {"share": share.name, "strategy": share.strategy.value, "state": share.state.value, "types": types}
+            )
+        return views
+
+    # -- plumbing ------------------------------------------------------------------------
+
+    @contextmanager
+    def _session(self) -> Iterator[Session]:
+        """A session; a database that cannot be reached becomes DatabaseUnavailable."""
+        with reachable(str(self.engine.url)), self.sessions() as session:
+            yield session
+
+    def _notify(self, session: Session) -> None:
+        """Wake the scheduler at once (PostgreSQL LISTEN/NOTIFY; SQLite schedulers poll)."""
+        if self.engine.dialect.name == "postgresql":
+            session.execute(text(f"NOTIFY {NOTIFY_CHANNEL}"))
