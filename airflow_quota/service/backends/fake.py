@@ -1,9 +1,11 @@
 """A deterministic backend for tests, the scenario replay through the service, and the soak.
 
 ``training`` says what the fake attempt does: ``{"duration": seconds of work, "startup": seconds
-before it runs, "fail_after": seconds, "reason": "ExitCode:1", "capacity_error": true}``. Time
-comes from the service's clock. With a ``state_dir`` the attempts live in files, so schedulers
-in other processes (a restarted leader) see the same attempts.
+before it runs, "failures": [{"after": seconds, "reason": "ExitCode:1"}, ...] (item k for attempt
+k+1), "capacity_error": true}``. ``remaining`` may say how much work an attempt still has (a
+training resuming from its checkpoint). Time comes from the service's clock. With a
+``state_dir`` the attempts live in files, so schedulers in other processes (a restarted leader)
+see the same attempts.
 """
 
 from __future__ import annotations
@@ -20,9 +22,15 @@ from airflow_quota.service.backends.base import AttemptReport, AttemptSpec, Atte
 class FakeBackend:
     name = "fake"
 
-    def __init__(self, clock: Callable[[], float], state_dir: Path | None = None) -> None:
+    def __init__(
+        self,
+        clock: Callable[[], float],
+        state_dir: Path | None = None,
+        remaining: Callable[[AttemptSpec], float] | None = None,
+    ) -> None:
         self.clock = clock
         self.state_dir = state_dir
+        self.remaining = remaining
         self._memory: dict[str, dict[str, Any]] = {}
         self.starts: list[str] = []
         """Every attempt key ever started by this object, in order (tests check "never twice")."""
@@ -31,7 +39,19 @@ class FakeBackend:
         if self._load(attempt.key) is not None:
             return
         self.starts.append(attempt.key)
-        self._save(attempt.key, {"started_at": self.clock(), "training": attempt.training, "stop_at": None})
+        work = self.remaining(attempt) if self.remaining else float(attempt.training.get("duration", 0))
+        failures = attempt.training.get("failures") or []
+        failure = failures[attempt.attempt - 1] if attempt.attempt <= len(failures) else None
+        self._save(
+            attempt.key,
+            {
+                "started_at": self.clock(),
+                "training": attempt.training,
+                "work": work,
+                "failure": failure,
+                "stop_at": None,
+            },
+        )
 
     def poll(self, attempt: AttemptSpec) -> AttemptReport:
         state = self._load(attempt.key)
@@ -43,10 +63,11 @@ class FakeBackend:
         running_since = started + float(training.get("startup", 0))
         if training.get("capacity_error"):
             return AttemptReport(AttemptStatus.CAPACITY_ERROR, "CapacityError: no capacity", ended_at=started)
-        ends = running_since + float(training.get("duration", 0))
-        fails = "fail_after" in training and running_since + float(training["fail_after"]) < ends
+        ends = running_since + float(state["work"])
+        failure = state["failure"]
+        fails = failure is not None and running_since + float(failure["after"]) < ends
         if fails:
-            ends = running_since + float(training["fail_after"])
+            ends = running_since + float(failure["after"])
         stop_at = state["stop_at"]
         if stop_at is not None and stop_at < ends:
             if now >= stop_at:
@@ -60,6 +81,21 @@ class FakeBackend:
         if now >= running_since:
             return AttemptReport(AttemptStatus.RUNNING, None, running_since)
         return AttemptReport(AttemptStatus.PENDING)
+
+    def next_change(self, after: float) -> float | None:
+        """The earliest moment after ``after`` at which some attempt's status changes (tests
+        that drive the clock step to it); only for the in-memory store."""
+        moments = []
+        for state in self._memory.values():
+            training = state["training"]
+            running_since = float(state["started_at"]) + float(training.get("startup", 0))
+            ends = running_since + float(state["work"])
+            if state["failure"] is not None:
+                ends = min(ends, running_since + float(state["failure"]["after"]))
+            if state["stop_at"] is not None:
+                ends = min(ends, float(state["stop_at"]))
+            moments += [t for t in (running_since, ends) if t > after]
+        return min(moments, default=None)
 
     def stop(self, attempt: AttemptSpec, grace_seconds: float) -> None:
         state = self._load(attempt.key)
