@@ -260,9 +260,9 @@ class QuotaService:
         job = self._job(attempt.job_id)
         current = job is not None and job.attempts == attempt.number and job.placement is not None
         if report.status is AttemptStatus.RUNNING and attempt.status != "RUNNING":
-            gathered.running.append((attempt.job_id, attempt.number, report.running_since or now))
+            since = now if report.running_since is None else min(report.running_since, now)
+            gathered.running.append((attempt.job_id, attempt.number, since))
             if current and job is not None and not job.stopping:
-                since = min(report.running_since or now, now)
                 self._feed(
                     gathered, "running", {"job_id": attempt.job_id, "attempt": attempt.number, "since": since}, now
                 )
@@ -319,7 +319,7 @@ class QuotaService:
                 attempt = session.get(Attempt, (job_id, number))
                 if attempt is not None:
                     attempt.status, attempt.reason = report.status.value, report.reason
-                    attempt.ended_at = report.ended_at or now
+                    attempt.ended_at = now if report.ended_at is None else report.ended_at
             for decision in gathered.decisions:
                 self._record(session, decision, gathered, now)
             for job_id in gathered.rejected_jobs:

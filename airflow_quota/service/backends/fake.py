@@ -75,7 +75,7 @@ class FakeBackend:
         elif now >= ends:
             if fails:
                 return AttemptReport(
-                    AttemptStatus.FAILED, str(training.get("reason", "ExitCode:1")), running_since, ends
+                    AttemptStatus.FAILED, str(failure.get("reason", "ExitCode:1")), running_since, ends
                 )
             return AttemptReport(AttemptStatus.SUCCEEDED, None, running_since, ends)
         if now >= running_since:
