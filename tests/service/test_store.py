@@ -1,0 +1,159 @@
+"""The quota database: migrations, configuration versions, submissions, changes, reading; each on
+SQLite and on PostgreSQL. On any error nothing is stored."""
+
+from __future__ import annotations
+
+import pytest
+from sqlalchemy import Engine, func, select
+
+from airflow_quota.core.model import JobRequest
+from airflow_quota.exceptions import ChangeRefused, InvalidInput, SubmissionRejected
+from airflow_quota.service.backends.fake import FakeBackend
+from airflow_quota.service.clock import ManualClock
+from airflow_quota.service.scheduler import QuotaService
+from airflow_quota.store.engine import DatabaseUnavailable, current_revision, head_revision, make_engine, migrate
+from airflow_quota.store.models import ConfigVersion, Input, JobRow, Request
+from airflow_quota.store.repository import QuotaStore
+from airflow_quota.store.settings import ENV_URL, database_url
+
+QUOTA = {
+    "pool": {"capacity": {"ml.g5.xlarge": 3}},
+    "shares": [
+        {"name": "qs1", "capacity_limits": {"ml.g5.xlarge": 1}, "strategy": "LEND_AND_BORROW", "max_priority": 50},
+        {"name": "qs2", "capacity_limits": {"ml.g5.xlarge": 1}, "strategy": "LEND"},
+        {"name": "off", "capacity_limits": {"ml.g5.xlarge": 1}, "state": "DISABLED"},
+    ],
+}
+
+
+def job(name: str, share: str = "qs1", count: int = 1, priority: int = 1) -> JobRequest:
+    return JobRequest(
+        name=name, share=share, priority=priority, preferences=[{"instance_type": "ml.g5.xlarge", "count": count}]
+    )
+
+
+def rows(engine: Engine, table: type) -> int:
+    with engine.connect() as connection:
+        return int(connection.scalar(select(func.count()).select_from(table)) or 0)
+
+
+def test_migrate_creates_then_finds_nothing_to_do(engine: Engine) -> None:
+    assert current_revision(engine) == head_revision(engine)
+    before, after = migrate(engine)
+    assert before == after == head_revision(engine)
+
+
+def test_an_invalid_configuration_stores_nothing(engine: Engine) -> None:
+    store = QuotaStore(engine)
+    broken = {**QUOTA, "shares": [{**QUOTA["shares"][0], "capacity_limits": {"ml.g5.xlarge": 9}}]}
+    with pytest.raises(InvalidInput) as problems:
+        store.apply_config(broken)
+    assert any("limits sum to 9" in str(p) for p in problems.value.problems)
+    assert rows(engine, ConfigVersion) == 0 and rows(engine, Request) == 0
+
+
+def test_configurations_are_versioned(engine: Engine) -> None:
+    store = QuotaStore(engine)
+    first = store.apply_config(QUOTA)
+    second = store.apply_config({**QUOTA, "pool": {"capacity": {"ml.g5.xlarge": 4}}})
+    assert second == first + 1
+    latest = store.latest_config()
+    assert latest is not None and latest[0] == second and latest[1].pool.capacity["ml.g5.xlarge"] == 4
+
+
+@pytest.mark.parametrize(
+    ("request_", "rule"),
+    [
+        (job("big", count=4), "more than the pool's capacity"),
+        (job("mine", share="qs2", count=2), "can hold at most 1x"),
+        (job("off", share="off"), "DISABLED"),
+        (job("nobody", share="nobody"), "no share named"),
+        (job("vip", priority=60), "max_priority"),
+    ],
+    ids=["count over capacity", "LEND share over its limit", "disabled share", "unknown share", "priority too high"],
+)
+def test_a_submission_the_quota_refuses_stores_nothing(engine: Engine, request_: JobRequest, rule: str) -> None:
+    store = QuotaStore(engine)
+    store.apply_config(QUOTA)
+    with pytest.raises(SubmissionRejected, match=rule):
+        store.submit(request_, "fake", {"duration": 1})
+    assert rows(engine, JobRow) == 0 and rows(engine, Request) == 1  # only the configuration
+
+
+def test_no_submission_before_a_configuration(engine: Engine) -> None:
+    with pytest.raises(SubmissionRejected, match="no quota configuration"):
+        QuotaStore(engine).submit(job("early"), "fake")
+
+
+def test_a_live_name_is_taken_once_and_a_token_finds_its_job(engine: Engine) -> None:
+    store = QuotaStore(engine)
+    store.apply_config(QUOTA)
+    first = store.submit(job("train"), "fake", {"duration": 1}, client_token="dag.task.run.1")
+    again = store.submit(job("train"), "fake", {"duration": 1}, client_token="dag.task.run.1")
+    assert again.id == first.id
+    with pytest.raises(SubmissionRejected, match="already named 'train'"):
+        store.submit(job("train"), "fake", {"duration": 1})
+    assert rows(engine, JobRow) == 1
+
+
+def test_priority_changes_are_checked_against_the_share(engine: Engine) -> None:
+    store = QuotaStore(engine)
+    store.apply_config(QUOTA)
+    submitted = store.submit(job("train"), "fake", {"duration": 1})
+    with pytest.raises(ChangeRefused, match="max_priority 50"):
+        store.set_priority(submitted.id, 51)
+    store.set_priority(submitted.id, 50)
+    with pytest.raises(ChangeRefused, match="no job with id"):
+        store.cancel(999)
+
+
+def test_the_scheduler_takes_the_inbox_in_and_a_restart_replays_it(engine: Engine) -> None:
+    clock = ManualClock(1000.0)
+    store = QuotaStore(engine, clock.now)
+    fake = FakeBackend(clock.now)
+    store.apply_config(QUOTA)
+    a = store.submit(job("a"), "fake", {"duration": 100})
+    b = store.submit(job("b"), "fake", {"duration": 100})
+    c = store.submit(job("c"), "fake", {"duration": 100})
+    service = QuotaService(engine, {"fake": fake}, clock=clock)
+    service.step()
+    states = {j.name: j.state for j in store.jobs()}
+    assert states == {"a": "SCHEDULED", "b": "SCHEDULED", "c": "RUNNABLE"}
+    waiting = store.job(c.id)
+    assert waiting is not None and waiting.pending_reason == "WAITING_FOR_QUOTA" and waiting.position_in_share == 1
+    assert fake.starts == [f"{a.id}-1", f"{b.id}-1"]
+    assert store.pending_requests() == 0
+    # a second scheduler replays the log into the same state and starts nothing again
+    again = QuotaService(engine, {"fake": fake}, clock=clock)
+    again.recover()
+    assert again.scheduler is not None and service.scheduler is not None
+    assert {j.name: j.state for j in again.scheduler.snapshot.jobs.values()} == {
+        j.name: j.state for j in service.scheduler.snapshot.jobs.values()
+    }
+    assert fake.starts == [f"{a.id}-1", f"{b.id}-1"]
+    assert rows(engine, Input) >= 5
+    clock.advance_to(1100.0)
+    again.step()
+    assert {j.name: j.state for j in store.jobs()} == {"a": "SUCCEEDED", "b": "SUCCEEDED", "c": "SCHEDULED"}
+
+
+def test_an_unreachable_database_is_one_clear_line() -> None:
+    store = QuotaStore(make_engine("postgresql+psycopg://postgres@127.0.0.1:1/nowhere"))
+    with pytest.raises(DatabaseUnavailable) as failure:
+        store.jobs()
+    message = str(failure.value)
+    assert "127.0.0.1:1/nowhere is unreachable" in message and "\n" not in message
+
+
+def test_the_database_url_setting(monkeypatch: pytest.MonkeyPatch, tmp_path: object) -> None:
+    monkeypatch.delenv(ENV_URL, raising=False)
+    monkeypatch.delenv("AIRFLOW_CONN_QUOTA_DEFAULT", raising=False)
+    monkeypatch.setenv("AIRFLOW_HOME", str(tmp_path))
+    assert database_url() == f"sqlite:///{tmp_path}/quota.db"
+    monkeypatch.setenv("AIRFLOW_CONN_QUOTA_DEFAULT", "postgresql://u@db:5432/quota")
+    assert database_url() == "postgresql+psycopg://u@db:5432/quota"
+    (tmp_path / "airflow.cfg").write_text("[quota]\nsql_alchemy_conn = sqlite:////srv/q.db\n")  # type: ignore[operator]
+    assert database_url() == "sqlite:////srv/q.db"
+    monkeypatch.setenv(ENV_URL, "postgres://x@y/z")
+    assert database_url() == "postgresql+psycopg://x@y/z"
+    assert database_url("sqlite:///explicit.db") == "sqlite:///explicit.db"
