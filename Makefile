@@ -6,7 +6,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: test lint typecheck demo bench clean
+.PHONY: test lint typecheck postgres demo bench clean
 
 $(BIN)/python:
 	@$(PYTHON) -m venv $(VENV) 2>/dev/null || { \
@@ -18,6 +18,13 @@ $(STAMP): $(BIN)/python pyproject.toml
 	$(BIN)/python -m pip install -q -e '.[test]'
 	@touch $(STAMP)
 
+# The service tests need PostgreSQL: the machine's server when one answers on 127.0.0.1:5432,
+# else a throwaway server the tests start from Debian's postgresql package, installed here.
+postgres:
+	@ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || pg_isready -q -h 127.0.0.1 -p 5432 2>/dev/null || { \
+	  echo "installing Debian's postgresql for the service tests"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null; }
+
 lint: $(STAMP)
 	$(BIN)/ruff check airflow_quota tests benchmarks
 	$(BIN)/lint-imports
@@ -25,7 +32,7 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
-test: lint typecheck
+test: lint typecheck postgres
 	$(BIN)/pytest
 
 demo: $(STAMP)

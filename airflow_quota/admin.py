@@ -74,10 +74,12 @@ def add_commands(commands: Any) -> None:
     priority.add_argument("job", help="job id or name")
     priority.add_argument("priority", type=int)
     _db_option(priority)
+    _json_option(priority)
     priority.set_defaults(run=set_priority)
     cancel = job_commands.add_parser("cancel", help="cancel a job (FAILED with CANCELLED)")
     cancel.add_argument("job", help="job id or name")
     _db_option(cancel)
+    _json_option(cancel)
     cancel.set_defaults(run=cancel_job)
 
     alerts = commands.add_parser("alerts", help="STARVING, PREEMPTED_REPEATEDLY and GUARANTEE_VIOLATED alerts")
@@ -374,7 +376,10 @@ def set_priority(args: argparse.Namespace) -> int:
     store = _store(args)
     job = _find(store, args.job)
     store.set_priority(job.id, args.priority)
-    print(f"job {job.id} ({job.name}): priority {args.priority} asked; it takes effect at the next cycle")
+    if args.json:
+        _print_json({"job": job.id, "name": job.name, "priority": args.priority, "status": "requested"})
+    else:
+        print(f"job {job.id} ({job.name}): priority {args.priority} asked; it takes effect at the next cycle")
     return 0
 
 
@@ -382,7 +387,10 @@ def cancel_job(args: argparse.Namespace) -> int:
     store = _store(args)
     job = _find(store, args.job)
     store.cancel(job.id)
-    print(f"job {job.id} ({job.name}): cancel asked")
+    if args.json:
+        _print_json({"job": job.id, "name": job.name, "cancel": "requested"})
+    else:
+        print(f"job {job.id} ({job.name}): cancel asked")
     return 0
 
 
