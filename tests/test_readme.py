@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 import shlex
+from pathlib import Path
 
 import pytest
 
@@ -35,10 +36,19 @@ def test_the_readme_shows_commands() -> None:
     assert len(COMMANDS) >= 6
 
 
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A directory like the repository's root, so commands that write (a quota.db) write there;
+    the commands run in README order, each seeing what the previous ones did."""
+    path = tmp_path_factory.mktemp("readme")
+    (path / "examples").symlink_to(ROOT / "examples")
+    return path
+
+
 @pytest.mark.parametrize(("command", "shown"), COMMANDS, ids=[c for c, _ in COMMANDS])
-def test_readme_command(command: str, shown: list[str]) -> None:
+def test_readme_command(command: str, shown: list[str], workdir: Path) -> None:
     args = shlex.split(command)[1:]
-    run = cli(*args, cwd=ROOT)
+    run = cli(*args, cwd=workdir)
     assert "Traceback" not in run.stderr
     expected_code = 2 if "broken" in command else 0
     assert run.code == expected_code, run.stderr
