@@ -21,7 +21,7 @@ from airflow_quota.core.model import JobRequest
 from airflow_quota.core.quota import TypeLedger, lent_by
 from airflow_quota.core.snapshot import Snapshot
 from airflow_quota.core.submission import check_submission
-from airflow_quota.exceptions import ChangeRefused, SubmissionRejected
+from airflow_quota.exceptions import ChangeRefused, InvalidInput, Problem, SubmissionRejected
 from airflow_quota.store.engine import reachable, session_factory
 from airflow_quota.store.models import (
     LIVE_STATES,
@@ -55,6 +55,13 @@ class QuotaStore:
         """Validate and store a configuration as a new version; raises InvalidInput (nothing
         stored). It takes effect at the scheduler's next cycle."""
         config = parse_config(raw)
+        names = {share.name for share in config.shares}
+        orphans = sorted({job.share for job in self.jobs(states=LIVE_STATES)} - names)
+        if orphans:
+            raise InvalidInput(
+                Problem("shares", f"share {name!r} has live jobs: set its state to DISABLED and let them finish first")
+                for name in orphans
+            )
         document = config.model_dump(mode="json", exclude_defaults=True)
         with self._session() as session, session.begin():
             version = ConfigVersion(created_at=self.clock(), document=document, source=source)

@@ -52,6 +52,16 @@ def test_an_invalid_configuration_stores_nothing(engine: Engine) -> None:
     assert rows(engine, ConfigVersion) == 0 and rows(engine, Request) == 0
 
 
+def test_a_share_with_live_jobs_cannot_be_removed(engine: Engine) -> None:
+    store = QuotaStore(engine)
+    store.apply_config(QUOTA)
+    store.submit(job("train", share="qs2"), "fake", {"duration": 1})
+    without_qs2 = {**QUOTA, "shares": [s for s in QUOTA["shares"] if s["name"] != "qs2"]}
+    with pytest.raises(InvalidInput, match="share 'qs2' has live jobs"):
+        store.apply_config(without_qs2)
+    assert rows(engine, ConfigVersion) == 1
+
+
 def test_configurations_are_versioned(engine: Engine) -> None:
     store = QuotaStore(engine)
     first = store.apply_config(QUOTA)
