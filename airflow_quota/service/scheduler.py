@@ -97,7 +97,6 @@ class QuotaService:
         self.scheduler: QuotaScheduler | None = None
         self._last_cycle = float("-inf")
         self._last_refresh = float("-inf")
-        self._start_failures: list[tuple[int, int, str]] = []
         self.recovered = False
 
     # -- the process ---------------------------------------------------------------------
@@ -234,9 +233,6 @@ class QuotaService:
         """Ask the backends about every attempt they run; turn what changed into inputs."""
         if self.scheduler is None:
             return
-        for job_id, payload in self._start_failures_inputs():
-            gathered.touched.add(job_id)
-            self._feed(gathered, "finished", payload, now)
         with self.sessions() as session:
             open_attempts = session.scalars(
                 select(Attempt).where(Attempt.ended_at.is_(None), Attempt.action.is_(None))
@@ -267,7 +263,9 @@ class QuotaService:
                     gathered, "running", {"job_id": attempt.job_id, "attempt": attempt.number, "since": since}, now
                 )
         if report.status is AttemptStatus.UNKNOWN:
-            report = AttemptReport(AttemptStatus.FAILED, "BackendLost: the backend has no such attempt")
+            # never started (the backend refused it), or lost by the backend: a failed attempt
+            reason = attempt.reason if attempt.status == "START_FAILED" else "BackendLost: no such attempt"
+            report = AttemptReport(AttemptStatus.FAILED, reason)
         if not report.status.ended:
             return
         gathered.ended.append((attempt.job_id, attempt.number, report))
@@ -290,16 +288,6 @@ class QuotaService:
         assert self.scheduler is not None
         seq = self.scheduler.snapshot.refs.get(job_id)
         return None if seq is None else self.scheduler.snapshot.jobs[seq]
-
-    def _start_failures_inputs(self) -> list[tuple[int, dict[str, Any]]]:
-        failures, self._start_failures = self._start_failures, []
-        assert self.scheduler is not None
-        out = []
-        for job_id, number, reason in failures:
-            job = self._job(job_id)
-            if job is not None and job.attempts == number and job.state.holds_capacity:
-                out.append((job_id, {"job_id": job_id, "attempt": number, "succeeded": False, "reason": reason}))
-        return out
 
     # -- committing ----------------------------------------------------------------------
 
@@ -427,7 +415,7 @@ class QuotaService:
             assert row is not None
             backend = self.backends.get(attempt.backend)
             spec = self._spec(row, attempt)
-            status = attempt.status
+            status, reason = attempt.status, attempt.reason
             try:
                 if backend is None:
                     raise BackendError(f"no backend {attempt.backend!r} is configured in this scheduler")
@@ -438,15 +426,12 @@ class QuotaService:
                     backend.stop(spec, attempt.stop_grace)
             except BackendError as exc:
                 log.error("attempt %s of job %s: %s", attempt.number, row.name, exc)
-                if attempt.action == "START":
-                    self._start_failures.append((attempt.job_id, attempt.number, f"BackendError: {exc}"))
-                    status = "FAILED"
+                if attempt.action == "START":  # the next poll reports it as a failed attempt
+                    status, reason = "START_FAILED", f"BackendError: {exc}"
             with self.sessions() as session, session.begin():
                 fresh = session.get(Attempt, (attempt.job_id, attempt.number))
                 if fresh is not None:
-                    fresh.action, fresh.status = None, status
-                    if status == "FAILED":
-                        fresh.ended_at = self.clock.now()
+                    fresh.action, fresh.status, fresh.reason = None, status, reason
 
     def _spec(self, row: JobRow, attempt: Attempt) -> AttemptSpec:
         plan_arn = None

@@ -167,3 +167,36 @@ def test_the_database_url_setting(monkeypatch: pytest.MonkeyPatch, tmp_path: obj
     monkeypatch.setenv(ENV_URL, "postgres://x@y/z")
     assert database_url() == "postgresql+psycopg://x@y/z"
     assert database_url("sqlite:///explicit.db") == "sqlite:///explicit.db"
+
+
+class RefusingBackend(FakeBackend):
+    """A backend whose start is refused (a bad training request, an API error)."""
+
+    def start(self, attempt: object) -> None:
+        from airflow_quota.service.backends.base import BackendError
+
+        raise BackendError("CreateTrainingJob refused: bad request")
+
+
+def test_a_refused_start_is_a_failed_attempt_even_across_a_restart(engine: Engine) -> None:
+    clock = ManualClock(0.0)
+    store = QuotaStore(engine, clock.now)
+    store.apply_config(QUOTA)
+    refused = store.submit(
+        JobRequest(
+            name="bad", share="qs1", retry_attempts=2, preferences=[{"instance_type": "ml.g5.xlarge", "count": 1}]
+        ),
+        "fake",
+        {"duration": 5},
+    )
+    backend = RefusingBackend(clock.now)
+    QuotaService(engine, {"fake": backend}, clock=clock).step()  # placed; its start is refused
+    # the scheduler dies here; the next one learns of the refusal from the attempt it finds
+    clock.advance_to(1.0)
+    again = QuotaService(engine, {"fake": backend}, clock=clock)
+    again.recover()
+    again.step()
+    attempts = store.attempts(refused.id)
+    assert attempts[0].status == "FAILED" and "CreateTrainingJob refused" in (attempts[0].reason or "")
+    lines = [e.line for e in store.events(job="bad")]
+    assert any("REQUEUED bad" in line and "BackendError" in line for line in lines), lines
