@@ -24,7 +24,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import Engine, select
+from sqlalchemy import Engine, select, update
 from sqlalchemy.orm import Session
 
 from airflow_quota.core.cycle import QuotaScheduler
@@ -196,7 +196,7 @@ class QuotaService:
             requests = session.scalars(
                 select(Request).where(Request.handled.is_(False)).order_by(Request.id).limit(500)
             ).all()
-            jobs = {r.job_id: session.get(JobRow, r.job_id) for r in requests if r.job_id is not None}
+            jobs = _rows_by_id(session, {r.job_id for r in requests if r.job_id is not None})
             documents = {}
             for request in requests:
                 if request.kind == "config":
@@ -237,7 +237,7 @@ class QuotaService:
             open_attempts = session.scalars(
                 select(Attempt).where(Attempt.ended_at.is_(None), Attempt.action.is_(None))
             ).all()
-            rows = {a.job_id: session.get(JobRow, a.job_id) for a in open_attempts}
+            rows = _rows_by_id(session, {a.job_id for a in open_attempts})
         for attempt in open_attempts:
             row = rows[attempt.job_id]
             assert row is not None
@@ -258,6 +258,7 @@ class QuotaService:
         if report.status is AttemptStatus.RUNNING and attempt.status != "RUNNING":
             since = now if report.running_since is None else min(report.running_since, now)
             gathered.running.append((attempt.job_id, attempt.number, since))
+            gathered.touched.add(attempt.job_id)
             if current and job is not None and not job.stopping:
                 self._feed(
                     gathered, "running", {"job_id": attempt.job_id, "attempt": attempt.number, "since": since}, now
@@ -394,12 +395,11 @@ class QuotaService:
         if refresh:
             self._last_refresh = now
             touched = touched | {job.ref for job in snap.jobs.values() if job.state is JobState.RUNNABLE and job.ref}
-        for job_id in sorted(touched):
-            seq = snap.refs.get(job_id)
-            row = session.get(JobRow, job_id)
-            if seq is None or row is None:
-                continue
-            _copy_job(snap.jobs[seq], row, snap, now)
+        changes = [
+            _job_columns(snap.jobs[snap.refs[job_id]], snap, now) for job_id in sorted(touched) if job_id in snap.refs
+        ]
+        if changes:
+            session.execute(update(JobRow), changes)  # one executemany: an UPDATE by primary key
 
     # -- backend actions -----------------------------------------------------------------
 
@@ -409,7 +409,7 @@ class QuotaService:
             pending = session.scalars(
                 select(Attempt).where(Attempt.action.is_not(None)).order_by(Attempt.placed_at)
             ).all()
-            rows = {a.job_id: session.get(JobRow, a.job_id) for a in pending}
+            rows = _rows_by_id(session, {a.job_id for a in pending})
         for attempt in pending:
             row = rows[attempt.job_id]
             assert row is not None
@@ -458,29 +458,43 @@ class QuotaService:
         )
 
 
-def _copy_job(job: Job, row: JobRow, snap: Any, now: float) -> None:
-    row.state = job.state.value
-    row.priority = job.priority
-    row.reason = job.failure.value if job.failure else None
-    row.detail = job.failure_detail
-    row.attempts = job.attempts
-    row.preemptions = len(job.preemptions)
-    row.wait_seconds = job.wait_seconds
+def _rows_by_id(session: Session, ids: set[int]) -> dict[int, JobRow | None]:
+    """The job rows with these ids, in one query."""
+    found: dict[int, JobRow | None] = dict.fromkeys(ids)
+    if ids:
+        for row in session.scalars(select(JobRow).where(JobRow.id.in_(sorted(ids)))):
+            found[row.id] = row
+    return found
+
+
+def _job_columns(job: Job, snap: Any, now: float) -> dict[str, Any]:
+    """The columns of ``quota_jobs`` that the scheduler owns, for one job as it now stands."""
     last = job.last_placement
-    if last is not None:
-        row.instance_type, row.count, row.training_plan = last.instance_type, last.count, last.training_plan
-    row.borrowed = job.placement.borrowed if job.placement else 0
-    row.gpu_hours = job.gpu_seconds / 3600
-    row.lost_gpu_hours = job.lost_gpu_seconds / 3600
-    row.cost = job.cost
+    columns: dict[str, Any] = {
+        "id": job.ref,
+        "state": job.state.value,
+        "priority": job.priority,
+        "reason": job.failure.value if job.failure else None,
+        "detail": job.failure_detail,
+        "attempts": job.attempts,
+        "preemptions": len(job.preemptions),
+        "wait_seconds": job.wait_seconds,
+        "instance_type": last.instance_type if last else None,
+        "count": last.count if last else None,
+        "training_plan": last.training_plan if last else None,
+        "borrowed": job.placement.borrowed if job.placement else 0,
+        "gpu_hours": job.gpu_seconds / 3600,
+        "lost_gpu_hours": job.lost_gpu_seconds / 3600,
+        "cost": job.cost,
+        "pending_reason": None,
+        "waiting_for": None,
+        "position_in_share": None,
+        "position_in_queue": None,
+        "updated_at": now,
+    }
     if job.state is JobState.RUNNABLE:
-        view = pending_view(snap, job, now)
-        row.pending_reason, row.waiting_for = view["pending_reason"], view["waiting_for"]
-        row.position_in_share, row.position_in_queue = view["position_in_share"], view["position_in_queue"]
-    else:
-        row.pending_reason = row.waiting_for = None
-        row.position_in_share = row.position_in_queue = None
-    row.updated_at = now
+        columns.update(pending_view(snap, job, now))
+    return columns
 
 
 def run_forever(service: QuotaService) -> None:
