@@ -125,7 +125,6 @@ def run_scheduler(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s", stream=sys.stderr)
     url = database_url(args.db)
     engine = make_engine(url)
-    migrate(engine)
     state = Path(args.state_dir) if args.state_dir else airflow_home() / "quota"
     clock = WallClock()
     backends: dict[str, Any] = {"fake": FakeBackend(clock.now, state / "fake")}

@@ -5,6 +5,7 @@ rules that span fields, every problem reported at once with its path.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from datetime import datetime, timezone
 from enum import Enum
@@ -252,12 +253,14 @@ def parse_config(raw: Any, prefix: str = "") -> QuotaConfig:
             problems.extend(pydantic_problems(exc, prefix))
     shares = raw.get("shares")
     valid_shares: list[Share] = []
+    original_index: list[int] = []
     if not isinstance(shares, list) or not shares:
         problems.append(Problem(join_path(prefix, "shares"), "a list of at least one share is required"))
     else:
         for i, item in enumerate(shares):
             try:
                 valid_shares.append(Share.model_validate(item))
+                original_index.append(i)
             except ValidationError as exc:
                 problems.extend(pydantic_problems(exc, join_path(prefix, f"shares[{i}]")))
     if "pool" not in raw:
@@ -270,14 +273,21 @@ def parse_config(raw: Any, prefix: str = "") -> QuotaConfig:
             alerts=parts.get("alerts", AlertsConfig()),
         )
         broken = {p.path for p in problems}
-        problems.extend(
-            Problem(join_path(prefix, p.path), p.message)
-            for p in check_rules(partial)
-            if join_path(prefix, p.path) not in broken
-        )
+        for problem in check_rules(partial):
+            path = join_path(prefix, _renumber_shares(problem.path, original_index))
+            if path not in broken:
+                problems.append(Problem(path, problem.message))
     if problems:
         raise InvalidInput(problems)
     return QuotaConfig.model_validate(raw)
+
+
+def _renumber_shares(path: str, original_index: list[int]) -> str:
+    """``shares[i]`` of the valid shares only, as ``shares[j]`` of the file."""
+    match = re.match(r"shares\[(\d+)\]", path)
+    if match is None:
+        return path
+    return f"shares[{original_index[int(match.group(1))]}]" + path[match.end() :]
 
 
 def _placeholder() -> dict[str, Any]:

@@ -46,7 +46,7 @@ from airflow_quota.exceptions import Refused
 from airflow_quota.service.backends.base import AttemptReport, AttemptSpec, AttemptStatus, Backend, BackendError
 from airflow_quota.service.clock import Clock, WallClock
 from airflow_quota.service.inputs import apply_input, replay
-from airflow_quota.store.engine import DatabaseUnavailable, reachable, session_factory
+from airflow_quota.store.engine import DatabaseUnavailable, migrate, reachable, session_factory
 from airflow_quota.store.lock import leader_lock
 from airflow_quota.store.models import AlertRow, Attempt, ConfigVersion, EventRow, Input, JobRow, Preemption, Request
 from airflow_quota.store.repository import NOTIFY_CHANNEL
@@ -101,25 +101,32 @@ class QuotaService:
 
     # -- the process ---------------------------------------------------------------------
 
-    def run(self, stop: threading.Event) -> None:
-        """Lead when possible, wait otherwise, until ``stop`` is set (SIGTERM)."""
+    def run(self, stop: threading.Event, migrate_first: bool = True) -> None:
+        """Lead when possible, wait otherwise, until ``stop`` is set (SIGTERM). A database that
+        cannot be reached (at start, or later) is logged in one line and retried with back-off."""
         backoff = 1.0
         leading = False
+        migrated = not migrate_first
         while not stop.is_set():
             try:
-                if not leading:
-                    leading = self.lock.acquire()
+                with reachable(str(self.engine.url)):
+                    if not migrated:
+                        migrate(self.engine)
+                        migrated = True
                     if not leading:
-                        stop.wait(1.0)
+                        leading = self.lock.acquire()
+                        if not leading:
+                            stop.wait(1.0)
+                            continue
+                        log.info("%s leads the quota scheduler", self.holder)
+                        self.recover()
+                    if not self.lock.still_leader():
+                        log.warning("%s lost the leadership; waiting", self.holder)
+                        leading = False
+                        self.scheduler = None
                         continue
-                    log.info("%s leads the quota scheduler", self.holder)
-                    self.recover()
-                if not self.lock.still_leader():
-                    log.warning("%s lost the leadership; waiting", self.holder)
-                    leading = False
-                    self.scheduler = None
-                    continue
-                if not self.step():
+                    worked = self.step()
+                if not worked:
                     self._wait(stop)
                 backoff = 1.0
             except DatabaseUnavailable as exc:
@@ -129,7 +136,11 @@ class QuotaService:
                 stop.wait(backoff)
                 backoff = min(backoff * 2, 30.0)
         if leading:
-            self.lock.release()
+            try:
+                with reachable(str(self.engine.url)):
+                    self.lock.release()
+            except DatabaseUnavailable:
+                pass  # the lock went with the connection
             log.info("%s stopped", self.holder)
 
     def _wait(self, stop: threading.Event) -> None:
@@ -175,7 +186,9 @@ class QuotaService:
                 or ((timer := self.scheduler.next_timer()) is not None and timer <= now)
             )
             if due:
-                self._feed(gathered, "cycle", {}, now)
+                if not self._feed(gathered, "cycle", {}, now):
+                    # a cycle that decided nothing changed nothing a replay needs: not logged
+                    gathered.inputs.pop()
                 self._last_cycle = now
             if gathered.inputs or gathered.handled or gathered.ended or gathered.running:
                 self._commit(gathered, now)
@@ -263,7 +276,9 @@ class QuotaService:
                 self._feed(
                     gathered, "running", {"job_id": attempt.job_id, "attempt": attempt.number, "since": since}, now
                 )
-        if report.status is AttemptStatus.UNKNOWN:
+        if report.status is AttemptStatus.UNKNOWN and attempt.status == "NOT_STARTED":
+            report = AttemptReport(AttemptStatus.STOPPED, "preempted before it started")
+        elif report.status is AttemptStatus.UNKNOWN:
             # never started (the backend refused it), or lost by the backend: a failed attempt
             reason = attempt.reason if attempt.status == "START_FAILED" else "BackendLost: no such attempt"
             report = AttemptReport(AttemptStatus.FAILED, reason)
@@ -356,7 +371,10 @@ class QuotaService:
         elif isinstance(decision, Preempted):
             attempt = session.get(Attempt, (job_id, job.attempts))
             if attempt is not None and attempt.ended_at is None:
-                attempt.action, attempt.stop_grace, attempt.status = "STOP", decision.grace_seconds, "STOPPING"
+                if attempt.action == "START":  # placed and preempted before the backend heard of it
+                    attempt.action, attempt.status = None, "NOT_STARTED"
+                else:
+                    attempt.action, attempt.stop_grace, attempt.status = "STOP", decision.grace_seconds, "STOPPING"
             session.add(
                 Preemption(
                     job_id=job_id,

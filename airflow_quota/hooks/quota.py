@@ -1,0 +1,392 @@
+"""``QuotaHook``: the one way the Airflow layer (operators, sensors, triggers) touches quota state.
+
+The quota state lives in its own database, not Airflow's (task code and triggers may not touch
+Airflow's metadata database in Airflow 3). The hook finds that database through an Airflow
+connection (``quota_default`` unless told otherwise) and talks to it through the store's
+``QuotaStore``: writes go to the quota scheduler's inbox, reads see the jobs as the scheduler
+last wrote them.
+
+Every method has a blocking form for workers and, where a trigger needs it, an ``a``-prefixed
+coroutine that runs the blocking call in a thread (``asyncio.to_thread``): SQLAlchemy blocks, and
+a blocked event loop would stall every trigger of the triggerer.
+
+One ``QuotaStore`` (one engine and connection pool) is kept per database URL for the whole
+process, so a triggerer following a thousand jobs holds one pool, not a thousand.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Any
+
+from airflow.sdk import BaseHook
+from airflow.sdk.exceptions import AirflowNotFoundException
+from sqlalchemy import select
+from sqlalchemy.engine import URL
+
+from airflow_quota.core.cycle import EPOCH
+from airflow_quota.core.model import Job, JobRequest, JobState, PreferenceEntry
+from airflow_quota.core.snapshot import Mode, Snapshot
+from airflow_quota.exceptions import ChangeRefused
+from airflow_quota.store.engine import make_engine, reachable
+from airflow_quota.store.models import LIVE_STATES, Attempt, EventRow, JobRow, Request
+from airflow_quota.store.repository import HOLDING_STATES, QuotaStore
+from airflow_quota.store.settings import database_url, normalize, redacted
+
+FINAL_STATES = frozenset({JobState.SUCCEEDED.value, JobState.FAILED.value})
+"""Job states after which nothing more happens (quota-model.md 3)."""
+
+_STORES: dict[str, QuotaStore] = {}
+_STORES_LOCK = threading.Lock()
+
+
+def store_for(url: str) -> QuotaStore:
+    """The process-wide ``QuotaStore`` of a database URL (created on first use)."""
+    with _STORES_LOCK:
+        store = _STORES.get(url)
+        if store is None:
+            store = _STORES[url] = QuotaStore(make_engine(url))
+        return store
+
+
+def connection_url(conn: Any) -> str:
+    """The SQLAlchemy URL an Airflow connection names.
+
+    In order: an explicit ``sql_alchemy_conn`` (or ``url``) in the connection's extra; a
+    ``sqlite`` connection's path (Airflow keeps it in ``host``, or in ``schema`` when the
+    connection came from a ``sqlite:////abs/path`` URI); a ``postgres`` connection's fields (for
+    psycopg 3); else the connection's URI as Airflow renders it.
+    """
+    extra = conn.extra_dejson or {}
+    for key in ("sql_alchemy_conn", "url"):
+        if extra.get(key):
+            return normalize(str(extra[key]))
+    conn_type = (conn.conn_type or "").lower()
+    if conn_type == "sqlite":
+        path = conn.host or conn.schema
+        if path:
+            return f"sqlite:///{path}"
+    if conn_type in ("postgres", "postgresql"):
+        url = URL.create(
+            "postgresql+psycopg",
+            username=conn.login or None,
+            password=conn.password or None,
+            host=conn.host or None,
+            port=conn.port or None,
+            database=conn.schema or None,
+        )
+        return url.render_as_string(hide_password=False)
+    return normalize(str(conn.get_uri()))
+
+
+@dataclass(frozen=True, slots=True)
+class CapacityCheck:
+    """Whether a share could place a preference list now, and which entry or why not."""
+
+    placeable: bool
+    entry: str | None
+    """The first entry that could be placed (``"2x ml.g5.xlarge"``), when one could."""
+    reason: str
+
+
+def state_key(job: JobRow) -> tuple[Any, ...]:
+    """What a follower of the job reports when it changes: state, why it waits and where it
+    stands, where it runs. Two reads with the same key tell nothing new."""
+    return (
+        job.state,
+        job.pending_reason,
+        job.position_in_share,
+        job.position_in_queue,
+        job.instance_type,
+        job.count,
+        job.borrowed,
+        job.attempts,
+        job.preemptions,
+    )
+
+
+def describe_job(job: JobRow) -> str:
+    """One line for the task log: the job's state and what goes with it."""
+    who = f"quota job {job.id} ({job.name}) in share {job.share}"
+    if job.state == JobState.SUBMITTED.value:
+        return f"{who} is SUBMITTED: waiting for the quota scheduler to take it in"
+    if job.state == JobState.RUNNABLE.value:
+        line = f"{who} is RUNNABLE: {job.pending_reason or 'waiting'}"
+        if job.waiting_for:
+            line += f" for {job.waiting_for}"
+        if job.position_in_share is not None:
+            line += f", position {job.position_in_share} in its share"
+            if job.position_in_queue is not None:
+                line += f" ({job.position_in_queue} in the whole queue)"
+        if job.preemptions:
+            line += f"; preempted {job.preemptions} time(s) so far, resumes from its checkpoint"
+        return line
+    if job.state in HOLDING_STATES:
+        line = f"{who} is {job.state}"
+        if job.instance_type:
+            line += f" on {job.count}x {job.instance_type}"
+            if job.training_plan:
+                line += f" (plan {job.training_plan})"
+            if job.borrowed:
+                line += f" (borrowing {job.borrowed})"
+        return line + f", attempt {job.attempts}"
+    if job.state == JobState.FAILED.value:
+        return f"{who} FAILED: {job.reason}: {job.detail}"
+    return f"{who} {job.state} after {job.attempts} attempt(s), {job.preemptions} preemption(s)"
+
+
+def story_of(job: JobRow, namesakes: Sequence[JobRow], events: Sequence[EventRow]) -> list[str]:
+    """The decision-log lines of ``job`` among the events of every job of its name.
+
+    The decision log names jobs, and a name is free again once its job is final, so the events
+    of one name may belong to several jobs. Each accepted job's life opens with its SUBMITTED
+    event, in submission order; ``namesakes`` are the stored jobs of that name in id order
+    (submissions the scheduler refused left a REJECTED event and no row: skipped).
+    """
+    lives: list[list[str]] = []
+    for event in events:
+        if event.type == "SUBMITTED":
+            lives.append([])
+        rejected_submission = event.type == "REJECTED" and "request" not in (event.record or {})
+        if lives and not rejected_submission:
+            lives[-1].append(event.line)
+    ids = [row.id for row in namesakes]
+    index = ids.index(job.id) if job.id in ids else -1
+    return lives[index] if 0 <= index < len(lives) else []
+
+
+class QuotaHook(BaseHook):
+    """Reach the quota database through an Airflow connection.
+
+    :param quota_conn_id: the Airflow connection naming the quota database: its URI
+        (``AIRFLOW_CONN_QUOTA_DEFAULT='postgresql://…'``), a ``postgres`` or ``sqlite``
+        connection, or any connection with ``{"sql_alchemy_conn": "…"}`` in its extra. When the
+        connection does not exist, the URL setting of ``airflow_quota.store.settings`` applies
+        (``AIRFLOW__QUOTA__SQL_ALCHEMY_CONN``, ``[quota] sql_alchemy_conn``, then
+        ``sqlite:///$AIRFLOW_HOME/quota.db``), the one the quota scheduler reads.
+    """
+
+    conn_name_attr = "quota_conn_id"
+    default_conn_name = "quota_default"
+    hook_name = "Airflow Quota"
+
+    def __init__(self, quota_conn_id: str = default_conn_name) -> None:
+        super().__init__()
+        self.quota_conn_id = quota_conn_id
+        self._url: str | None = None
+
+    # -- the database ----------------------------------------------------------------------
+
+    def get_url(self) -> str:
+        """The quota database's URL (resolved once)."""
+        if self._url is None:
+            try:
+                self._url = connection_url(self.get_connection(self.quota_conn_id))
+            except AirflowNotFoundException:
+                self._url = database_url(conn_id=self.quota_conn_id)
+        return self._url
+
+    async def aget_url(self) -> str:
+        """``get_url`` for the triggerer: the connection is looked up without blocking."""
+        if self._url is None:
+            try:
+                self._url = connection_url(await self.aget_connection(self.quota_conn_id))
+            except AirflowNotFoundException:
+                self._url = await asyncio.to_thread(database_url, conn_id=self.quota_conn_id)
+        return self._url
+
+    @cached_property
+    def store(self) -> QuotaStore:
+        return store_for(self.get_url())
+
+    def get_conn(self) -> QuotaStore:
+        """The ``QuotaStore`` (BaseHook's name for "the client")."""
+        return self.store
+
+    async def _astore(self) -> QuotaStore:
+        return store_for(await self.aget_url())
+
+    def test_connection(self) -> tuple[bool, str]:
+        """Airflow's "Test connection": can the quota database be read?"""
+        try:
+            latest = self.store.latest_config()
+        except Exception as exc:
+            return False, str(exc)
+        version = f"configuration version {latest[0]}" if latest else "no configuration applied yet"
+        return True, f"quota database {redacted(self.get_url())} answers: {version}"
+
+    # -- jobs ------------------------------------------------------------------------------
+
+    def submit(
+        self,
+        request: JobRequest,
+        backend: str,
+        training: dict[str, Any] | None = None,
+        client_token: str | None = None,
+        dag_id: str | None = None,
+        task_id: str | None = None,
+        run_id: str | None = None,
+    ) -> JobRow:
+        """Store a submission for the quota scheduler (``QuotaStore.submit``): raises
+        ``SubmissionRejected`` when the current configuration could never accept it; with a
+        ``client_token`` already used, returns that job instead of submitting again."""
+        return self.store.submit(request, backend, training, client_token, dag_id, task_id, run_id)
+
+    def get_job(self, job_id: int) -> JobRow | None:
+        return self.store.job(job_id)
+
+    async def aget_job(self, job_id: int) -> JobRow | None:
+        store = await self._astore()
+        return await asyncio.to_thread(store.job, job_id)
+
+    def get_job_by_token(self, client_token: str) -> JobRow | None:
+        return self.store.job_by_token(client_token)
+
+    def get_attempts(self, job_id: int) -> list[Attempt]:
+        return self.store.attempts(job_id)
+
+    def job_story(self, job_id: int) -> list[str]:
+        """The job's lines of the decision log, in order: submitted, placed (where, which
+        attempt, why), preempted (by whom, kind, lost work), requeued, finished or failed."""
+        store = self.store
+        job = store.job(job_id)
+        if job is None:
+            return []
+        with reachable(str(store.engine.url)), store.sessions() as session:
+            namesakes = list(session.scalars(select(JobRow).where(JobRow.name == job.name).order_by(JobRow.id)))
+        return story_of(job, namesakes, store.events(job=job.name))
+
+    def submission_refusal(self, job_id: int) -> str | None:
+        """Why the quota scheduler refused the submission of ``job_id``, if it did.
+
+        A submission accepted by the store can still be refused when the scheduler takes it in
+        (the configuration changed in between); the scheduler then deletes the job's row and
+        keeps the reason on the inbox request.
+        """
+        store = self.store
+        with reachable(str(store.engine.url)), store.sessions() as session:
+            query = select(Request.error).where(
+                Request.job_id == job_id, Request.kind == "submit", Request.outcome == "refused"
+            )
+            return session.scalars(query).first()
+
+    async def asubmission_refusal(self, job_id: int) -> str | None:
+        await self._astore()
+        return await asyncio.to_thread(self.submission_refusal, job_id)
+
+    def cancel_requested(self, job_id: int) -> bool:
+        """Whether someone asked to cancel the job (the request may not be taken in yet)."""
+        store = self.store
+        with reachable(str(store.engine.url)), store.sessions() as session:
+            query = select(Request.id).where(
+                Request.job_id == job_id, Request.kind == "cancel", Request.outcome.is_distinct_from("refused")
+            )
+            return session.scalars(query.limit(1)).first() is not None
+
+    def cancel(self, job_id: int) -> bool:
+        """Ask the quota scheduler to cancel the job; False when it is already final or gone
+        (nothing to cancel), True when the request is in the inbox."""
+        try:
+            self.store.cancel(job_id)
+        except ChangeRefused:
+            return False
+        return True
+
+    async def acancel(self, job_id: int) -> bool:
+        await self._astore()
+        return await asyncio.to_thread(self.cancel, job_id)
+
+    def set_priority(self, job_id: int, priority: int) -> None:
+        """Ask for a new priority; ``ChangeRefused`` above the share's max_priority."""
+        self.store.set_priority(job_id, priority)
+
+    # -- capacity --------------------------------------------------------------------------
+
+    def can_place_now(self, share: str, preferences: Sequence[dict[str, Any] | PreferenceEntry]) -> CapacityCheck:
+        """Whether ``share`` could place a job with these preferences now, without preemption.
+
+        It rebuilds the quota arithmetic from the latest configuration and the jobs as stored
+        (holding jobs count in their share's usage; RUNNABLE jobs make their lenders protect
+        the types they ask for), then asks the core's placement check about each entry in order,
+        within quota or, for a LEND_AND_BORROW share, borrowing. An approximation of what the
+        scheduler would do at its next cycle: it does not see starving jobs' reservations,
+        capacity errors backing off, victims still draining, training plans' usage by jobs
+        it cannot place, nor changes the scheduler made since it last wrote the jobs. Queued jobs
+        of the same share that would be placed first are not subtracted either: "could place a
+        job", not "your next job starts".
+        """
+        store = self.store
+        latest = store.latest_config()
+        if latest is None:
+            return CapacityCheck(False, None, "no quota configuration is applied yet")
+        config = latest[1]
+        if config.share(share) is None:
+            return CapacityCheck(False, None, f"no share named {share!r}")
+        probe = JobRequest(name="capacity-check", share=share, preferences=list(preferences))
+        now = store.clock()
+        snap = Snapshot(config, EPOCH)
+        if snap.shares[share].state.value == "DISABLED":
+            return CapacityCheck(False, None, f"share {share!r} is DISABLED")
+        seq = 0
+        for row in store.jobs(states=LIVE_STATES):
+            if row.share not in snap.shares:
+                continue
+            seq += 1
+            job = _stored_job(seq, row)
+            if row.state in HOLDING_STATES and row.instance_type in snap.types and row.count:
+                entry = next((e for e in job.entries if e.instance_type == row.instance_type), None)
+                if entry is not None and (entry.training_plan is None or entry.training_plan in snap.plans):
+                    snap.take(job, entry, now)
+            elif row.state in (JobState.RUNNABLE.value, JobState.SUBMITTED.value) and all(
+                e.instance_type in snap.types for e in job.entries
+            ):
+                snap.enqueue(job)
+        job = Job(
+            seq=seq + 1,
+            name=probe.name,
+            share=share,
+            priority=0,
+            entries=probe.entries(),
+            request=probe,
+            submitted_at=now,
+        )
+        snap.enqueue(job)
+        mode = Mode.BORROW if snap.shares[share].borrows else Mode.WITHIN_QUOTA
+        reasons = []
+        for entry in job.entries:
+            if entry.instance_type not in snap.types:
+                reasons.append(f"{entry}: not in the pool")
+                continue
+            if entry.training_plan is not None and entry.training_plan not in snap.plans:
+                reasons.append(f"{entry}: no such training plan")
+                continue
+            block = snap.check(job, entry, mode, now)
+            if block is None:
+                how = "within the share's limit" if mode is Mode.WITHIN_QUOTA else "within quota or by borrowing"
+                return CapacityCheck(True, str(entry), f"{entry} fits now, {how}")
+            reasons.append(f"{entry}: {block.value}")
+        return CapacityCheck(False, None, "; ".join(reasons))
+
+    async def acan_place_now(
+        self, share: str, preferences: Sequence[dict[str, Any] | PreferenceEntry]
+    ) -> CapacityCheck:
+        await self._astore()
+        return await asyncio.to_thread(self.can_place_now, share, preferences)
+
+
+def _stored_job(seq: int, row: JobRow) -> Job:
+    """A core ``Job`` for a stored job, enough for the placement arithmetic."""
+    request = JobRequest.model_validate(row.request)
+    return Job(
+        seq=seq,
+        name=row.name,
+        share=row.share,
+        priority=row.priority,
+        entries=request.entries(),
+        request=request,
+        submitted_at=row.submitted_at,
+    )

@@ -1,0 +1,496 @@
+"""``QuotaTrainingOperator``: run a training job through the quota scheduler.
+
+Modelled on the amazon provider's ``SageMakerTrainingOperator``: ``execute`` submits (once,
+idempotently), returns at once if the job is already final, and otherwise defers to
+``QuotaJobTrigger`` so the task waits in the triggerer without a worker slot;
+``execute_complete`` turns the final state into success (a summary in XCom) or failure with
+the quota's reason code.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import time
+from collections.abc import Mapping, Sequence
+from datetime import timedelta
+from functools import cached_property
+from typing import Any, ClassVar
+
+from airflow.sdk import BaseOperator, Context
+from airflow.sdk.exceptions import AirflowException, AirflowFailException
+from pydantic import ValidationError
+
+from airflow_quota.core.config import pydantic_problems
+from airflow_quota.core.model import FailureReason, JobRequest, JobState
+from airflow_quota.exceptions import InvalidInput, Problem, SubmissionRejected
+from airflow_quota.hooks.quota import FINAL_STATES, QuotaHook, describe_job, state_key
+from airflow_quota.operators.priority import QUOTA_PRIORITY_PARAM, priority_override
+from airflow_quota.store.models import LIVE_STATES, JobRow
+from airflow_quota.triggers.quota import QuotaJobEvent, QuotaJobTrigger, Status
+
+BACKENDS = ("local", "sagemaker")
+JOB_NAME_LENGTH = 128
+XCOM_JOB_ID = "quota_job_id"
+"""XCom key of the quota job's id, pushed at submission (for links and sensors downstream)."""
+
+PLACEMENT_FIELDS = ("InstanceType", "InstanceCount", "TrainingPlanArn", "InstanceGroups", "InstancePreferences")
+"""``ResourceConfig`` fields of a SageMaker request that the placement decides."""
+
+_PARAMETER_OF = {"name": "job_name", "preferences": "instance_preferences", "max_pending_seconds": "max_pending_time"}
+_UNSAFE = re.compile(r"[^A-Za-z0-9_-]+")
+
+
+def has_template(value: Any) -> bool:
+    """Whether a value still holds Jinja (checked at parse time only once rendered)."""
+    if isinstance(value, str):
+        return "{{" in value or "{%" in value
+    if isinstance(value, Mapping):
+        return any(has_template(k) or has_template(v) for k, v in value.items())
+    if isinstance(value, (list, tuple)):
+        return any(has_template(v) for v in value)
+    return False
+
+
+def derived_job_name(dag_id: str, task_id: str, run_id: str, map_index: int, generation: int = 1) -> str:
+    """A job name for a task instance that fits ``[A-Za-z0-9_-]{1,128}``: the readable parts,
+    then a hash of the exact ones (two runs whose ids differ only in ``:`` or ``+`` differ
+    here too), then ``-rN`` for the N-th submission of a task cleared or retried after failing."""
+    raw = f"{dag_id}/{task_id}/{run_id}" + (f"/{map_index}" if map_index >= 0 else "")
+    digest = hashlib.sha256(raw.encode()).hexdigest()[:8]
+    suffix = f"-{digest}" + (f"-r{generation}" if generation > 1 else "")
+    readable = _UNSAFE.sub("-", raw.replace("/", "-")).strip("-")
+    return readable[: JOB_NAME_LENGTH - len(suffix)] + suffix
+
+
+def client_token(dag_id: str, task_id: str, run_id: str, map_index: int, generation: int = 1) -> str:
+    """The submission's idempotency token: the task instance (not its try), and which
+    submission of it (a new one only after the previous job failed or was cancelled)."""
+    base = f"airflow/{dag_id}/{task_id}/{run_id}/{map_index}"
+    if len(base) > 200:
+        base = "airflow/" + hashlib.sha256(base.encode()).hexdigest()
+    return base if generation == 1 else f"{base}#{generation}"
+
+
+def job_summary(job: JobRow, borrowed: int) -> dict[str, Any]:
+    """What the task returns to XCom: small, plain values."""
+    return {
+        "job_id": job.id,
+        "job_name": job.name,
+        "share": job.share,
+        "state": job.state,
+        "instance_type": job.instance_type,
+        "instance_count": job.count,
+        "training_plan": job.training_plan,
+        "borrowed": borrowed,
+        "attempts": job.attempts,
+        "preemptions": job.preemptions,
+        "lost_gpu_hours": round(job.lost_gpu_hours, 6),
+        "gpu_hours": round(job.gpu_hours, 6),
+        "cost": round(job.cost, 6),
+        "wait_seconds": round(job.wait_seconds, 3),
+    }
+
+
+class QuotaTrainingOperator(BaseOperator):
+    """Run a training job in a quota share: submit it to the quota scheduler, wait (deferred, in
+    the triggerer) while it is queued, placed, preempted and resumed, and finish with its outcome.
+
+    The task log tells the job's story: its position while it waits, where it is placed
+    (borrowing or not), preemptions with the work they lost, resumptions, the end. The task
+    returns a summary (instance type and count, attempts, preemptions, lost and used GPU-hours,
+    cost, seconds waited) or fails with the quota's reason code: ``PENDING_TIMEOUT``,
+    ``CAPACITY_ERROR``, ``PREEMPTION_LIMIT``, ``ATTEMPTS_EXHAUSTED`` or ``CANCELLED``. Marking
+    the task failed or clearing it cancels its quota job. A run's conf may override the
+    priority (``quota_priority``, see ``airflow_quota.operators.priority``).
+
+    A retried task finds the job its earlier try submitted (the submission is keyed by DAG,
+    task, run and map index, not by try): it never runs the same training twice at once. When
+    that job failed or was cancelled, the retry (or the cleared task) submits a new one, named
+    with a ``-rN`` suffix.
+
+    :param share: the quota share the job runs in. (templated)
+    :param instance_preferences: up to 5 entries tried in order, each
+        ``{"instance_type": "ml.g5.xlarge", "count": 2}`` with an optional ``"training_plan"``;
+        each type at most once. (templated)
+    :param priority: 0-9999, higher first within the share; at most the share's
+        ``max_priority``. A run's ``quota_priority`` overrides it.
+    :param max_pending_time: how long the job may wait to be placed, in total over its life
+        (seconds or a ``timedelta``); it then fails with ``PENDING_TIMEOUT``. None: no limit.
+    :param checkpoint_uri: where the training saves and finds checkpoints (``s3://`` for
+        SageMaker; a directory or ``file://`` URI for the local backend). (templated)
+    :param checkpoint_interval: seconds of work between two checkpoints; estimates the work a
+        preemption loses. None: every preemption loses the whole attempt.
+    :param preemption_retries: how many preemptions the job accepts before it fails with
+        ``PREEMPTION_LIMIT``; None: unlimited.
+    :param retry_attempts: attempts (1-10) for genuine failures before ``ATTEMPTS_EXHAUSTED``.
+    :param retry_on: failure reasons worth another attempt (``["ExitCode:137"]``); None: all.
+    :param wait_for_capacity: a CPU-only list waits for provider capacity instead of failing at
+        once with ``CAPACITY_ERROR``.
+    :param backend: ``"local"`` (a subprocess on the quota scheduler's host) or ``"sagemaker"``.
+    :param command: local backend: the command, a string for ``/bin/sh -c`` or a list. (templated)
+    :param env: local backend: extra environment variables. (templated)
+    :param cwd: local backend: the working directory. (templated)
+    :param training_request: SageMaker backend: a CreateTrainingJob request without what the
+        placement fills in (``TrainingJobName``, ``ResourceConfig.InstanceType``/``InstanceCount``/
+        ``TrainingPlanArn``, ``CheckpointConfig.S3Uri``). (templated)
+    :param job_name: the quota job's name (``[A-Za-z0-9_-]{1,128}``); by default derived from
+        the DAG, task, run and map index. (templated)
+    :param quota_conn_id: the Airflow connection of the quota database.
+    :param poll_interval: seconds between two looks at the job while waiting.
+    :param deferrable: wait in the triggerer (the default) rather than in a worker slot.
+    """
+
+    template_fields: Sequence[str] = (
+        "share",
+        "instance_preferences",
+        "checkpoint_uri",
+        "command",
+        "env",
+        "cwd",
+        "training_request",
+        "job_name",
+    )
+    template_fields_renderers: ClassVar[dict[str, str]] = {
+        "instance_preferences": "json",
+        "env": "json",
+        "training_request": "json",
+    }
+    ui_color = "#f0e4ff"
+
+    def __init__(
+        self,
+        *,
+        share: str,
+        instance_preferences: list[dict[str, Any]] | str,
+        priority: int = 0,
+        max_pending_time: float | timedelta | None = None,
+        checkpoint_uri: str | None = None,
+        checkpoint_interval: float | None = None,
+        preemption_retries: int | None = None,
+        retry_attempts: int = 1,
+        retry_on: list[str] | None = None,
+        wait_for_capacity: bool = False,
+        backend: str = "local",
+        command: str | list[str] | None = None,
+        env: dict[str, str] | None = None,
+        cwd: str | None = None,
+        training_request: dict[str, Any] | None = None,
+        job_name: str | None = None,
+        quota_conn_id: str = QuotaHook.default_conn_name,
+        poll_interval: float = 30.0,
+        deferrable: bool = True,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.share = share
+        self.instance_preferences = instance_preferences
+        self.priority = priority
+        self.max_pending_time = max_pending_time
+        self.checkpoint_uri = checkpoint_uri
+        self.checkpoint_interval = checkpoint_interval
+        self.preemption_retries = preemption_retries
+        self.retry_attempts = retry_attempts
+        self.retry_on = retry_on
+        self.wait_for_capacity = wait_for_capacity
+        self.backend = backend
+        self.command = command
+        self.env = env
+        self.cwd = cwd
+        self.training_request = training_request
+        self.job_name = job_name
+        self.quota_conn_id = quota_conn_id
+        self.poll_interval = poll_interval
+        self.deferrable = deferrable
+        self.job_id: int | None = None
+        problems = self.argument_problems(parse_time=True)
+        if problems:
+            raise InvalidInput(problems)
+
+    @cached_property
+    def hook(self) -> QuotaHook:
+        return QuotaHook(self.quota_conn_id)
+
+    # -- arguments ---------------------------------------------------------------------------
+
+    def argument_problems(self, parse_time: bool = False, priority: int | None = None) -> list[Problem]:
+        """Every broken rule among the arguments, as ``parameter: message``. At parse time a
+        field still holding Jinja is checked only once rendered, in ``execute``."""
+        problems: list[Problem] = []
+
+        def unknown(value: Any) -> bool:
+            return parse_time and has_template(value)
+
+        if self.backend not in BACKENDS:
+            problems.append(Problem("backend", f"{self.backend!r} is not one of {', '.join(BACKENDS)}"))
+        if (
+            isinstance(self.poll_interval, bool)
+            or not isinstance(self.poll_interval, (int, float))
+            or self.poll_interval <= 0
+        ):
+            problems.append(
+                Problem("poll_interval", f"must be a positive number of seconds, got {self.poll_interval!r}")
+            )
+        if self.backend == "local":
+            if not unknown(self.command) and not _is_command(self.command):
+                problems.append(
+                    Problem(
+                        "command",
+                        f"the local backend needs a non-empty string or list of strings, got {self.command!r}",
+                    )
+                )
+            if self.training_request is not None:
+                problems.append(
+                    Problem("training_request", "is for the sagemaker backend; the local backend runs command")
+                )
+            if self.env is not None and not unknown(self.env) and not isinstance(self.env, Mapping):
+                problems.append(Problem("env", f"must be a mapping of names to values, got {self.env!r}"))
+        elif self.backend == "sagemaker":
+            for name in ("command", "env", "cwd"):
+                if getattr(self, name) is not None:
+                    problems.append(
+                        Problem(name, "is for the local backend; the sagemaker backend runs training_request")
+                    )
+            if not unknown(self.training_request):
+                problems.extend(_training_request_problems(self.training_request))
+            if self.checkpoint_uri and not unknown(self.checkpoint_uri) and not self.checkpoint_uri.startswith("s3://"):
+                problems.append(
+                    Problem("checkpoint_uri", f"SageMaker saves checkpoints only to S3, got {self.checkpoint_uri!r}")
+                )
+        try:
+            self._job_request("parse-time-check", priority, placeholders=parse_time)
+        except ValidationError as exc:
+            for problem in pydantic_problems(exc):
+                head, dot, rest = problem.path.partition(".")
+                head, bracket, index = head.partition("[")
+                path = _PARAMETER_OF.get(head, head) + bracket + index + dot + rest
+                problems.append(Problem(path, problem.message))
+        except ValueError as exc:
+            problems.append(Problem("max_pending_time", str(exc)))
+        return problems
+
+    def _job_request(self, default_name: str, priority: int | None, placeholders: bool = False) -> JobRequest:
+        """The ``JobRequest`` built from the (rendered) arguments; they are never changed. With
+        ``placeholders``, fields still holding Jinja get a valid stand-in."""
+
+        def value(field: Any, stand_in: Any) -> Any:
+            return stand_in if placeholders and has_template(field) else field
+
+        name = value(self.job_name, default_name) or default_name
+        return JobRequest(
+            name=name,
+            share=value(self.share, "share"),
+            priority=self.priority if priority is None else priority,
+            preferences=value(self.instance_preferences, [{"instance_type": "stand-in", "count": 1}]),
+            max_pending_seconds=_seconds(self.max_pending_time),
+            preemption_retries=self.preemption_retries,
+            retry_attempts=self.retry_attempts,
+            retry_on=list(self.retry_on) if self.retry_on is not None else None,
+            checkpoint_uri=value(self.checkpoint_uri, "stand-in"),
+            checkpoint_interval=self.checkpoint_interval,
+            wait_for_capacity=self.wait_for_capacity,
+        )
+
+    def _training(self) -> dict[str, Any]:
+        """What the backend runs, copied from the rendered arguments."""
+        if self.backend == "sagemaker":
+            return dict(self.training_request or {})
+        training: dict[str, Any] = {"command": list(self.command) if isinstance(self.command, list) else self.command}
+        if self.env:
+            training["env"] = {str(k): str(v) for k, v in self.env.items()}
+        if self.cwd:
+            training["cwd"] = self.cwd
+        return training
+
+    # -- execution ---------------------------------------------------------------------------
+
+    def execute(self, context: Context) -> dict[str, Any] | None:
+        ti = context["ti"]
+        dag_id, task_id, run_id = ti.dag_id, ti.task_id, ti.run_id
+        map_index = ti.map_index if ti.map_index is not None else -1
+        try:
+            override = priority_override(context)
+        except ValueError as exc:
+            raise AirflowFailException(f"cannot use the run's priority override: {exc}") from exc
+        problems = self.argument_problems(priority=override)
+        if problems:
+            raise AirflowFailException(f"task {task_id!r}: invalid arguments once rendered: {InvalidInput(problems)}")
+
+        job = self._submitted_job(dag_id, task_id, run_id, map_index, override)
+        self.job_id = job.id
+        ti.xcom_push(key=XCOM_JOB_ID, value=job.id)
+        if job.state in FINAL_STATES:
+            self.log.info("quota job %s is already %s", job.id, job.state)
+            return self._finish(job.id, QuotaJobEvent.from_payload(_final_payload(job)))
+        if self.deferrable:
+            self.defer(
+                trigger=QuotaJobTrigger(
+                    job_id=job.id,
+                    quota_conn_id=self.quota_conn_id,
+                    poll_interval=self.poll_interval,
+                    cancel_on_kill=True,
+                ),
+                method_name="execute_complete",
+            )
+        return self._finish(job.id, self._wait_in_worker(job))
+
+    def _submitted_job(self, dag_id: str, task_id: str, run_id: str, map_index: int, override: int | None) -> JobRow:
+        """This task instance's job: the one an earlier try submitted if it is still live (and
+        not being cancelled) or succeeded; else a new submission."""
+        generation, found = 1, None
+        while (
+            job := self.hook.get_job_by_token(client_token(dag_id, task_id, run_id, map_index, generation))
+        ) is not None:
+            found = job
+            generation += 1
+        if found is not None:
+            reusable = found.state == JobState.SUCCEEDED.value or (
+                found.state in LIVE_STATES and not self.hook.cancel_requested(found.id)
+            )
+            if reusable:
+                self.log.info("found quota job %s (%s) of an earlier try: %s", found.id, found.name, found.state)
+                return found
+            self.log.info(
+                "quota job %s of an earlier try is %s %s: submitting a new one",
+                found.id,
+                found.state,
+                found.reason or "(cancellation requested)",
+            )
+        else:
+            generation = 1
+        if self.job_name:
+            name = self.job_name if generation == 1 else f"{self.job_name[: JOB_NAME_LENGTH - 6]}-r{generation}"
+        else:
+            name = derived_job_name(dag_id, task_id, run_id, map_index, generation)
+        request = self._job_request(name, override)
+        try:
+            job = self.hook.submit(
+                request,
+                self.backend,
+                self._training(),
+                client_token=client_token(dag_id, task_id, run_id, map_index, generation),
+                dag_id=dag_id,
+                task_id=task_id,
+                run_id=run_id,
+            )
+        except SubmissionRejected as exc:
+            source = f" ({QUOTA_PRIORITY_PARAM}={override} from the run's conf)" if override is not None else ""
+            raise AirflowFailException(f"quota job {name!r} was not submitted{source}: {exc}") from exc
+        priority = f", priority {request.priority}" + (" (run conf override)" if override is not None else "")
+        self.log.info("submitted as quota job %s to share %s (%s%s)", job.id, job.share, job.name, priority)
+        return job
+
+    def _wait_in_worker(self, job: JobRow) -> QuotaJobEvent:
+        """Not deferrable: poll in the worker, logging each change, until the job is final."""
+        last: tuple[Any, ...] | None = None
+        while True:
+            current = self.hook.get_job(job.id)
+            if current is None:
+                refusal = self.hook.submission_refusal(job.id)
+                message = (
+                    f"the quota scheduler refused quota job {job.id}: {refusal}"
+                    if refusal
+                    else f"no quota job {job.id}"
+                )
+                return QuotaJobEvent("error", job.id, None, None, message)
+            if state_key(current) != last:
+                self.log.info("%s", describe_job(current))
+                last = state_key(current)
+            if current.state in FINAL_STATES:
+                return QuotaJobEvent.from_payload(_final_payload(current))
+            time.sleep(self.poll_interval)
+
+    def execute_complete(self, context: Context, event: dict[str, Any] | None = None) -> dict[str, Any]:
+        """Resume after ``QuotaJobTrigger`` fired: success returns the summary; anything else
+        fails the task with the quota's reason."""
+        try:
+            payload = QuotaJobEvent.from_payload(event)
+        except ValueError as exc:
+            raise AirflowException(f"unexpected event from the quota trigger: {exc}") from exc
+        self.job_id = payload.job_id
+        return self._finish(payload.job_id, payload)
+
+    def _finish(self, job_id: int, event: QuotaJobEvent) -> dict[str, Any]:
+        if event.status == "error":
+            raise AirflowException(f"quota job {job_id}: {event.message}")
+        job = self.hook.get_job(job_id)
+        if job is None:
+            raise AirflowException(f"quota job {job_id} is no longer in the quota database")
+        story = self.hook.job_story(job_id)
+        if story:
+            self.log.info("the story of quota job %s (%s):\n  %s", job.id, job.name, "\n  ".join(story))
+        if event.status == "success" and job.state == JobState.SUCCEEDED.value:
+            borrowed = max((a.borrowed for a in self.hook.get_attempts(job_id)), default=0)
+            summary = job_summary(job, borrowed)
+            self.log.info(
+                "quota job %s SUCCEEDED on %sx %s: %s attempt(s), %s preemption(s), %.3f GPU-hours (%.3f lost), "
+                "cost $%.2f, waited %.0f s",
+                job.id,
+                job.count,
+                job.instance_type,
+                job.attempts,
+                job.preemptions,
+                job.gpu_hours,
+                job.lost_gpu_hours,
+                job.cost,
+                job.wait_seconds,
+            )
+            return summary
+        reason = job.reason or event.reason or "UNKNOWN"
+        message = f"quota job {job.id} ({job.name}) failed: {reason}: {job.detail or event.message}"
+        if reason == FailureReason.CANCELLED.value:
+            raise AirflowFailException(message)  # someone meant it: no Airflow retry
+        raise AirflowException(message)
+
+    def on_kill(self) -> None:
+        """The task was killed while running in a worker (not deferred): cancel its job. A
+        deferred task is cancelled by ``QuotaJobTrigger.on_kill`` in the triggerer instead."""
+        if self.job_id is None:
+            return
+        if self.hook.cancel(self.job_id):
+            self.log.info("quota job %s: cancellation requested (the task was killed)", self.job_id)
+
+
+def _final_payload(job: JobRow) -> dict[str, Any]:
+    status: Status = "success" if job.state == JobState.SUCCEEDED.value else "failed"
+    return QuotaJobEvent(status, job.id, job.state, job.reason, describe_job(job)).payload()
+
+
+def _seconds(value: float | timedelta | None) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, timedelta):
+        return value.total_seconds()
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"must be seconds or a timedelta, got {value!r}")
+    return float(value)
+
+
+def _is_command(command: Any) -> bool:
+    if isinstance(command, str):
+        return bool(command.strip())
+    return isinstance(command, list) and bool(command) and all(isinstance(a, (str, int, float)) for a in command)
+
+
+def _training_request_problems(request: Any) -> list[Problem]:
+    """A SageMaker request must leave the placement's fields to the quota scheduler."""
+    if not isinstance(request, Mapping) or not request:
+        return [
+            Problem("training_request", f"the sagemaker backend needs a CreateTrainingJob request, got {request!r}")
+        ]
+    problems = []
+    if "TrainingJobName" in request:
+        problems.append(Problem("training_request.TrainingJobName", "is chosen by the sagemaker backend per attempt"))
+    resource = request.get("ResourceConfig") or {}
+    for field in PLACEMENT_FIELDS:
+        if isinstance(resource, Mapping) and field in resource:
+            problems.append(
+                Problem(
+                    f"training_request.ResourceConfig.{field}",
+                    "is chosen by the quota scheduler from instance_preferences; leave it out",
+                )
+            )
+    checkpoint = request.get("CheckpointConfig") or {}
+    if isinstance(checkpoint, Mapping) and "S3Uri" in checkpoint:
+        problems.append(Problem("training_request.CheckpointConfig.S3Uri", "comes from checkpoint_uri; leave it out"))
+    return problems

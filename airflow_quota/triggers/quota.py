@@ -1,0 +1,239 @@
+"""Triggers that wait for the quota scheduler in Airflow's triggerer, without a worker slot.
+
+Both follow the rules of Airflow 3 triggers: constructor arguments are plain JSON values and
+``serialize()`` returns them with the class path; ``run()`` only reads (a trigger may run twice,
+on two triggerers), never raises (every error becomes an ``"error"`` event after a few tries of
+a broken database), and yields exactly one event. Reads run in threads through ``QuotaHook``'s
+async methods, so the triggerer's event loop never blocks on the database.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import asdict, dataclass
+from typing import Any, Literal, cast
+
+from airflow.triggers.base import BaseTrigger, TriggerEvent
+
+from airflow_quota.core.model import JobState
+from airflow_quota.hooks.quota import FINAL_STATES, QuotaHook, describe_job, state_key
+
+Status = Literal["success", "failed", "error"]
+STATUSES: tuple[Status, ...] = ("success", "failed", "error")
+
+
+@dataclass(frozen=True, slots=True)
+class QuotaJobEvent:
+    """The payload of ``QuotaJobTrigger``'s one event, as the operator and sensor read it.
+
+    ``status`` is ``success`` (the job SUCCEEDED), ``failed`` (the job FAILED: ``reason`` is
+    its code of quota-model.md, PENDING_TIMEOUT, CAPACITY_ERROR, PREEMPTION_LIMIT,
+    ATTEMPTS_EXHAUSTED or CANCELLED) or ``error`` (the job could not be followed: the database
+    stayed unreachable, or the job does not exist).
+    """
+
+    status: Status
+    job_id: int
+    state: str | None
+    reason: str | None
+    message: str
+
+    def payload(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_payload(cls, payload: Any) -> QuotaJobEvent:
+        """Validate an event payload; ``ValueError`` names what is wrong with it."""
+        if not isinstance(payload, Mapping):
+            raise ValueError(f"a quota job event is a mapping, got {payload!r}")
+        status = payload.get("status")
+        if status not in STATUSES:
+            raise ValueError(f"a quota job event's status is one of {', '.join(STATUSES)}, got {status!r}")
+        job_id = payload.get("job_id")
+        if not isinstance(job_id, int) or isinstance(job_id, bool):
+            raise ValueError(f"a quota job event's job_id is an integer, got {job_id!r}")
+        state, reason, message = payload.get("state"), payload.get("reason"), payload.get("message", "")
+        for key, value in (("state", state), ("reason", reason)):
+            if value is not None and not isinstance(value, str):
+                raise ValueError(f"a quota job event's {key} is a string or null, got {value!r}")
+        return cls(cast(Status, status), job_id, state, reason, str(message))
+
+
+def _fire(payload: dict[str, Any]) -> TriggerEvent:
+    """A trigger event (``TriggerEvent`` is untyped in Airflow 3.3)."""
+    return TriggerEvent(payload)  # type: ignore[no-untyped-call]
+
+
+class QuotaJobTrigger(BaseTrigger):
+    """Follow a quota job until it is final; fire one ``QuotaJobEvent``.
+
+    Each change of the job's state, pending reason, position or placement is logged once (the
+    triggerer's log lines go to the task's log), so the task log shows the job waiting, moving
+    up the queue, placed, preempted and resumed.
+
+    :param job_id: the quota job's id.
+    :param quota_conn_id: the Airflow connection of the quota database.
+    :param poll_interval: seconds between two reads of the job.
+    :param cancel_on_kill: cancel the quota job when a user kills the deferred task (marks it
+        failed or success, or clears it). ``QuotaTrainingOperator`` owns its job and sets it;
+        ``QuotaJobSensor`` only watches and leaves it unset.
+    """
+
+    read_attempts = 5
+    """Consecutive failed reads of the database before the trigger gives up with an error event."""
+
+    def __init__(
+        self,
+        job_id: int,
+        quota_conn_id: str = "quota_default",
+        poll_interval: float = 30.0,
+        cancel_on_kill: bool = False,
+    ) -> None:
+        super().__init__()  # type: ignore[no-untyped-call]
+        self.job_id = job_id
+        self.quota_conn_id = quota_conn_id
+        self.poll_interval = poll_interval
+        self.cancel_on_kill = cancel_on_kill
+
+    def serialize(self) -> tuple[str, dict[str, Any]]:
+        return (
+            f"{type(self).__module__}.{type(self).__qualname__}",
+            {
+                "job_id": self.job_id,
+                "quota_conn_id": self.quota_conn_id,
+                "poll_interval": self.poll_interval,
+                "cancel_on_kill": self.cancel_on_kill,
+            },
+        )
+
+    def _event(self, status: Status, message: str, state: str | None = None, reason: str | None = None) -> TriggerEvent:
+        return _fire(QuotaJobEvent(status, self.job_id, state, reason, message).payload())
+
+    async def run(self) -> AsyncIterator[TriggerEvent]:
+        hook = QuotaHook(self.quota_conn_id)
+        last: tuple[Any, ...] | None = None
+        failures = 0
+        while True:
+            refusal: str | None = None
+            try:
+                job = await hook.aget_job(self.job_id)
+                if job is None:
+                    refusal = await hook.asubmission_refusal(self.job_id)
+            except Exception as exc:  # never out of run(): a broken database becomes an event
+                failures += 1
+                self.log.warning(
+                    "quota job %s: cannot read the quota database (%d of %d): %s",
+                    self.job_id,
+                    failures,
+                    self.read_attempts,
+                    exc,
+                )
+                if failures >= self.read_attempts:
+                    yield self._event("error", f"quota job {self.job_id}: the quota database stayed unreadable: {exc}")
+                    return
+                await asyncio.sleep(self.poll_interval)
+                continue
+            failures = 0
+            if job is None:
+                message = (
+                    f"the quota scheduler refused quota job {self.job_id}: {refusal}"
+                    if refusal
+                    else f"there is no quota job {self.job_id} in the quota database"
+                )
+                self.log.error("%s", message)
+                yield self._event("error", message)
+                return
+            key = state_key(job)
+            if key != last:
+                self.log.info("%s", describe_job(job))
+                last = key
+            if job.state in FINAL_STATES:
+                succeeded = job.state == JobState.SUCCEEDED.value
+                yield self._event(
+                    "success" if succeeded else "failed", describe_job(job), state=job.state, reason=job.reason
+                )
+                return
+            await asyncio.sleep(self.poll_interval)
+
+    async def on_kill(self) -> None:
+        """The user killed the deferred task (mark failed or success, clear): cancel the job
+        this task owns. Triggerer restarts and redistribution do not call this."""
+        if not self.cancel_on_kill:
+            return
+        try:
+            asked = await QuotaHook(self.quota_conn_id).acancel(self.job_id)
+        except Exception as exc:
+            self.log.warning("quota job %s: could not ask for its cancellation: %s", self.job_id, exc)
+            return
+        if asked:
+            self.log.info("quota job %s: cancellation requested (its task was killed)", self.job_id)
+
+
+class QuotaCapacityTrigger(BaseTrigger):
+    """Wait until a share could place a preference list (``QuotaHook.can_place_now``).
+
+    Fires ``{"status": "success", "share", "entry", "message"}`` once it could, or
+    ``{"status": "error", "share", "entry": None, "message"}`` after ``read_attempts``
+    consecutive failed reads.
+
+    :param share: the quota share.
+    :param instance_preferences: the preference list, ``[{"instance_type", "count",
+        "training_plan"?}, ...]``.
+    :param quota_conn_id: the Airflow connection of the quota database.
+    :param poll_interval: seconds between two checks.
+    """
+
+    read_attempts = 5
+
+    def __init__(
+        self,
+        share: str,
+        instance_preferences: list[dict[str, Any]],
+        quota_conn_id: str = "quota_default",
+        poll_interval: float = 30.0,
+    ) -> None:
+        super().__init__()  # type: ignore[no-untyped-call]
+        self.share = share
+        self.instance_preferences = instance_preferences
+        self.quota_conn_id = quota_conn_id
+        self.poll_interval = poll_interval
+
+    def serialize(self) -> tuple[str, dict[str, Any]]:
+        return (
+            f"{type(self).__module__}.{type(self).__qualname__}",
+            {
+                "share": self.share,
+                "instance_preferences": self.instance_preferences,
+                "quota_conn_id": self.quota_conn_id,
+                "poll_interval": self.poll_interval,
+            },
+        )
+
+    async def run(self) -> AsyncIterator[TriggerEvent]:
+        hook = QuotaHook(self.quota_conn_id)
+        last_reason: str | None = None
+        failures = 0
+        while True:
+            try:
+                check = await hook.acan_place_now(self.share, self.instance_preferences)
+            except Exception as exc:
+                failures += 1
+                self.log.warning(
+                    "share %s: cannot check capacity (%d of %d): %s", self.share, failures, self.read_attempts, exc
+                )
+                if failures >= self.read_attempts:
+                    message = f"share {self.share}: the quota database stayed unreadable: {exc}"
+                    yield _fire({"status": "error", "share": self.share, "entry": None, "message": message})
+                    return
+                await asyncio.sleep(self.poll_interval)
+                continue
+            failures = 0
+            if check.placeable:
+                self.log.info("share %s: %s", self.share, check.reason)
+                yield _fire({"status": "success", "share": self.share, "entry": check.entry, "message": check.reason})
+                return
+            if check.reason != last_reason:
+                self.log.info("share %s cannot place the list yet: %s", self.share, check.reason)
+                last_reason = check.reason
+            await asyncio.sleep(self.poll_interval)
