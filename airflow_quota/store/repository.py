@@ -90,18 +90,19 @@ class QuotaStore:
     ) -> JobRow:
         """Store a submission for the scheduler to take in; raises SubmissionRejected when the
         current configuration could never accept it (nothing stored). With ``client_token``,
-        submitting again returns the job already stored (a retried task finds its job)."""
+        submitting again returns the job already stored (a retried task finds its job).
+        One transaction on one connection."""
         if backend not in BACKENDS:
             raise SubmissionRejected(f"backend: {backend!r} is not one of {', '.join(BACKENDS)}")
-        if client_token is not None:
-            existing = self.job_by_token(client_token)
-            if existing is not None:
-                return existing
-        self._check_against_config(request)
         now = self.clock()
         with self._session() as session:
             try:
                 with session.begin():
+                    if client_token is not None:
+                        existing = session.scalars(select(JobRow).where(JobRow.client_token == client_token)).first()
+                        if existing is not None:
+                            return existing
+                    check_submission(self._snapshot_of_latest(session), request)
                     job = JobRow(
                         name=request.name,
                         share=request.share,
@@ -127,14 +128,17 @@ class QuotaStore:
                 raise SubmissionRejected(f"name: a live job is already named {request.name!r}") from None
             return job
 
-    def _check_against_config(self, request: JobRequest) -> None:
-        latest = self.latest_config()
-        if latest is None:
+    def _snapshot_of_latest(self, session: Session) -> Snapshot:
+        """The latest configuration as a snapshot to check submissions against; read again only
+        when a new version was applied."""
+        version = session.scalar(select(func.max(ConfigVersion.id)))
+        if version is None:
             raise SubmissionRejected("no quota configuration is applied yet (airflow-quota apply quota.yaml)")
-        version, config = latest
         if self._checked is None or self._checked[0] != version:
-            self._checked = (version, Snapshot(config, _EPOCH))
-        check_submission(self._checked[1], request)
+            row = session.get(ConfigVersion, version)
+            assert row is not None
+            self._checked = (version, Snapshot(QuotaConfig.model_validate(row.document), _EPOCH))
+        return self._checked[1]
 
     def set_priority(self, job_id: int, priority: int) -> None:
         """Ask for a new priority (AWS UpdateServiceJob); refused above the share's max_priority."""

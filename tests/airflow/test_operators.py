@@ -1,0 +1,487 @@
+"""QuotaTrainingOperator against a real SQLite quota database and the real quota scheduler:
+deferral, idempotent submission, every final state, parse-time validation, priority overrides,
+and the docstring's "(templated)" markers."""
+
+from __future__ import annotations
+
+import re
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, cast
+
+import pytest
+from airflow.sdk import BaseOperator, Context
+from airflow.sdk.exceptions import AirflowException, AirflowFailException, TaskDeferred
+
+from airflow_quota.core.catalogue import builtin_catalogue
+from airflow_quota.exceptions import InvalidInput
+from airflow_quota.hooks.quota import QuotaHook
+from airflow_quota.operators.training import QuotaTrainingOperator, client_token, derived_job_name
+from airflow_quota.sensors.quota import QuotaCapacitySensor, QuotaJobSensor
+from airflow_quota.store.models import JobRow
+from airflow_quota.triggers.quota import QuotaJobTrigger
+from tests.airflow.conftest import G5, QuotaWorld
+
+RUN_ID = "scheduled__2026-01-01T00:00:00+00:00"
+
+
+@dataclass
+class TaskInstance:
+    """The few task-instance fields the operator reads, and the XComs it pushes."""
+
+    dag_id: str = "train_daily"
+    task_id: str = "train"
+    run_id: str = RUN_ID
+    map_index: int = -1
+    try_number: int = 1
+    xcoms: dict[str, Any] = field(default_factory=dict)
+
+    def xcom_push(self, key: str, value: Any) -> None:
+        self.xcoms[key] = value
+
+
+@dataclass
+class DagRun:
+    conf: dict[str, Any] = field(default_factory=dict)
+
+
+def context(
+    ti: TaskInstance | None = None, conf: dict[str, Any] | None = None, params: dict[str, Any] | None = None
+) -> Context:
+    return cast(Context, {"ti": ti or TaskInstance(), "dag_run": DagRun(conf or {}), "params": params or {}})
+
+
+def operator(**overrides: Any) -> QuotaTrainingOperator:
+    arguments: dict[str, Any] = {
+        "task_id": "train",
+        "share": "research",
+        "priority": 5,
+        "instance_preferences": G5,
+        "command": "python train.py",
+        "poll_interval": 0.01,
+    }
+    return QuotaTrainingOperator(**{**arguments, **overrides})
+
+
+def deferred(op: QuotaTrainingOperator, ctx: Context) -> QuotaJobTrigger:
+    with pytest.raises(TaskDeferred) as deferral:
+        op.execute(ctx)
+    assert deferral.value.method_name == "execute_complete"
+    trigger = deferral.value.trigger
+    assert isinstance(trigger, QuotaJobTrigger)
+    return trigger
+
+
+# -- execute ---------------------------------------------------------------------------------
+
+
+def test_execute_submits_then_defers_to_a_trigger_that_owns_the_job(world: QuotaWorld) -> None:
+    ti = TaskInstance()
+    trigger = deferred(operator(env={"EPOCHS": "3"}, cwd="/srv/train"), context(ti))
+    job = world.job(trigger.job_id)
+    assert trigger.serialize()[1] == {
+        "job_id": job.id,
+        "quota_conn_id": "quota_default",
+        "poll_interval": 0.01,
+        "cancel_on_kill": True,
+    }
+    assert (job.share, job.priority, job.backend, job.state) == ("research", 5, "local", "SUBMITTED")
+    assert job.name == derived_job_name("train_daily", "train", RUN_ID, -1)
+    assert re.fullmatch(r"[A-Za-z0-9_-]{1,128}", job.name)
+    assert job.training == {"command": "python train.py", "env": {"EPOCHS": "3"}, "cwd": "/srv/train"}
+    assert (job.client_token, job.dag_id, job.run_id) == (
+        client_token("train_daily", "train", RUN_ID, -1),
+        "train_daily",
+        RUN_ID,
+    )
+    assert ti.xcoms == {"quota_job_id": job.id}
+
+
+def test_execute_twice_and_a_retry_after_a_worker_crash_submit_once(world: QuotaWorld) -> None:
+    first = deferred(operator(), context(TaskInstance()))
+    again = deferred(operator(), context(TaskInstance()))
+    retried = deferred(operator(), context(TaskInstance(try_number=2)))
+    assert first.job_id == again.job_id == retried.job_id
+    assert len(world.store.jobs()) == 1
+
+
+def test_mapped_instances_get_their_own_jobs(world: QuotaWorld) -> None:
+    ids = {deferred(operator(), context(TaskInstance(map_index=i))).job_id for i in range(3)}
+    assert len(ids) == 3
+
+
+def test_execute_returns_at_once_for_a_job_already_succeeded(world: QuotaWorld) -> None:
+    job_id = deferred(operator(), context()).job_id
+    world.step(1000.0)
+    world.step(1001.0)
+    assert world.job(job_id).state == "SUCCEEDED"
+    summary = operator().execute(context(TaskInstance(try_number=2)))  # the retry finds it done
+    assert summary is not None and summary["job_id"] == job_id and summary["state"] == "SUCCEEDED"
+    assert len(world.store.jobs()) == 1
+
+
+def test_a_retry_after_a_failed_or_cancelled_job_submits_a_new_one(world: QuotaWorld) -> None:
+    first = deferred(operator(), context()).job_id
+    world.store.cancel(first)  # the user cleared the task: its trigger cancelled the job...
+    second = deferred(operator(), context(TaskInstance(try_number=2))).job_id  # ...before it was taken in
+    world.step()
+    assert (world.job(first).state, world.job(first).reason) == ("FAILED", "CANCELLED")
+    assert second != first and world.job(second).name.endswith("-r2")
+    assert world.job(second).client_token == client_token("train_daily", "train", RUN_ID, -1, generation=2)
+    assert deferred(operator(), context(TaskInstance(try_number=3))).job_id == second
+
+
+def test_not_deferrable_waits_in_the_worker(world: QuotaWorld) -> None:
+    def drive() -> None:
+        while not world.store.jobs():
+            threading.Event().wait(0.01)
+        world.step(1000.0)
+        world.step(1001.0)
+
+    driver = threading.Thread(target=drive)
+    driver.start()
+    summary = operator(deferrable=False).execute(context())
+    driver.join()
+    assert summary is not None and summary["state"] == "SUCCEEDED"
+
+
+def test_on_kill_cancels_the_job(world: QuotaWorld) -> None:
+    op = operator()
+    job_id = deferred(op, context()).job_id
+    op.on_kill()
+    world.step()
+    assert (world.job(job_id).state, world.job(job_id).reason) == ("FAILED", "CANCELLED")
+
+
+# -- execute_complete ------------------------------------------------------------------------
+
+
+def succeeded(world: QuotaWorld) -> JobRow:
+    job = world.submit("ok", {"duration": 3600})
+    world.step(1000.0)
+    world.step(4600.0)
+    return job
+
+
+def attempts_exhausted(world: QuotaWorld) -> JobRow:
+    job = world.submit("crash", {"duration": 100, "failures": [{"after": 5, "reason": "ExitCode:3"}]})
+    world.step(1000.0)
+    world.step(1100.0)
+    return job
+
+
+def pending_timeout(world: QuotaWorld) -> JobRow:
+    world.submit("hog1", {"duration": 1000})
+    world.submit("hog2", {"duration": 1000}, share="prod")
+    job = world.submit("late", {"duration": 10}, max_pending_seconds=50)
+    world.step(1000.0)
+    world.step(1100.0)
+    return job
+
+
+def capacity_error(world: QuotaWorld) -> JobRow:
+    job = world.submit("cpu", {"capacity_error": True}, preferences=[{"instance_type": "ml.c5.xlarge", "count": 1}])
+    world.step(1000.0)
+    world.step(1001.0)
+    return job
+
+
+def preemption_limit(world: QuotaWorld) -> JobRow:
+    world.submit("mine", {"duration": 1000})
+    job = world.submit("borrower", {"duration": 1000}, preemption_retries=0)
+    world.step(1000.0)
+    world.submit("owner", {"duration": 10}, share="prod")
+    world.step(1010.0)
+    return job
+
+
+def cancelled(world: QuotaWorld) -> JobRow:
+    job = world.submit("unwanted", {"duration": 100})
+    world.store.cancel(job.id)
+    world.step(1000.0)
+    return job
+
+
+def event_for(job: JobRow) -> dict[str, Any]:
+    status = "success" if job.state == "SUCCEEDED" else "failed"
+    return {"status": status, "job_id": job.id, "state": job.state, "reason": job.reason, "message": "final"}
+
+
+def test_execute_complete_on_success_returns_the_summary(world: QuotaWorld, capsys: pytest.CaptureFixture[str]) -> None:
+    job = world.job(succeeded(world).id)
+    summary = operator().execute_complete(context(), event_for(job))
+    price = builtin_catalogue()["ml.g5.xlarge"].hourly_price
+    assert summary == {
+        "job_id": job.id,
+        "job_name": "ok",
+        "share": "research",
+        "state": "SUCCEEDED",
+        "instance_type": "ml.g5.xlarge",
+        "instance_count": 1,
+        "training_plan": None,
+        "borrowed": 0,
+        "attempts": 1,
+        "preemptions": 0,
+        "lost_gpu_hours": 0.0,
+        "gpu_hours": 1.0,
+        "cost": round(price, 6),
+        "wait_seconds": 0.0,
+    }
+    out = capsys.readouterr().out
+    assert "t=1000 PLACED ok [research] on 1x ml.g5.xlarge, attempt 1: within its share's limit" in out
+    assert "t=4600 SUCCEEDED ok [research]" in out
+
+
+@pytest.mark.parametrize(
+    ("scenario", "reason", "detail", "error"),
+    [
+        (attempts_exhausted, "ATTEMPTS_EXHAUSTED", "ExitCode:3: attempt 1 of 1 failed", AirflowException),
+        (pending_timeout, "PENDING_TIMEOUT", "RUNNABLE for 50 s (max_pending_seconds)", AirflowException),
+        (capacity_error, "CAPACITY_ERROR", "no provider capacity for a CPU-only list", AirflowException),
+        (preemption_limit, "PREEMPTION_LIMIT", "preempted 1 times", AirflowException),
+        (cancelled, "CANCELLED", "cancelled", AirflowFailException),
+    ],
+    ids=[
+        "a training that keeps failing",
+        "waited longer than max_pending_time",
+        "a CPU-only list the provider cannot serve",
+        "preempted more than preemption_retries",
+        "cancelled by someone: no Airflow retry",
+    ],
+)
+def test_execute_complete_fails_with_the_quota_reason(
+    world: QuotaWorld,
+    scenario: Callable[[QuotaWorld], JobRow],
+    reason: str,
+    detail: str,
+    error: type[Exception],
+) -> None:
+    job = world.job(scenario(world).id)
+    assert (job.state, job.reason) == ("FAILED", reason)
+    with pytest.raises(error) as failure:
+        operator().execute_complete(context(), event_for(job))
+    assert str(failure.value) == f"quota job {job.id} ({job.name}) failed: {reason}: {detail}"
+    if error is AirflowException:
+        assert not isinstance(failure.value, AirflowFailException)  # Airflow may retry: a new job
+
+
+@pytest.mark.parametrize(
+    ("event", "message"),
+    [
+        (None, "unexpected event from the quota trigger: a quota job event is a mapping, got None"),
+        ({"status": "done", "job_id": 1}, "status is one of success, failed, error, got 'done'"),
+        ({"status": "success", "job_id": "1"}, "job_id is an integer, got '1'"),
+        (
+            {
+                "status": "error",
+                "job_id": 4,
+                "state": None,
+                "reason": None,
+                "message": "the database stayed unreadable",
+            },
+            "quota job 4: the database stayed unreadable",
+        ),
+    ],
+    ids=["no event", "unknown status", "job id not an integer", "the trigger could not follow the job"],
+)
+def test_execute_complete_refuses_a_bad_or_error_event(world: QuotaWorld, event: Any, message: str) -> None:
+    with pytest.raises(AirflowException, match=re.escape(message)):
+        operator().execute_complete(context(), event)
+
+
+# -- parse-time validation -------------------------------------------------------------------
+
+
+def six() -> list[dict[str, Any]]:
+    return [
+        {"instance_type": f"ml.g5.{size}", "count": 1}
+        for size in ("xlarge", "2xlarge", "4xlarge", "8xlarge", "12xlarge", "16xlarge")
+    ]
+
+
+@pytest.mark.parametrize(
+    ("arguments", "problem"),
+    [
+        (
+            {"instance_preferences": six()},
+            "instance_preferences: List should have at most 5 items after validation, not 6",
+        ),
+        (
+            {"instance_preferences": [*G5, {"instance_type": "ml.g5.xlarge", "count": 2}]},
+            "instance_preferences: instance type ml.g5.xlarge is listed twice; each type at most once",
+        ),
+        (
+            {"instance_preferences": [{"instance_type": "ml.g5.xlarge", "count": 0}]},
+            "instance_preferences[0].count: Input should be greater than or equal to 1",
+        ),
+        (
+            {"instance_preferences": []},
+            "instance_preferences: List should have at least 1 item after validation, not 0",
+        ),
+        (
+            {"instance_preferences": [{"instance_type": "ml.g5.xlarge", "count": 1, "gpus": 4}]},
+            "instance_preferences[0].gpus: unknown key",
+        ),
+        ({"backend": "kubernetes"}, "backend: 'kubernetes' is not one of local, sagemaker"),
+        ({"command": None}, "command: the local backend needs a non-empty string or list of strings, got None"),
+        ({"command": "  "}, "command: the local backend needs a non-empty string or list of strings, got '  '"),
+        ({"priority": 10000}, "priority: Input should be less than or equal to 9999"),
+        ({"max_pending_time": -5}, "max_pending_time: Input should be greater than 0"),
+        ({"retry_attempts": 11}, "retry_attempts: Input should be less than or equal to 10"),
+        ({"job_name": "nightly run!"}, "job_name: String should match pattern '^[A-Za-z0-9_-]{1,128}$'"),
+        ({"poll_interval": 0}, "poll_interval: must be a positive number of seconds, got 0"),
+        (
+            {
+                "backend": "sagemaker",
+                "command": None,
+                "training_request": {"ResourceConfig": {"InstanceType": "ml.p4d.24xlarge", "VolumeSizeInGB": 50}},
+            },
+            "training_request.ResourceConfig.InstanceType:"
+            " is chosen by the quota scheduler from instance_preferences; leave it out",
+        ),
+        (
+            {
+                "backend": "sagemaker",
+                "command": None,
+                "training_request": {"AlgorithmSpecification": {}},
+                "checkpoint_uri": "/tmp/ckpt",
+            },
+            "checkpoint_uri: SageMaker saves checkpoints only to S3, got '/tmp/ckpt'",
+        ),
+        (
+            {"backend": "sagemaker", "training_request": {"RoleArn": "arn"}},
+            "command: is for the local backend; the sagemaker backend runs training_request",
+        ),
+        (
+            {"backend": "sagemaker", "command": None},
+            "training_request: the sagemaker backend needs a CreateTrainingJob request, got None",
+        ),
+        (
+            {"training_request": {"RoleArn": "arn"}},
+            "training_request: is for the sagemaker backend; the local backend runs command",
+        ),
+    ],
+    ids=[
+        "six preferences",
+        "a type listed twice",
+        "count 0",
+        "an empty preference list",
+        "an unknown key in an entry",
+        "an unknown backend",
+        "the local backend without a command",
+        "a blank command",
+        "priority above 9999",
+        "a negative max_pending_time",
+        "eleven retry attempts",
+        "a job name with a space",
+        "a zero poll interval",
+        "a SageMaker request choosing its own instance type",
+        "a SageMaker checkpoint outside S3",
+        "a command for SageMaker",
+        "SageMaker without a training request",
+        "a training request for the local backend",
+    ],
+)
+def test_a_bad_argument_fails_dag_import_naming_the_field(arguments: dict[str, Any], problem: str) -> None:
+    with pytest.raises(InvalidInput) as failure:
+        operator(**arguments)
+    assert problem in [str(p) for p in failure.value.problems]
+
+
+def test_templated_fields_are_checked_once_rendered() -> None:
+    op = operator(
+        instance_preferences="{{ params.preferences }}", job_name="{{ params.name }}", share="{{ params.share }}"
+    )
+    assert op.instance_preferences == "{{ params.preferences }}"
+
+
+def test_arguments_still_wrong_once_rendered_fail_the_task_without_retry(world: QuotaWorld) -> None:
+    op = operator(job_name="{{ params.name }}")
+    op.job_name = "not valid!"  # what rendering produced
+    with pytest.raises(AirflowFailException, match=r"job_name: String should match pattern"):
+        op.execute(context())
+    assert world.store.jobs() == []
+
+
+# -- priority overrides ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("conf", "params", "priority"),
+    [
+        ({}, {}, 5),
+        ({"quota_priority": 40}, {}, 40),
+        ({"quota_priority": 40}, {"quota_priority": 30}, 30),
+        ({}, {"quota_priority": None}, 5),
+    ],
+    ids=[
+        "no override: the task's own priority",
+        "the run's conf overrides it",
+        "a declared Param (already merged with the conf by Airflow) wins",
+        "a declared Param left empty keeps the task's priority",
+    ],
+)
+def test_the_run_conf_overrides_the_priority(
+    world: QuotaWorld, conf: dict[str, Any], params: dict[str, Any], priority: int
+) -> None:
+    job_id = deferred(operator(), context(conf=conf, params=params)).job_id
+    assert world.job(job_id).priority == priority
+
+
+def test_an_override_above_the_share_max_priority_fails_the_task(world: QuotaWorld) -> None:
+    with pytest.raises(AirflowFailException) as failure:
+        operator().execute(context(conf={"quota_priority": 60}))
+    assert str(failure.value) == (
+        f"quota job {derived_job_name('train_daily', 'train', RUN_ID, -1)!r} was not submitted"
+        " (quota_priority=60 from the run's conf): priority: 60 is above share 'research''s max_priority 50"
+    )
+    assert world.store.jobs() == []
+
+
+def test_an_override_that_is_not_an_integer_fails_the_task(world: QuotaWorld) -> None:
+    with pytest.raises(
+        AirflowFailException, match="quota_priority in the run's conf must be an integer 0-9999, got '9000'"
+    ):
+        operator().execute(context(conf={"quota_priority": "9000"}))
+
+
+# -- documentation ---------------------------------------------------------------------------
+
+
+def documented_parameters(cls: type[BaseOperator]) -> dict[str, str]:
+    """``:param name: text`` blocks of a class docstring, continuation lines joined."""
+    doc = cls.__doc__ or ""
+    blocks = re.findall(r":param (\w+):(.*?)(?=\n\s*:param |\Z)", doc, flags=re.S)
+    return {name: " ".join(text.split()) for name, text in blocks}
+
+
+@pytest.mark.parametrize("cls", [QuotaTrainingOperator, QuotaJobSensor, QuotaCapacitySensor], ids=lambda c: c.__name__)
+def test_templated_markers_match_template_fields(cls: type[BaseOperator]) -> None:
+    documented = documented_parameters(cls)
+    marked = {name for name, text in documented.items() if "(templated)" in text}
+    assert marked == set(cls.template_fields)
+    assert set(cls.template_fields) <= set(documented)
+
+
+def test_every_argument_is_documented() -> None:
+    import inspect
+
+    arguments = set(inspect.signature(QuotaTrainingOperator.__init__).parameters) - {"self", "kwargs"}
+    assert arguments == set(documented_parameters(QuotaTrainingOperator))
+
+
+def test_the_story_is_the_jobs_own_when_a_name_is_reused(world: QuotaWorld) -> None:
+    first = world.submit("nightly", {"duration": 10})
+    world.step(1000.0)
+    world.step(1100.0)
+    second = world.submit("nightly", {"duration": 10})  # the next run, same job_name
+    world.step(1200.0)
+    world.step(1300.0)
+    hook = QuotaHook()
+    assert hook.job_story(second.id) == [
+        "t=1200 SUBMITTED nightly [research]",
+        "t=1200 PLACED nightly [research] on 1x ml.g5.xlarge, attempt 1: within its share's limit",
+        "t=1300 SUCCEEDED nightly [research]",
+    ]
+    assert hook.job_story(first.id)[-1] == "t=1100 SUCCEEDED nightly [research]"
