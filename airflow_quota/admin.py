@@ -288,7 +288,7 @@ def show_job(args: argparse.Namespace) -> int:
         for p in store.preemptions(job.id)
     ]
     record["alerts"] = [{"at": a.at, "kind": a.kind, "reason": a.reason} for a in store.alerts(job.id)]
-    record["events"] = [e.line for e in store.events(job=job.name)]
+    record["events"] = [e.line for e in store.events(job_id=job.id)]
     if args.json:
         _print_json(record)
         return 0

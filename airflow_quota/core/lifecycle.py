@@ -141,6 +141,7 @@ class Lifecycle:
         job.wait_seconds += now - job.runnable_since
         job.pending_deadline = None
         job.last_placement = placement.entry
+        job.last_borrowed = placement.borrowed
         snap.queues[job.share].add_running(job, ledger.name)
         snap.new_victims.add(ledger.name)
         protection = snap.shares[job.share].preemption_protection_seconds

@@ -179,6 +179,8 @@ class Job:
     starving: bool = False
     alerts: set[AlertKind] = field(default_factory=set)
     last_placement: Entry | None = None
+    last_borrowed: int = 0
+    """Instances above its share's limit when the last attempt was placed."""
     gpu_seconds: float = 0.0
     usage: dict[tuple[str, str], UsageLine] = field(default_factory=dict)
     """(instance type, plan name or "on-demand") → what the job used of it."""

@@ -33,7 +33,7 @@ from airflow_quota.core.model import Job, JobRequest, JobState, PreferenceEntry
 from airflow_quota.core.snapshot import Mode, Snapshot
 from airflow_quota.exceptions import ChangeRefused
 from airflow_quota.store.engine import make_engine, reachable
-from airflow_quota.store.models import LIVE_STATES, Attempt, EventRow, JobRow, Request
+from airflow_quota.store.models import LIVE_STATES, Attempt, JobRow, Request
 from airflow_quota.store.repository import HOLDING_STATES, QuotaStore
 from airflow_quota.store.settings import database_url, normalize, redacted
 
@@ -139,26 +139,6 @@ def describe_job(job: JobRow) -> str:
     return f"{who} {job.state} after {job.attempts} attempt(s), {job.preemptions} preemption(s)"
 
 
-def story_of(job: JobRow, namesakes: Sequence[JobRow], events: Sequence[EventRow]) -> list[str]:
-    """The decision-log lines of ``job`` among the events of every job of its name.
-
-    The decision log names jobs, and a name is free again once its job is final, so the events
-    of one name may belong to several jobs. Each accepted job's life opens with its SUBMITTED
-    event, in submission order; ``namesakes`` are the stored jobs of that name in id order
-    (submissions the scheduler refused left a REJECTED event and no row: skipped).
-    """
-    lives: list[list[str]] = []
-    for event in events:
-        if event.type == "SUBMITTED":
-            lives.append([])
-        rejected_submission = event.type == "REJECTED" and "request" not in (event.record or {})
-        if lives and not rejected_submission:
-            lives[-1].append(event.line)
-    ids = [row.id for row in namesakes]
-    index = ids.index(job.id) if job.id in ids else -1
-    return lives[index] if 0 <= index < len(lives) else []
-
-
 class QuotaHook(BaseHook):
     """Reach the quota database through an Airflow connection.
 
@@ -252,13 +232,7 @@ class QuotaHook(BaseHook):
     def job_story(self, job_id: int) -> list[str]:
         """The job's lines of the decision log, in order: submitted, placed (where, which
         attempt, why), preempted (by whom, kind, lost work), requeued, finished or failed."""
-        store = self.store
-        job = store.job(job_id)
-        if job is None:
-            return []
-        with reachable(str(store.engine.url)), store.sessions() as session:
-            namesakes = list(session.scalars(select(JobRow).where(JobRow.name == job.name).order_by(JobRow.id)))
-        return story_of(job, namesakes, store.events(job=job.name))
+        return [event.line for event in self.store.events(job_id=job_id)]
 
     def submission_refusal(self, job_id: int) -> str | None:
         """Why the quota scheduler refused the submission of ``job_id``, if it did.

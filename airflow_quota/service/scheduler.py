@@ -62,6 +62,7 @@ class _Step:
     decisions: list[Decision] = field(default_factory=list)
     handled: list[tuple[int, str, str | None]] = field(default_factory=list)
     rejected_jobs: list[int] = field(default_factory=list)
+    rejected_ids: dict[str, int] = field(default_factory=dict)
     touched: set[int] = field(default_factory=set)
     ended: list[tuple[int, int, AttemptReport]] = field(default_factory=list)
     running: list[tuple[int, int, float]] = field(default_factory=list)
@@ -236,6 +237,8 @@ class QuotaService:
                 if request.kind == "submit" and request.job_id is not None:
                     gathered.rejected_jobs.append(request.job_id)
                     row = jobs[request.job_id]
+                    if row is not None:
+                        gathered.rejected_ids[row.name] = row.id
                     decision = Rejected(now, row.name if row else "?", row.share if row else "?", str(exc))
                     gathered.decisions.append(decision)
                     log.info(describe(decision, wall_clock=self.wall_clock))
@@ -335,21 +338,20 @@ class QuotaService:
     def _record(self, session: Session, decision: Decision, gathered: _Step, now: float) -> None:
         assert self.scheduler is not None
         record = event_record(decision)
+        job = None if isinstance(decision, Rejected) else self.scheduler.job(decision.job)
+        job_id = job.ref if job is not None else gathered.rejected_ids.get(decision.job)
         session.add(
             EventRow(
                 at=decision.at,
                 type=record["type"],
                 job=decision.job,
+                job_id=job_id,
                 share=decision.share,
                 record=record,
                 line=describe(decision, wall_clock=self.wall_clock),
             )
         )
-        if isinstance(decision, Rejected):
-            return
-        job = self.scheduler.job(decision.job)
-        job_id = job.ref
-        if job_id is None:
+        if job is None or job_id is None:
             return
         gathered.touched.add(job_id)
         if isinstance(decision, Placed):
@@ -500,7 +502,7 @@ def _job_columns(job: Job, snap: Any, now: float) -> dict[str, Any]:
         "instance_type": last.instance_type if last else None,
         "count": last.count if last else None,
         "training_plan": last.training_plan if last else None,
-        "borrowed": job.placement.borrowed if job.placement else 0,
+        "borrowed": job.last_borrowed,
         "gpu_hours": job.gpu_seconds / 3600,
         "lost_gpu_hours": job.lost_gpu_seconds / 3600,
         "cost": job.cost,

@@ -160,6 +160,8 @@ class EventRow(Base):
     at: Mapped[float] = mapped_column(Float)
     type: Mapped[str] = mapped_column(String(30))
     job: Mapped[str] = mapped_column(String(128), index=True)
+    job_id: Mapped[int | None] = mapped_column(Integer, index=True)
+    """The job's id (names are reused once a job is final); the refused submission's for REJECTED."""
     share: Mapped[str] = mapped_column(String(128))
     record: Mapped[dict[str, Any]]
     line: Mapped[str] = mapped_column(Text)

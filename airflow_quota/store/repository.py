@@ -218,11 +218,12 @@ class QuotaStore:
                 query = query.where(AlertRow.job_id == job_id)
             return list(session.scalars(query))
 
-    def events(self, job: str | None = None, after: int = 0) -> list[EventRow]:
+    def events(self, job_id: int | None = None, after: int = 0) -> list[EventRow]:
+        """The decision log (of one job), in order."""
         with self._session() as session:
             query = select(EventRow).where(EventRow.id > after).order_by(EventRow.id)
-            if job is not None:
-                query = query.where(EventRow.job == job)
+            if job_id is not None:
+                query = query.where(EventRow.job_id == job_id)
             return list(session.scalars(query))
 
     def request_outcome(self, request_id: int) -> Request | None:

@@ -198,5 +198,5 @@ def test_a_refused_start_is_a_failed_attempt_even_across_a_restart(engine: Engin
     again.step()
     attempts = store.attempts(refused.id)
     assert attempts[0].status == "FAILED" and "CreateTrainingJob refused" in (attempts[0].reason or "")
-    lines = [e.line for e in store.events(job="bad")]
+    lines = [e.line for e in store.events(job_id=refused.id)]
     assert any("REQUEUED bad" in line and "BackendError" in line for line in lines), lines
