@@ -48,6 +48,7 @@ class QuotaStore:
         self.sessions = session_factory(engine)
         self.clock = clock
         self._checked: tuple[int, Snapshot] | None = None
+        self._checked_at = float("-inf")
 
     # -- configuration -------------------------------------------------------------------
 
@@ -69,7 +70,8 @@ class QuotaStore:
             session.flush()
             session.add(Request(created_at=self.clock(), kind="config", payload={"version": version.id}))
             self._notify(session)
-            return version.id
+        self._checked = None  # submissions through this store see the new version at once
+        return version.id
 
     def latest_config(self) -> tuple[int, QuotaConfig] | None:
         with self._session() as session:
@@ -129,8 +131,13 @@ class QuotaStore:
             return job
 
     def _snapshot_of_latest(self, session: Session) -> Snapshot:
-        """The latest configuration as a snapshot to check submissions against; read again only
-        when a new version was applied."""
+        """The latest configuration as a snapshot to check submissions against; the version is
+        looked up at most once a second (the scheduler checks every submission again when it
+        takes it in, against the configuration then in force)."""
+        now = time.monotonic()
+        if self._checked is not None and now - self._checked_at < 1.0:
+            return self._checked[1]
+        self._checked_at = now
         version = session.scalar(select(func.max(ConfigVersion.id)))
         if version is None:
             raise SubmissionRejected("no quota configuration is applied yet (airflow-quota apply quota.yaml)")
