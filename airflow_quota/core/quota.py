@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import Enum
 
-from airflow_quota.core.config import Share, Strategy
+from airflow_quota.core.config import QuotaConfig, Share, Strategy
 
 
 class Block(str, Enum):
@@ -86,6 +86,21 @@ class TypeLedger:
     on_demand_used: int = 0
     available: int | None = None
     """On-demand instances the provider can give (None: unlimited)."""
+
+    @classmethod
+    def of(cls, config: QuotaConfig, name: str, usage: dict[str, int]) -> TypeLedger:
+        """The ledger of one type under ``config`` with the given usage per share."""
+        ledger = cls(
+            name=name,
+            capacity=config.pool.capacity.get(name, 0),
+            gpus=0,
+            price=0.0,
+            limits={s.name: s.capacity_limits[name] for s in config.shares if name in s.capacity_limits},
+            lends={s.name: s.lends for s in config.shares},
+            usage=dict(usage),
+        )
+        ledger.recompute()
+        return ledger
 
     def usage_of(self, share: str) -> int:
         return self.usage.get(share, 0)

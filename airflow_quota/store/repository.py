@@ -258,19 +258,10 @@ class QuotaStore:
             elif job.state in ("RUNNABLE", "SUBMITTED"):
                 for entry in job.request.get("preferences", []):
                     waiting.setdefault((job.share, entry["instance_type"]), []).append(job.submitted_at)
-        ledgers = {}
-        for name, capacity in config.pool.capacity.items():
-            ledger = TypeLedger(
-                name=name,
-                capacity=capacity,
-                gpus=0,
-                price=0.0,
-                limits={s.name: s.capacity_limits[name] for s in config.shares if name in s.capacity_limits},
-                lends={s.name: s.lends for s in config.shares},
-                usage={s.name: holding.get((s.name, name), 0) for s in config.shares},
-            )
-            ledger.recompute()
-            ledgers[name] = ledger
+        ledgers = {
+            name: TypeLedger.of(config, name, {s.name: holding.get((s.name, name), 0) for s in config.shares})
+            for name in config.pool.capacity
+        }
         views = []
         for share in config.shares:
             types = {}

@@ -252,16 +252,7 @@ def invariant_problems(config: QuotaConfig, holding: dict[tuple[str, str], int])
     problems = []
     shares = {s.name: s for s in config.shares}
     for name, capacity in config.pool.capacity.items():
-        ledger = TypeLedger(
-            name=name,
-            capacity=capacity,
-            gpus=0,
-            price=0.0,
-            limits={s.name: s.capacity_limits[name] for s in config.shares if name in s.capacity_limits},
-            lends={s.name: s.lends for s in config.shares},
-            usage={s: n for (s, t), n in holding.items() if t == name},
-        )
-        ledger.recompute()
+        ledger = TypeLedger.of(config, name, {s: n for (s, t), n in holding.items() if t == name})
         if ledger.used > capacity:
             problems.append(f"{name}: used {ledger.used} > capacity {capacity} ({ledger.usage})")
         if ledger.borrowed() > ledger.lendable():
