@@ -26,7 +26,7 @@ postgres:
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null; }
 
 lint: $(STAMP)
-	$(BIN)/ruff check airflow_quota tests benchmarks
+	$(BIN)/ruff check airflow_quota tests benchmarks dags
 	$(BIN)/lint-imports
 
 typecheck: $(STAMP)
