@@ -38,7 +38,6 @@ from airflow_quota.core.model import (
     JobState,
     Placed,
     Preempted,
-    PriorityChanged,
     Rejected,
 )
 from airflow_quota.core.visibility import pending_view
@@ -403,8 +402,6 @@ class QuotaService:
                     position=decision.position,
                 )
             )
-        elif isinstance(decision, PriorityChanged):
-            pass
 
     def _write_jobs(self, session: Session, touched: set[int], now: float) -> None:
         """Write the touched jobs as they now stand; every few seconds, every waiting job's
