@@ -2,8 +2,8 @@
 LocalExecutor with two worker slots, a PostgreSQL metadata database, and ``airflow-quota
 scheduler`` with the local backend on a second PostgreSQL database.
 
-1. The walkthrough (``tests/airflow/e2e_dags/e2e_quota_walkthrough.py``, the example DAG's story
-   paced by the quota state) runs to success: the decision log holds a CROSS_SHARE and an
+1. The example walkthrough (``dags/quota_walkthrough.py``, each step gated on the quota state)
+   runs to success: the decision log holds a CROSS_SHARE and an
    IN_SHARE preemption, the preempted trainings resume from their checkpoints, the training tasks
    waited ``deferred`` (no worker slot) whenever their quota jobs waited, and the task logs tell
    the quota story.
@@ -45,10 +45,9 @@ from airflow_quota.store.settings import normalize
 
 REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
-E2E_DAGS = Path(__file__).resolve().parent / "e2e_dags"
 ADMIN_URL = os.environ.get("QUOTA_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
 
-WALKTHROUGH = "e2e_quota_walkthrough"
+WALKTHROUGH = "quota_walkthrough"
 DAILY = "quota_daily_training"
 TRAININGS = ("qs1_high", "qs1_med", "qs1_low", "qs2_job", "qs3_job")
 LIVE = ("SUBMITTED", "RUNNABLE", "SCHEDULED", "STARTING", "RUNNING")
@@ -213,10 +212,9 @@ def airflow(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Airflow]:
     home, logs, state_dir, dags = root / "home", root / "logs", root / "quota-state", root / "dags"
     for d in (home, logs, state_dir, dags):
         d.mkdir()
-    # the example daily DAG and its training script, and the test's walkthrough, as they are
-    for source in (REPO / "dags" / "quota_daily_training.py", REPO / "dags" / "train_script.py"):
-        (dags / source.name).symlink_to(source)
-    (dags / "e2e_quota_walkthrough.py").symlink_to(E2E_DAGS / "e2e_quota_walkthrough.py")
+    # the example walkthrough and daily DAGs and their training script, as they are
+    for name in ("quota_walkthrough.py", "quota_daily_training.py", "train_script.py"):
+        (dags / name).symlink_to(REPO / "dags" / name)
 
     api_port = _free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW")}
@@ -238,7 +236,6 @@ def airflow(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Airflow]:
             "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(_free_port()),
             "AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT": str(_free_port()),
             "AIRFLOW_CONN_QUOTA_DEFAULT": quota_url,
-            "AIRFLOW_QUOTA_E2E_CHECKPOINTS": str(root / "checkpoints"),
             "AIRFLOW_QUOTA_EXAMPLE_CHECKPOINTS": str(root / "checkpoints"),
         }
     )

@@ -5,7 +5,7 @@ tasks really defer and resume) against a SQLite quota database, with the real ``
 stepping every 0.1 s on the wall clock in a background thread and the real local backend, so
 ``dags/train_script.py`` really trains. ``dag.test()`` runs one task at a time, so these runs
 show placement, fallback and the priority override, not concurrency (the walkthrough's
-preemptions need a real Airflow with concurrent tasks).
+preemptions need a real Airflow with concurrent tasks: ``test_end_to_end.py`` runs it).
 """
 
 from __future__ import annotations
@@ -67,12 +67,32 @@ def test_the_walkthrough_submits_in_the_walkthroughs_order(dagbag: DagBag) -> No
         "qs2_job": ("qs2", 1),
         "qs3_job": ("qs3", 1),
     }
-    assert dag.get_task("qs1_high").upstream_task_ids == set()
-    assert dag.get_task("qs1_med").upstream_task_ids == {"then_qs1_med"}
-    assert dag.get_task("qs1_low").upstream_task_ids == {"then_qs1_low"}
-    assert dag.get_task("qs2_job").upstream_task_ids == {"at_600s"}
-    assert dag.get_task("qs3_job").upstream_task_ids == {"at_900s"}
-    assert dag.get_task("raise_qs1_low").upstream_task_ids == {"at_1200s"}
+    # each step waits for the quota state it needs, checked by the gate before it
+    upstream = {t.task_id: t.upstream_task_ids for t in dag.tasks}
+    assert upstream == {
+        "qs1_high": set(),
+        "high_running": set(),
+        "qs1_med": {"high_running"},
+        "med_borrowing": {"high_running"},
+        "qs1_low": {"med_borrowing"},
+        "low_waiting": {"med_borrowing"},
+        "qs2_job": {"low_waiting"},
+        "qs2_running": {"low_waiting"},
+        "qs3_job": {"qs2_running"},
+        "qs3_running": {"qs2_running"},
+        "raise_qs1_low": {"qs3_running"},
+    }
+    # a victim is preempted only once it has written a checkpoint
+    assert dag.get_task("low_waiting").op_kwargs["checkpointed"] == ["qs1_med"]
+    assert dag.get_task("qs3_running").op_kwargs["checkpointed"] == ["qs1_high"]
+    # qs1_low is raised only when the pool is full and qs1_high is qs1's only running job
+    assert dag.get_task("qs3_running").op_args[0] == {
+        "qs3_job": "RUNNING",
+        "qs2_job": "RUNNING",
+        "qs1_high": "RUNNING",
+        "qs1_med": "RUNNABLE",
+        "qs1_low": "RUNNABLE",
+    }
 
 
 def test_the_fallback_dags_docstring_shows_the_quota_it_expects(dagbag: DagBag) -> None:
