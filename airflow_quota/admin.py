@@ -10,17 +10,18 @@ import json
 import logging
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
 from airflow_quota.core.config import pydantic_problems, read_yaml
 from airflow_quota.core.model import JobRequest
 from airflow_quota.exceptions import InvalidInput, Problem
-from airflow_quota.store.engine import make_engine, migrate
-from airflow_quota.store.models import JobRow
-from airflow_quota.store.repository import QuotaStore
 from airflow_quota.store.settings import airflow_home, database_url, redacted
+
+if TYPE_CHECKING:  # the store (SQLAlchemy, alembic) loads only for the commands that use it
+    from airflow_quota.store.models import JobRow
+    from airflow_quota.store.repository import QuotaStore
 
 
 def add_commands(commands: Any) -> None:
@@ -97,10 +98,15 @@ def _json_option(parser: argparse.ArgumentParser) -> None:
 
 
 def _store(args: argparse.Namespace) -> QuotaStore:
+    from airflow_quota.store.engine import make_engine
+    from airflow_quota.store.repository import QuotaStore
+
     return QuotaStore(make_engine(database_url(args.db)))
 
 
 def db_migrate(args: argparse.Namespace) -> int:
+    from airflow_quota.store.engine import make_engine, migrate
+
     url = database_url(args.db)
     before, after = migrate(make_engine(url))
     if before == after:
@@ -121,6 +127,7 @@ def run_scheduler(args: argparse.Namespace) -> int:
     from airflow_quota.service.backends.fake import FakeBackend
     from airflow_quota.service.clock import WallClock
     from airflow_quota.service.scheduler import QuotaService, run_forever
+    from airflow_quota.store.engine import make_engine
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s", stream=sys.stderr)
     url = database_url(args.db)

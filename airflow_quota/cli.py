@@ -14,8 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from airflow_quota.core.explain import describe
-from airflow_quota.exceptions import InvalidInput, Refused
-from airflow_quota.store.engine import DatabaseUnavailable
+from airflow_quota.exceptions import DatabaseUnavailable, InvalidInput, Refused
 
 if TYPE_CHECKING:
     from airflow_quota.core.model import Decision

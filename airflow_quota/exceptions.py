@@ -6,10 +6,11 @@
     ├── InvalidInput                input that breaks a rule: YAML, configuration, scenario, job fields.
     │                               Carries every problem as (path, message); the CLI prints them
     │                               as ``path: message`` lines and exits with status 2.
-    └── Refused                     a well-formed request the quota state refuses now
-        ├── SubmissionRejected      a submission (disabled share, a count no entry can ever get, ...)
-        └── ChangeRefused           a priority change above the share's max_priority, a change to a
-                                    finished job
+    ├── Refused                     a well-formed request the quota state refuses now
+    │   ├── SubmissionRejected      a submission (disabled share, a count no entry can ever get, ...)
+    │   └── ChangeRefused           a priority change above the share's max_priority, a change to a
+    │                               finished job
+    └── DatabaseUnavailable         the quota database cannot be reached (one line naming it)
 """
 
 from __future__ import annotations
@@ -59,6 +60,10 @@ class SubmissionRejected(Refused):
 
 class ChangeRefused(Refused):
     """A change to a job (priority, cancel) the quota state refuses: nothing changes."""
+
+
+class DatabaseUnavailable(QuotaError):
+    """The quota database cannot be reached; the message is one line naming it."""
 
 
 def join_path(prefix: str, path: str) -> str:

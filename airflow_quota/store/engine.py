@@ -16,11 +16,10 @@ from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 
+from airflow_quota.exceptions import DatabaseUnavailable
 from airflow_quota.store.settings import redacted
 
-
-class DatabaseUnavailable(Exception):
-    """The quota database cannot be reached; the message is one line naming it."""
+__all__ = ["DatabaseUnavailable", "make_engine", "migrate", "reachable", "session_factory"]
 
 
 def make_engine(url: str, **kwargs: Any) -> Engine:
