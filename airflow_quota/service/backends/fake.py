@@ -57,27 +57,13 @@ class FakeBackend:
         state = self._load(attempt.key)
         if state is None:
             return AttemptReport(AttemptStatus.UNKNOWN)
-        now = self.clock()
-        training = state["training"]
-        started = float(state["started_at"])
-        running_since = started + float(training.get("startup", 0))
-        if training.get("capacity_error"):
+        if state["training"].get("capacity_error"):
+            started = float(state["started_at"])
             return AttemptReport(AttemptStatus.CAPACITY_ERROR, "CapacityError: no capacity", ended_at=started)
-        ends = running_since + float(state["work"])
-        failure = state["failure"]
-        fails = failure is not None and running_since + float(failure["after"]) < ends
-        if fails:
-            ends = running_since + float(failure["after"])
-        stop_at = state["stop_at"]
-        if stop_at is not None and stop_at < ends:
-            if now >= stop_at:
-                return AttemptReport(AttemptStatus.STOPPED, "stopped", running_since, ended_at=stop_at)
-        elif now >= ends:
-            if fails:
-                return AttemptReport(
-                    AttemptStatus.FAILED, str(failure.get("reason", "ExitCode:1")), running_since, ends
-                )
-            return AttemptReport(AttemptStatus.SUCCEEDED, None, running_since, ends)
+        now = self.clock()
+        running_since, ends, outcome, reason = _timeline(state)
+        if now >= ends:
+            return AttemptReport(outcome, reason, running_since, ends)
         if now >= running_since:
             return AttemptReport(AttemptStatus.RUNNING, None, running_since)
         return AttemptReport(AttemptStatus.PENDING)
@@ -87,13 +73,7 @@ class FakeBackend:
         that drive the clock step to it); only for the in-memory store."""
         moments = []
         for state in self._memory.values():
-            training = state["training"]
-            running_since = float(state["started_at"]) + float(training.get("startup", 0))
-            ends = running_since + float(state["work"])
-            if state["failure"] is not None:
-                ends = min(ends, running_since + float(state["failure"]["after"]))
-            if state["stop_at"] is not None:
-                ends = min(ends, float(state["stop_at"]))
+            running_since, ends, _, _ = _timeline(state)
             moments += [t for t in (running_since, ends) if t > after]
         return min(moments, default=None)
 
@@ -118,3 +98,19 @@ class FakeBackend:
         temporary = self.state_dir / f".{key}.json.tmp"
         temporary.write_text(json.dumps(state))
         os.replace(temporary, self.state_dir / f"{key}.json")
+
+
+def _timeline(state: dict[str, Any]) -> tuple[float, float, AttemptStatus, str | None]:
+    """When a fake attempt runs, when it ends, and how: stopped (if asked before its end),
+    failed (its attempt's failure comes before the work is done) or succeeded."""
+    running_since = float(state["started_at"]) + float(state["training"].get("startup", 0))
+    ends = running_since + float(state["work"])
+    outcome, reason = AttemptStatus.SUCCEEDED, None
+    failure = state["failure"]
+    if failure is not None and running_since + float(failure["after"]) < ends:
+        ends = running_since + float(failure["after"])
+        outcome, reason = AttemptStatus.FAILED, str(failure.get("reason", "ExitCode:1"))
+    stop_at = state["stop_at"]
+    if stop_at is not None and float(stop_at) < ends:
+        ends, outcome, reason = float(stop_at), AttemptStatus.STOPPED, "stopped"
+    return running_since, ends, outcome, reason
