@@ -6,7 +6,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: test lint typecheck postgres demo bench clean
+.PHONY: test lint typecheck postgres browser demo bench clean
 
 $(BIN)/python:
 	@$(PYTHON) -m venv $(VENV) 2>/dev/null || { \
@@ -25,6 +25,12 @@ postgres:
 	  echo "installing Debian's postgresql for the service tests"; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null; }
 
+# The Quotas page's browser test drives Debian's Chromium through its ChromeDriver.
+browser:
+	@command -v chromium >/dev/null 2>&1 && command -v chromedriver >/dev/null 2>&1 || { \
+	  echo "installing Debian's chromium and chromium-driver for the browser test"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null; }
+
 lint: $(STAMP)
 	$(BIN)/ruff check airflow_quota tests benchmarks dags
 	$(BIN)/lint-imports
@@ -32,7 +38,7 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
-test: lint typecheck postgres
+test: lint typecheck postgres browser
 	$(BIN)/pytest
 
 demo: $(STAMP)

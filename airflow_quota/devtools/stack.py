@@ -1,0 +1,384 @@
+"""A real Airflow 3.3 with the quota scheduler beside it, started on this machine.
+
+One way to run the whole product locally, shared by ``make demo``, the end-to-end and browser
+tests and the Airflow benchmarks: an Airflow home under one directory, the metadata database
+(SQLite by default, or PostgreSQL), the quota database, SimpleAuthManager users with known
+passwords, and the chosen processes (scheduler, dag-processor, triggerer, api-server,
+``airflow-quota scheduler``), each logging to its own file. ``with AirflowStack(settings) as
+stack`` starts them and waits until they are ready; leaving the block stops them all, and the
+trainings the local backend left running.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import json
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from sqlalchemy import Engine, create_engine, text
+
+from airflow_quota.exceptions import QuotaError
+from airflow_quota.service.backends import local_runner
+from airflow_quota.store.engine import make_engine
+from airflow_quota.store.repository import QuotaStore
+from airflow_quota.store.settings import normalize
+
+STACK_READY = True
+"""Helpers poll for this marker: the module is complete."""
+
+BIN = Path(sys.executable).parent
+COMPONENTS = ("scheduler", "dag-processor", "triggerer", "api-server", "quota-scheduler")
+AIRFLOW_JOBS = {"scheduler": "SchedulerJob", "dag-processor": "DagProcessorJob", "triggerer": "TriggererJob"}
+"""The ``job`` table's job type of each Airflow component that heartbeats."""
+
+
+class StackError(QuotaError):
+    """The local Airflow could not be set up or did not get ready; the message holds the log tails."""
+
+
+def free_port() -> int:
+    """A TCP port nothing listens on right now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def tail(path: Path, lines: int = 25) -> str:
+    """The last lines of a log file, or why it cannot be read."""
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError as exc:
+        return f"({exc})"
+
+
+@dataclass
+class StackSettings:
+    """What to start, and where.
+
+    :param root: the directory holding the Airflow home, logs, the DAGs folder and quota state.
+    :param dags: files linked into the DAGs folder.
+    :param quota_config: a quota configuration applied to the quota database before starting.
+    :param metadata_url: Airflow's metadata database; ``None`` for SQLite under ``root``.
+    :param quota_url: the quota database; ``None`` for SQLite under ``root``.
+    :param parallelism: Airflow's worker slots (``[core] parallelism``).
+    :param users: SimpleAuthManager users, username to role (viewer, user, op, admin).
+    :param components: the processes to start, out of ``COMPONENTS``.
+    :param wait_for_dags: DAG ids that must be parsed before the stack counts as ready.
+    :param api_port: the api-server's port; a free one when ``None``.
+    :param extra_env: more environment for every process (e.g. ``AIRFLOW__METRICS__…``).
+    """
+
+    root: Path
+    dags: Sequence[Path] = ()
+    quota_config: Path | None = None
+    metadata_url: str | None = None
+    quota_url: str | None = None
+    parallelism: int = 2
+    users: dict[str, str] = field(default_factory=lambda: {"admin": "admin"})
+    components: Sequence[str] = COMPONENTS
+    wait_for_dags: Sequence[str] = ()
+    api_port: int | None = None
+    extra_env: dict[str, str] = field(default_factory=dict)
+    start_timeout: float = 240.0
+
+
+class AirflowStack:
+    """A running local Airflow with the quota scheduler, and ways to look inside it."""
+
+    def __init__(self, settings: StackSettings) -> None:
+        unknown = sorted(set(settings.components) - set(COMPONENTS))
+        if unknown:
+            raise StackError(f"components: unknown {unknown}; choose from {', '.join(COMPONENTS)}")
+        self.settings = settings
+        root = settings.root.resolve()
+        self.home = root / "home"
+        self.logs = root / "logs"
+        self.dags_folder = root / "dags"
+        self.state_dir = root / "quota-state"
+        for folder in (self.home, self.logs, self.dags_folder, self.state_dir):
+            folder.mkdir(parents=True, exist_ok=True)
+        self.api_port = settings.api_port or free_port()
+        self.api_url = f"http://127.0.0.1:{self.api_port}"
+        self.metadata_url = normalize(settings.metadata_url or f"sqlite:///{self.home / 'airflow.db'}")
+        self.quota_url = settings.quota_url or f"sqlite:///{root / 'quota.db'}"
+        self.env = self._environment(root)
+        self.processes: dict[str, subprocess.Popen[bytes]] = {}
+        self._metadata: Engine | None = None
+        self._quota: Engine | None = None
+        self._store: QuotaStore | None = None
+
+    # ------------------------------------------------------------------ setting up
+
+    def _secret(self, name: str, make: Any) -> str:
+        """A secret kept in the home, so a second start (``make demo`` again) reuses it."""
+        path = self.home / f".{name}"
+        if not path.exists():
+            path.write_text(make())
+        return path.read_text().strip()
+
+    def _environment(self, root: Path) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW")}
+        env.update(
+            {
+                "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
+                "AIRFLOW_HOME": str(self.home),
+                "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": self.metadata_url,
+                "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
+                "AIRFLOW__CORE__PARALLELISM": str(self.settings.parallelism),
+                "AIRFLOW__CORE__DAGS_FOLDER": str(self.dags_folder),
+                "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+                "AIRFLOW__CORE__FERNET_KEY": self._secret(
+                    "fernet_key", lambda: base64.urlsafe_b64encode(os.urandom(32)).decode()
+                ),
+                "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"{self.api_url}/execution/",
+                "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": ",".join(
+                    f"{user}:{role}" for user, role in self.settings.users.items()
+                ),
+                "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(self.home / "passwords.json"),
+                "AIRFLOW__API__BASE_URL": self.api_url,
+                "AIRFLOW__API__PORT": str(self.api_port),
+                "AIRFLOW__API__SECRET_KEY": self._secret("api_secret", lambda: secrets.token_hex(16)),
+                "AIRFLOW__API_AUTH__JWT_SECRET": self._secret("jwt_secret", lambda: secrets.token_hex(32)),
+                "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(free_port()),
+                "AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT": str(free_port()),
+                "AIRFLOW_CONN_QUOTA_DEFAULT": self.quota_url,
+                "AIRFLOW_QUOTA_EXAMPLE_CHECKPOINTS": str(root / "checkpoints"),
+            }
+        )
+        if self.metadata_url.startswith("postgresql+psycopg:"):
+            env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN_ASYNC"] = self.metadata_url  # else Airflow wants asyncpg
+        env.update(self.settings.extra_env)
+        return env
+
+    def _write_passwords(self) -> None:
+        """Keep the passwords of users already known; make one for each new user."""
+        path = self.home / "passwords.json"
+        known: dict[str, str] = json.loads(path.read_text()) if path.exists() else {}
+        passwords = {user: known.get(user) or secrets.token_urlsafe(9) for user in self.settings.users}
+        path.write_text(json.dumps(passwords, indent=2))
+
+    def _link_dags(self) -> None:
+        for dag in self.settings.dags:
+            link = self.dags_folder / dag.name
+            if link.is_symlink() or link.exists():
+                link.unlink()
+            link.symlink_to(dag.resolve())
+
+    def _run(self, command: Sequence[str], what: str, timeout: float = 300.0) -> None:
+        done = subprocess.run(list(command), env=self.env, capture_output=True, text=True, timeout=timeout)
+        if done.returncode != 0:
+            raise StackError(f"{what} failed (exit {done.returncode}):\n{(done.stdout + done.stderr)[-3000:]}")
+
+    def prepare(self) -> None:
+        """Migrate both databases, apply the quota configuration, link the DAGs, write the users."""
+        self._write_passwords()
+        self._link_dags()
+        self._run([str(BIN / "airflow"), "db", "migrate"], "airflow db migrate")
+        quota_cli = str(BIN / "airflow-quota")
+        self._run([quota_cli, "db", "migrate", "--db", self.quota_url], "airflow-quota db migrate")
+        if self.settings.quota_config is not None:
+            self._run(
+                [quota_cli, "apply", str(self.settings.quota_config), "--db", self.quota_url], "airflow-quota apply"
+            )
+
+    # ------------------------------------------------------------------ running
+
+    def _command(self, component: str) -> list[str]:
+        if component == "quota-scheduler":
+            return [str(BIN / "airflow-quota"), "scheduler", "--db", self.quota_url, "--state-dir", str(self.state_dir)]
+        if component == "api-server":
+            return [str(BIN / "airflow"), "api-server", "--port", str(self.api_port)]
+        return [str(BIN / "airflow"), component]
+
+    def start_process(self, name: str, command: Sequence[str]) -> subprocess.Popen[bytes]:
+        """Start one more process in its own process group, logging to ``logs/NAME.log``."""
+        with (self.logs / f"{name}.log").open("ab") as out:
+            process = subprocess.Popen(
+                list(command), env=self.env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True, cwd=self.home
+            )
+        self.processes[name] = process
+        return process
+
+    def start(self) -> None:
+        """Prepare, start every component, and wait until all are ready."""
+        self.prepare()
+        for component in self.settings.components:
+            self.start_process(component, self._command(component))
+        self.wait_ready()
+
+    def missing(self) -> list[str]:
+        """What is not ready yet: components not answering or heartbeating, DAGs not parsed."""
+        missing: list[str] = []
+        if "api-server" in self.settings.components:
+            try:
+                with urllib.request.urlopen(f"{self.api_url}/api/v2/version", timeout=3) as response:
+                    if response.status != 200:
+                        missing.append("api-server")
+            except OSError:
+                missing.append("api-server")
+        jobs = {row[0] for row in self.query("SELECT job_type FROM job WHERE state = 'running'")}
+        missing += [c for c in self.settings.components if c in AIRFLOW_JOBS and AIRFLOW_JOBS[c] not in jobs]
+        if self.settings.wait_for_dags:
+            errors = self.query("SELECT filename, stacktrace FROM import_error")
+            if errors:
+                raise StackError(f"DAG import errors: {errors}")
+            parsed = {row[0] for row in self.query("SELECT dag_id FROM dag WHERE is_stale IS NOT TRUE")}
+            missing += [d for d in self.settings.wait_for_dags if d not in parsed]
+        return missing
+
+    def wait_ready(self) -> None:
+        deadline = time.monotonic() + self.settings.start_timeout
+        missing: list[str] = ["everything"]
+        while time.monotonic() < deadline:
+            if self.dead():
+                raise StackError(f"Airflow could not start: {self.dead()} exited\n{self.tails()}")
+            try:
+                missing = self.missing()
+            except StackError:
+                raise
+            except Exception as exc:  # the metadata database may not have its tables yet
+                missing = [f"metadata database ({exc.__class__.__name__})"]
+            if not missing:
+                return
+            time.sleep(1)
+        raise StackError(f"Airflow did not get ready in {self.settings.start_timeout:.0f} s: {missing}\n{self.tails()}")
+
+    def dead(self) -> dict[str, int]:
+        """The processes that have exited, with their exit codes."""
+        return {name: p.returncode for name, p in self.processes.items() if p.poll() is not None}
+
+    def tails(self, lines: int = 25) -> str:
+        return "\n".join(f"--- {name}.log\n{tail(self.logs / f'{name}.log', lines)}" for name in self.processes)
+
+    def stop(self, names: Iterable[str] | None = None) -> None:
+        """SIGTERM the process groups, then SIGKILL what is left; with every process, also the
+        trainings the local backend's detached runners may still be running."""
+        chosen = {n: p for n, p in self.processes.items() if names is None or n in names}
+        for p in chosen.values():
+            if p.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(p.pid, signal.SIGTERM)
+        deadline = time.monotonic() + 20
+        for p in chosen.values():
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                p.wait(timeout=max(0.1, deadline - time.monotonic()))
+        for p in chosen.values():
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(p.pid, signal.SIGKILL)  # the group: also workers a parent left behind
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                p.wait(timeout=10)
+        for name in chosen:
+            del self.processes[name]
+        if names is None:
+            self._stop_trainings()
+            for engine in (self._metadata, self._quota):
+                if engine is not None:
+                    engine.dispose()
+
+    def _stop_trainings(self) -> None:
+        for attempt in (self.state_dir / "local").glob("*-*"):
+            for record, group in ((local_runner.COMMAND, True), (local_runner.RUNNER, False)):
+                try:
+                    info = json.loads((attempt / record).read_text())
+                except (OSError, ValueError):
+                    continue
+                ticks = info.get("start_ticks")
+                if local_runner.process_alive(int(info["pid"]), None if ticks is None else int(ticks)):
+                    with contextlib.suppress(ProcessLookupError, PermissionError):
+                        (os.killpg if group else os.kill)(int(info["pid"]), signal.SIGKILL)
+
+    def __enter__(self) -> AirflowStack:
+        try:
+            self.start()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, value: BaseException | None, traceback: TracebackType | None
+    ) -> None:
+        self.stop()
+
+    # ------------------------------------------------------------------ looking inside
+
+    @property
+    def metadata(self) -> Engine:
+        """Airflow's metadata database, for tests and benchmarks that watch task states."""
+        if self._metadata is None:
+            self._metadata = create_engine(self.metadata_url)
+        return self._metadata
+
+    @property
+    def store(self) -> QuotaStore:
+        """The quota database, as the quota scheduler and the plugin see it."""
+        if self._store is None:
+            self._quota = make_engine(normalize(self.quota_url))
+            self._store = QuotaStore(self._quota)
+        return self._store
+
+    def query(self, sql: str, **params: Any) -> list[Any]:
+        """Rows of a query on Airflow's metadata database."""
+        with self.metadata.connect() as conn:
+            return list(conn.execute(text(sql), params))
+
+    def cli(self, *args: str, timeout: float = 120.0) -> str:
+        """Run ``airflow ARGS`` against this Airflow; its output, or a ``StackError`` with it."""
+        done = subprocess.run(
+            [str(BIN / "airflow"), *args], env=self.env, capture_output=True, text=True, timeout=timeout
+        )
+        output = done.stdout + done.stderr
+        if done.returncode != 0:
+            raise StackError(f"airflow {' '.join(args)} exited {done.returncode}:\n{output[-4000:]}")
+        return output
+
+    def password(self, user: str) -> str:
+        passwords: dict[str, str] = json.loads((self.home / "passwords.json").read_text())
+        return passwords[user]
+
+    def token(self, user: str) -> str:
+        """A JWT for ``user`` from the api-server's ``POST /auth/token``."""
+        body = json.dumps({"username": user, "password": self.password(user)}).encode()
+        request = urllib.request.Request(
+            f"{self.api_url}/auth/token", data=body, headers={"Content-Type": "application/json"}, method="POST"
+        )
+        with urllib.request.urlopen(request, timeout=30) as response:
+            return str(json.loads(response.read())["access_token"])
+
+    def api(self, method: str, path: str, user: str = "admin", body: Any = None) -> Any:
+        """Call Airflow's REST API (``/api/v2/…``) as ``user``; the decoded JSON answer."""
+        data = None if body is None else json.dumps(body).encode()
+        request = urllib.request.Request(
+            f"{self.api_url}{path}",
+            data=data,
+            headers={"Content-Type": "application/json", "Authorization": f"Bearer {self.token(user)}"},
+            method=method,
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=60) as response:
+                payload = response.read()
+        except urllib.error.HTTPError as exc:
+            raise StackError(f"{method} {path}: HTTP {exc.code}: {exc.read()[:2000]!r}") from exc
+        return json.loads(payload) if payload else None
+
+    def trigger(self, dag_id: str, conf: dict[str, Any] | None = None, run_id: str | None = None) -> str:
+        """Unpause ``dag_id`` and start a run of it now; the run's id."""
+        self.api("PATCH", f"/api/v2/dags/{dag_id}", body={"is_paused": False})
+        body: dict[str, Any] = {"logical_date": None, "conf": conf or {}}
+        if run_id:
+            body["dag_run_id"] = run_id
+        return str(self.api("POST", f"/api/v2/dags/{dag_id}/dagRuns", body=body)["dag_run_id"])
