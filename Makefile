@@ -1,6 +1,7 @@
 # airflow-quota: two commands for a fresh machine.
 #   make test   creates .venv, installs the project with its test extras, lints, type-checks, tests
-#   make demo   validates the walkthrough's quota and replays the AWS walkthrough in the simulator
+#   make demo   runs the AWS walkthrough in a real Airflow (SQLite) with the quota scheduler, tells its
+#               quota story and serves the UI until Ctrl-C (DEMO_ARGS=--once: stop after the story)
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
@@ -41,12 +42,13 @@ typecheck: $(STAMP)
 test: lint typecheck postgres browser
 	$(BIN)/pytest
 
+DEMO_ARGS ?=
 demo: $(STAMP)
 	$(BIN)/airflow-quota validate examples/quota.yaml
-	$(BIN)/airflow-quota simulate examples/walkthrough.yaml
+	$(BIN)/python -m airflow_quota.devtools.demo $(DEMO_ARGS)
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/core_cycle.py
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .demo .pytest_cache .mypy_cache .ruff_cache

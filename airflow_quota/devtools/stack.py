@@ -346,6 +346,39 @@ class AirflowStack:
             raise StackError(f"airflow {' '.join(args)} exited {done.returncode}:\n{output[-4000:]}")
         return output
 
+    def run_state(self, dag_id: str, run_id: str) -> str | None:
+        rows = self.query("SELECT state FROM dag_run WHERE dag_id = :d AND run_id = :r", d=dag_id, r=run_id)
+        return rows[0][0] if rows else None
+
+    def ti_states(self, dag_id: str, run_id: str) -> dict[str, str | None]:
+        """Task id to state, for the unmapped task instances of a run."""
+        sql = "SELECT task_id, state FROM task_instance WHERE dag_id = :d AND run_id = :r AND map_index < 0"
+        return {task_id: state for task_id, state in self.query(sql, d=dag_id, r=run_id)}
+
+    def wait_for_runs(self, dag_id: str, run_ids: Sequence[str], timeout: float) -> dict[str, str | None]:
+        """The runs' states once all are final, or as they are at the timeout; a ``StackError``
+        if an Airflow process dies meanwhile."""
+        deadline = time.monotonic() + timeout
+        states: dict[str, str | None] = {}
+        while time.monotonic() < deadline:
+            states = {r: self.run_state(dag_id, r) for r in run_ids}
+            if all(s in ("success", "failed") for s in states.values()):
+                return states
+            if self.dead():
+                raise StackError(f"Airflow processes died: {self.dead()}\n{self.tails()}")
+            time.sleep(2)
+        return states
+
+    def task_log(self, dag_id: str, run_id: str, task_id: str) -> str:
+        """Everything Airflow logged for a task: every try, the worker's and the triggerer's lines."""
+        folder = self.home / "logs" / f"dag_id={dag_id}" / f"run_id={run_id}" / f"task_id={task_id}"
+        return "\n".join(p.read_text(errors="replace") for p in sorted(folder.rglob("*")) if p.is_file())
+
+    def training_log(self, job_id: int, attempt: int) -> str:
+        """What a training run by the local backend printed, for one attempt of a quota job."""
+        path = self.state_dir / "local" / f"{job_id}-{attempt}" / local_runner.TRAINING_LOG
+        return path.read_text() if path.exists() else ""
+
     def password(self, user: str) -> str:
         passwords: dict[str, str] = json.loads((self.home / "passwords.json").read_text())
         return passwords[user]
