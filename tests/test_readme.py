@@ -55,3 +55,57 @@ def test_readme_command(command: str, shown: list[str], workdir: Path) -> None:
     output = run.stdout + run.stderr
     for line in shown:
         assert line.strip() in output, f"README shows {line!r}, the command printed:\n{output}"
+
+
+def shell_commands() -> list[str]:
+    """Every command the README shows outside ``$ airflow-quota`` console lines: the lines of
+    ``bash`` blocks (continuations joined, comments dropped) and the other ``$`` lines."""
+    text = (ROOT / "README.md").read_text()
+    commands = []
+    for block in re.findall(r"```bash\n(.*?)```", text, re.S):
+        for line in block.replace("\\\n", " ").splitlines():
+            command = line.split("  #")[0].strip()
+            if command and not command.startswith("#"):
+                commands.append(re.sub(r"\s+", " ", command))
+    for block in re.findall(r"```console\n(.*?)```", text, re.S):
+        commands += [
+            line[2:].strip()
+            for line in block.splitlines()
+            if line.startswith("$ ") and "airflow-quota" not in line.split()[1]
+        ]
+    return commands
+
+
+EXERCISED_BY: list[tuple[str, str, list[str]]] = [
+    # (a command, as a regular expression; the file that runs it; what that file must contain)
+    (r"make demo", "tests/test_demo.py", ['"make", "demo"']),
+    (r"make test", ".ci/run", ["make test"]),
+    (r"docker compose up --build", "tests/test_compose.py", ['"docker", "compose", "config"']),
+    (
+        r"airflow backfill create --dag-id quota_daily_training .*--dag-run-conf .*",
+        "tests/airflow/test_end_to_end.py",
+        ['"backfill"', '"create"', '"--dag-run-conf"', '"quota_priority": 9000'],
+    ),
+    (r"airflow dags unpause \S+", "tests/airflow/test_end_to_end.py", ['"dags", "unpause"']),
+    (r"export AIRFLOW_CONN_QUOTA_DEFAULT=\S+", "airflow_quota/devtools/stack.py", ['"AIRFLOW_CONN_QUOTA_DEFAULT"']),
+    (r"airflow-quota apply examples/quota.yaml", "airflow_quota/devtools/stack.py", ['"apply"']),
+    (r"airflow-quota scheduler( &)?", "airflow_quota/devtools/stack.py", ['"airflow-quota"), "scheduler"']),
+    (
+        r"airflow dags unpause quota_walkthrough && airflow dags trigger quota_walkthrough",
+        "tests/airflow/test_end_to_end.py",
+        ['"dags", "unpause", WALKTHROUGH', '"dags", "trigger", WALKTHROUGH'],
+    ),
+]
+
+
+@pytest.mark.parametrize("command", shell_commands())
+def test_every_other_readme_command_is_exercised(command: str) -> None:
+    """A command the README shows but this module cannot run is run by the test (or the tool
+    the demo and the end-to-end tests share) named here."""
+    for pattern, path, evidence in EXERCISED_BY:
+        if re.fullmatch(pattern, command):
+            source = (ROOT / path).read_text()
+            missing = [e for e in evidence if e not in source]
+            assert not missing, f"{path} no longer runs {command!r}: it lacks {missing}"
+            return
+    pytest.fail(f"the README shows {command!r}, which no test runs: run it in a test and list it in EXERCISED_BY")
