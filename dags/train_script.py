@@ -21,6 +21,8 @@ gradient descent, and behaves as a preemptible training must under quota managem
   failure), it starts from it and prints ``resumed from step N``; the steps done are not redone.
 
 Run it by hand to try it: ``QUOTA_GPUS=4 QUOTA_CHECKPOINT_URI=/tmp/ckpt python train_script.py``.
+``--fail-with N`` makes it exit N once the steps are done, to play a failed training (the local
+backend's tests use it).
 """
 
 from __future__ import annotations
@@ -94,6 +96,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--checkpoint-every", type=int, default=10, help="steps between two checkpoints")
     parser.add_argument("--batch-per-gpu", type=int, default=32, help="examples per GPU per step")
     parser.add_argument("--base-lr", type=float, default=0.05, help="learning rate for a batch of --batch-per-gpu")
+    parser.add_argument("--fail-with", type=int, default=None, help="exit status once done: a failed training")
     args = parser.parse_args(argv)
 
     stop_requested = False
@@ -146,6 +149,9 @@ def main(argv: list[str] | None = None) -> int:
     if directory is not None:
         save(directory, step, w, b)
     print(f"done at step {step}: w={w:.3f} b={b:.3f} loss={loss:.5f}", flush=True)
+    if args.fail_with is not None:
+        print(f"failing with exit code {args.fail_with}", flush=True)
+        return int(args.fail_with)
     return 0
 
 

@@ -18,7 +18,7 @@ import pytest
 from airflow_quota.service.backends.base import AttemptReport, AttemptSpec, AttemptStatus, BackendError
 from airflow_quota.service.backends.local import LocalBackend
 
-TRAIN = Path(__file__).with_name("train.py")
+TRAIN = Path(__file__).resolve().parents[2] / "dags" / "train_script.py"
 
 
 def spec(
@@ -100,7 +100,7 @@ def test_the_training_sizes_itself_and_exit_0_is_success(backend: LocalBackend, 
     assert report.running_since is not None and report.ended_at is not None
     assert report.running_since <= report.ended_at
     log = training_log(backend, attempt)
-    assert "sized for ml.g5.xlarge with 1 GPUs" in log
+    assert "sized for 1x ml.g5.xlarge with 1 GPU(s)" in log
     assert "done at step 3" in log
 
 
@@ -143,7 +143,7 @@ def test_preempted_training_checkpoints_on_sigterm_and_the_next_attempt_resumes(
 
     backend.stop(first, grace_seconds=5)
     report = wait_until_ended(backend, first, timeout=4)  # well within the grace: no SIGKILL needed
-    assert (report.status, report.reason) == (AttemptStatus.STOPPED, "ExitCode:0")
+    assert (report.status, report.reason) == (AttemptStatus.STOPPED, "ExitCode:143")
     assert not (backend.attempt_dir(first) / "killed.json").exists()
     stopped_at = re.search(r"SIGTERM at step (\d+): checkpoint written", training_log(backend, first))
     assert stopped_at, training_log(backend, first)

@@ -16,7 +16,7 @@ from airflow_quota.service.backends.local import LocalBackend
 from airflow_quota.service.scheduler import QuotaService
 from airflow_quota.store.repository import QuotaStore
 
-TRAIN = Path(__file__).with_name("train.py")
+TRAIN = Path(__file__).resolve().parents[2] / "dags" / "train_script.py"
 QUOTA = {
     "pool": {"capacity": {"ml.g5.xlarge": 1}},
     "shares": [
