@@ -10,10 +10,10 @@ from collections.abc import Mapping
 from datetime import datetime, timezone
 from enum import Enum
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from airflow_quota.core.catalogue import InstanceTypeSpec, builtin_catalogue
 from airflow_quota.exceptions import InvalidInput, Problem, join_path
@@ -95,10 +95,59 @@ class Share(_Model):
         return self.borrows or self.in_share_preemption
 
 
-class AlertsConfig(_Model):
-    """Where alerts go; used by the quota service (the core only raises them)."""
+IMPORT_PATH_PATTERN = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+$")
+AlertKindName = Literal["STARVING", "PREEMPTED_REPEATEDLY", "GUARANTEE_VIOLATED"]
+"""The kinds of ``AlertKind`` (core.model imports this module, so they are spelled out here)."""
 
-    notifiers: list[dict[str, Any]] = Field(default_factory=list)
+
+class NotifierEntry(_Model):
+    """One item of ``alerts.notifiers``: a notifier class by import path and its arguments.
+
+    ``class`` names an Airflow ``BaseNotifier`` subclass (the amazon provider's ``SnsNotifier``,
+    the Slack provider's, your own) or an ``airflow_quota.notifications.QuotaNotifier``;
+    ``kwargs`` are its constructor's keyword arguments, templated fields rendered against the
+    alert (``{{ alert.message }}``); ``name`` identifies the notifier in logs and in the
+    delivery records (default: the class's name); ``kinds`` limits it to some alert kinds.
+    Only the shape is checked here (the core imports nothing): the quota service imports and
+    instantiates the class, and ``airflow-quota validate``/``apply`` do where they can.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True, serialize_by_alias=True)
+
+    class_path: str = Field(alias="class")
+    kwargs: dict[str, Any] = Field(default_factory=dict)
+    name: Name | None = None
+    kinds: list[AlertKindName] | None = Field(default=None, min_length=1)
+
+    @field_validator("class_path")
+    @classmethod
+    def _import_path(cls, value: str) -> str:
+        if not IMPORT_PATH_PATTERN.match(value):
+            raise ValueError(
+                f"{value!r} is not an import path: module.Class, "
+                "e.g. airflow.providers.amazon.aws.notifications.sns.SnsNotifier"
+            )
+        return value
+
+    @property
+    def class_name(self) -> str:
+        return self.class_path.rsplit(".", 1)[1]
+
+
+class AlertsConfig(_Model):
+    """Where alerts go; used by the quota service (the core only raises them). No notifiers
+    means the log notifier (one line per alert in the quota scheduler's log)."""
+
+    notifiers: list[NotifierEntry] = Field(default_factory=list)
+
+    def notifier_names(self) -> list[str]:
+        """Each notifier's name: its ``name``, else its class's name, with ``-<index>`` added
+        when an earlier notifier already has that name (two SNS topics, say)."""
+        names: list[str] = []
+        for i, entry in enumerate(self.notifiers):
+            name = entry.name or entry.class_name
+            names.append(f"{name}-{i}" if name in names else name)
+        return names
 
 
 class QuotaConfig(_Model):
@@ -203,6 +252,13 @@ def check_rules(config: QuotaConfig) -> list[Problem]:
             ordered = True  # a number next to a datetime: resolved against the scenario start later
         if not ordered:
             problems.append(Problem(f"{where}.ends_at", "the plan must end after it starts"))
+
+    named: set[str] = set()
+    for i, entry in enumerate(config.alerts.notifiers):
+        if entry.name is not None:
+            if entry.name in named:
+                problems.append(Problem(f"alerts.notifiers[{i}].name", f"notifier name {entry.name!r} is used twice"))
+            named.add(entry.name)
     return problems
 
 

@@ -32,8 +32,9 @@ from airflow_quota.core.cycle import EPOCH
 from airflow_quota.core.model import Job, JobRequest, JobState, PreferenceEntry
 from airflow_quota.core.snapshot import Mode, Snapshot
 from airflow_quota.exceptions import ChangeRefused
+from airflow_quota.notifications.base import alert_message
 from airflow_quota.store.engine import make_engine, reachable
-from airflow_quota.store.models import LIVE_STATES, Attempt, JobRow, Request
+from airflow_quota.store.models import LIVE_STATES, AlertRow, Attempt, JobRow, Request
 from airflow_quota.store.repository import HOLDING_STATES, QuotaStore
 from airflow_quota.store.settings import database_url, normalize, redacted
 
@@ -139,6 +140,12 @@ def describe_job(job: JobRow) -> str:
     return f"{who} {job.state} after {job.attempts} attempt(s), {job.preemptions} preemption(s)"
 
 
+def describe_alert(alert: AlertRow) -> str:
+    """One line for the task log: an alert the quota scheduler raised about the job, the same
+    line its notifiers were sent."""
+    return alert_message(alert.kind, alert.job_id, alert.job, alert.share, alert.reason, alert.position)
+
+
 class QuotaHook(BaseHook):
     """Reach the quota database through an Airflow connection.
 
@@ -228,6 +235,14 @@ class QuotaHook(BaseHook):
 
     def get_attempts(self, job_id: int) -> list[Attempt]:
         return self.store.attempts(job_id)
+
+    def get_alerts(self, job_id: int) -> list[AlertRow]:
+        """The alerts raised about the job (STARVING, PREEMPTED_REPEATEDLY, GUARANTEE_VIOLATED), in order."""
+        return self.store.alerts(job_id)
+
+    async def aget_alerts(self, job_id: int) -> list[AlertRow]:
+        store = await self._astore()
+        return await asyncio.to_thread(store.alerts, job_id)
 
     def job_story(self, job_id: int) -> list[str]:
         """The job's lines of the decision log, in order: submitted, placed (where, which

@@ -7,7 +7,9 @@ One step of the leader:
 3. run a cycle when anything came in, a timer of the core fell due, or a second has passed;
 4. commit, in one transaction: the inputs (the log that rebuilds the state), the decisions, the
    jobs as they now stand, and the backend actions still to do (start, stop);
-5. carry the actions out through the backends, then mark them done.
+5. carry the actions out through the backends, then mark them done;
+6. send the alerts just recorded to the notifiers (``service/alerts.py``), and the step's
+   metrics (``service/metrics.py``).
 
 A scheduler killed at any point recovers on restart: it replays the input log into a fresh core
 (the same state the last leader had), then finishes the backend actions it finds pending
@@ -20,6 +22,7 @@ import logging
 import os
 import socket
 import threading
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -42,9 +45,11 @@ from airflow_quota.core.model import (
 )
 from airflow_quota.core.visibility import pending_view
 from airflow_quota.exceptions import Refused
+from airflow_quota.service.alerts import AlertDelivery
 from airflow_quota.service.backends.base import AttemptReport, AttemptSpec, AttemptStatus, Backend, BackendError
 from airflow_quota.service.clock import Clock, WallClock
 from airflow_quota.service.inputs import apply_input, replay
+from airflow_quota.service.metrics import QuotaMetrics
 from airflow_quota.store.engine import DatabaseUnavailable, migrate, reachable, session_factory
 from airflow_quota.store.lock import leader_lock
 from airflow_quota.store.models import AlertRow, Attempt, ConfigVersion, EventRow, Input, JobRow, Preemption, Request
@@ -65,11 +70,21 @@ class _Step:
     touched: set[int] = field(default_factory=set)
     ended: list[tuple[int, int, AttemptReport]] = field(default_factory=list)
     running: list[tuple[int, int, float]] = field(default_factory=list)
+    alerts: int = 0
+    """Alerts recorded: the delivery looks for them once the step has committed."""
+    cycle_seconds: float | None = None
+    """How long the step's cycle took (wall time), when it ran one."""
 
 
 class QuotaService:
     """The quota scheduler process. ``step`` is one pass of the leader (tests call it directly
-    with a manual clock); ``run`` elects a leader and loops until stopped."""
+    with a manual clock); ``run`` elects a leader and loops until stopped.
+
+    :param metrics: where the step's metrics go; by default none from ``step`` alone, and
+        Airflow's metrics as ``[metrics]`` configures them once ``run`` starts the process.
+    :param alert_attempts: tries per alert and notifier before delivery gives up.
+    :param alert_retry_seconds: the first retry's delay (doubling after each failure).
+    """
 
     def __init__(
         self,
@@ -82,6 +97,9 @@ class QuotaService:
         lease_seconds: float = 10.0,
         capacity_backoff_seconds: float = 600.0,
         refresh_views_seconds: float = 5.0,
+        metrics: QuotaMetrics | None = None,
+        alert_attempts: int = 5,
+        alert_retry_seconds: float = 5.0,
     ) -> None:
         self.engine = engine
         self.backends = dict(backends)
@@ -98,6 +116,9 @@ class QuotaService:
         self._last_cycle = float("-inf")
         self._last_refresh = float("-inf")
         self.recovered = False
+        self._metrics_given = metrics is not None
+        self.metrics = metrics or QuotaMetrics.off()
+        self.alerts = AlertDelivery(self.sessions, self.metrics, alert_attempts, alert_retry_seconds)
 
     # -- the process ---------------------------------------------------------------------
 
@@ -107,6 +128,9 @@ class QuotaService:
         backoff = 1.0
         leading = False
         migrated = not migrate_first
+        if not self._metrics_given:
+            self.metrics = self.alerts.metrics = QuotaMetrics.from_airflow()
+        self.alerts.in_background()  # a slow notifier must not hold up cycles or the lease
         while not stop.is_set():
             try:
                 with reachable(str(self.engine.url)):
@@ -135,6 +159,7 @@ class QuotaService:
                 self.scheduler = None
                 stop.wait(backoff)
                 backoff = min(backoff * 2, 30.0)
+        self.alerts.close()
         if leading:
             try:
                 with reachable(str(self.engine.url)):
@@ -169,6 +194,7 @@ class QuotaService:
         self._last_cycle = float("-inf")
         log.info("recovered from %d inputs", len(rows))
         self._act()
+        self.alerts.wake()  # alerts the last leader recorded and did not finish delivering
         self.recovered = True
 
     # -- one step ------------------------------------------------------------------------
@@ -186,14 +212,33 @@ class QuotaService:
                 or ((timer := self.scheduler.next_timer()) is not None and timer <= now)
             )
             if due:
+                started = time.perf_counter()
                 if not self._feed(gathered, "cycle", {}, now):
                     # a cycle that decided nothing changed nothing a replay needs: not logged
                     gathered.inputs.pop()
+                gathered.cycle_seconds = time.perf_counter() - started
                 self._last_cycle = now
             if gathered.inputs or gathered.handled or gathered.ended or gathered.running:
                 self._commit(gathered, now)
             self._act()
+            self._report(gathered, now)
         return bool(gathered.decisions or gathered.handled)
+
+    def _report(self, gathered: _Step, now: float) -> None:
+        """Step 6, after the commit: the alerts to the notifiers (a pass runs only when one
+        may have work), the step's counters and the time of a cycle that had work, and the
+        gauges every few seconds."""
+        if self.scheduler is None:
+            return
+        self.alerts.configure(self.scheduler.snapshot.config.alerts)
+        if gathered.alerts:
+            self.alerts.wake()
+        self.alerts.deliver(now)
+        if self.metrics.enabled:
+            self.metrics.decisions(gathered.decisions)
+            if gathered.cycle_seconds is not None and (gathered.decisions or gathered.handled or gathered.ended):
+                self.metrics.cycle(gathered.cycle_seconds)  # idle cycles (one a second) are not timed
+            self.metrics.gauges(self.scheduler.snapshot, now)
 
     def _feed(self, gathered: _Step, kind: str, payload: dict[str, Any], now: float) -> list[Decision]:
         """Apply one input to the core and keep it for the log (refusals are not inputs)."""
@@ -400,8 +445,10 @@ class QuotaService:
                     kind=decision.kind.value,
                     reason=decision.reason,
                     position=decision.position,
+                    age_seconds=decision.age_seconds,
                 )
             )
+            gathered.alerts += 1
 
     def _write_jobs(self, session: Session, touched: set[int], now: float) -> None:
         """Write the touched jobs as they now stand; every few seconds, every waiting job's

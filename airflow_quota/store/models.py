@@ -138,6 +138,12 @@ class Preemption(Base):
 
 
 class AlertRow(Base):
+    """An alert the core raised (once per job and kind), and its delivery to the notifiers.
+
+    Delivery (``service/alerts.py``) claims an alert for a notifier before sending it and
+    records the outcome after, so no notifier gets an alert twice, even across a crash.
+    """
+
     __tablename__ = "quota_alerts"
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
@@ -148,7 +154,17 @@ class AlertRow(Base):
     kind: Mapped[str] = mapped_column(String(40))
     reason: Mapped[str] = mapped_column(Text)
     position: Mapped[int | None] = mapped_column(Integer)
+    age_seconds: Mapped[float | None] = mapped_column(Float)
+    """How long the job had been RUNNABLE (STARVING alerts)."""
     notified: Mapped[bool] = mapped_column(Boolean, default=False)
+    """Every notifier it was meant for got it."""
+    notified_at: Mapped[float | None] = mapped_column(Float)
+    """When delivery ended (sent everywhere, or given up somewhere); None while it goes on."""
+    deliveries: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    """Per notifier name: ``{"state": SENDING | SENT | FAILED | GAVE_UP | UNKNOWN, "attempts",
+    "next_at", "error", "at"}``."""
+
+    __table_args__ = (Index("ix_quota_alerts_undelivered", "notified_at"),)
 
 
 class EventRow(Base):

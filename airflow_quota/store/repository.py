@@ -54,8 +54,13 @@ class QuotaStore:
 
     def apply_config(self, raw: Any, source: str | None = None) -> int:
         """Validate and store a configuration as a new version; raises InvalidInput (nothing
-        stored). It takes effect at the scheduler's next cycle."""
+        stored), also for a notifier of ``alerts.notifiers`` that cannot be imported or built
+        here. It takes effect at the scheduler's next cycle."""
         config = parse_config(raw)
+        if config.alerts.notifiers:  # import and instantiate what can be here (loader.check_notifiers)
+            from airflow_quota.notifications.loader import check_notifiers
+
+            check_notifiers(config)
         names = {share.name for share in config.shares}
         orphans = sorted({job.share for job in self.jobs(states=LIVE_STATES)} - names)
         if orphans:

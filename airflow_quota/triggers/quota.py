@@ -17,7 +17,7 @@ from typing import Any, Literal, cast
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from airflow_quota.core.model import JobState
-from airflow_quota.hooks.quota import FINAL_STATES, QuotaHook, describe_job, state_key
+from airflow_quota.hooks.quota import FINAL_STATES, QuotaHook, describe_alert, describe_job, state_key
 
 Status = Literal["success", "failed", "error"]
 STATUSES: tuple[Status, ...] = ("success", "failed", "error")
@@ -70,7 +70,8 @@ class QuotaJobTrigger(BaseTrigger):
 
     Each change of the job's state, pending reason, position or placement is logged once (the
     triggerer's log lines go to the task's log), so the task log shows the job waiting, moving
-    up the queue, placed, preempted and resumed.
+    up the queue, placed, preempted and resumed; so is each alert the quota scheduler raises
+    about the job (a warning: STARVING, PREEMPTED_REPEATEDLY, GUARANTEE_VIOLATED).
 
     :param job_id: the quota job's id.
     :param quota_conn_id: the Airflow connection of the quota database.
@@ -113,6 +114,7 @@ class QuotaJobTrigger(BaseTrigger):
     async def run(self) -> AsyncIterator[TriggerEvent]:
         hook = QuotaHook(self.quota_conn_id)
         last: tuple[Any, ...] | None = None
+        alerted: set[int] = set()
         failures = 0
         while True:
             refusal: str | None = None
@@ -120,6 +122,7 @@ class QuotaJobTrigger(BaseTrigger):
                 job = await hook.aget_job(self.job_id)
                 if job is None:
                     refusal = await hook.asubmission_refusal(self.job_id)
+                alerts = [] if job is None else await hook.aget_alerts(self.job_id)
             except Exception as exc:  # never out of run(): a broken database becomes an event
                 failures += 1
                 self.log.warning(
@@ -148,6 +151,10 @@ class QuotaJobTrigger(BaseTrigger):
             if key != last:
                 self.log.info("%s", describe_job(job))
                 last = key
+            for alert in alerts:
+                if alert.id not in alerted:
+                    self.log.warning("%s", describe_alert(alert))
+                    alerted.add(alert.id)
             if job.state in FINAL_STATES:
                 succeeded = job.state == JobState.SUCCEEDED.value
                 yield self._event(

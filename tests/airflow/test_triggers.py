@@ -190,3 +190,26 @@ def test_the_capacity_trigger_fires_once_the_share_could_place(world: QuotaWorld
             "message": "1x ml.g5.xlarge fits now, within the share's limit",
         }
     ]
+
+
+def test_the_task_log_shows_each_alert_of_its_job_once(world: QuotaWorld, capsys: pytest.CaptureFixture[str]) -> None:
+    from tests.airflow.conftest import QUOTA
+
+    starving_soon = {**QUOTA, "shares": [{**QUOTA["shares"][0], "starvation_after_seconds": 60}, QUOTA["shares"][1]]}
+    world.store.apply_config(starving_soon)
+    world.submit("hog1", {"duration": 1000})
+    world.submit("hog2", {"duration": 1000}, share="prod")
+    world.step()
+    late = world.submit("late", {"duration": 10})
+    trigger = QuotaJobTrigger(job_id=late.id, quota_conn_id="quota_default", poll_interval=0.01)
+    events = asyncio.run(_follow(world, trigger, [1001.0, 1062.0, 1063.0, 1500.0, 2001.0, 2002.0, 2020.0]))
+    assert _payload(events[0])["status"] == "success"
+    captured = capsys.readouterr()
+    warnings = [  # the trigger's lines (the quota scheduler runs in this process too, and logs the alert itself)
+        line.split("] ", 1)[1].rsplit(" [", 1)[0]
+        for line in (captured.out + captured.err).splitlines()
+        if "[warning" in line and "QuotaJobTrigger]" in line
+    ]
+    assert warnings == [
+        f"quota alert STARVING: job {late.id} (late) in share research: RUNNABLE for 61 s, position 1 in its share"
+    ]
