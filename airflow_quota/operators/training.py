@@ -26,6 +26,7 @@ from airflow_quota.core.model import FailureReason, JobRequest, JobState
 from airflow_quota.exceptions import InvalidInput, Problem, SubmissionRejected
 from airflow_quota.hooks.quota import FINAL_STATES, QuotaHook, describe_job, state_key
 from airflow_quota.operators.priority import QUOTA_PRIORITY_PARAM, priority_override
+from airflow_quota.plugins.links import QuotaJobLink
 from airflow_quota.store.models import LIVE_STATES, JobRow
 from airflow_quota.triggers.quota import QuotaJobEvent, QuotaJobTrigger, Status
 
@@ -109,6 +110,9 @@ class QuotaTrainingOperator(BaseOperator):
     that job failed or was cancelled, the retry (or the cleared task) submits a new one, named
     with a ``-rN`` suffix.
 
+    Each task instance has a "Quota job" button (``operator_extra_links``) to its job's page on
+    the Quotas page of the Airflow UI (``airflow_quota.plugins``).
+
     :param share: the quota share the job runs in. (templated)
     :param instance_preferences: up to 5 entries tried in order, each
         ``{"instance_type": "ml.g5.xlarge", "count": 2}`` with an optional ``"training_plan"``;
@@ -157,6 +161,8 @@ class QuotaTrainingOperator(BaseOperator):
         "training_request": "json",
     }
     ui_color = "#f0e4ff"
+    operator_extra_links = (QuotaJobLink(),)
+    """A "Quota job" button on each task instance, to its job's page on the Quotas page."""
 
     def __init__(
         self,

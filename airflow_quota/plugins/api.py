@@ -1,0 +1,471 @@
+"""The Quotas JSON API: shares, jobs, one job, preemptions, alerts, utilisation history, and
+the two changes a person may make (a job's priority, cancelling a job).
+
+Every route needs an Airflow login with the right to read DAGs (``security.py``); jobs and
+what names them are filtered to the DAGs the user may read, and changes need the right to edit
+the job's DAG. Times are epoch seconds on the quota scheduler's clock; every answer carries
+``now`` on that clock so ages can be computed without trusting the browser's.
+
+Refusals: an unknown job is 404; a change to a job that is already final is 409; a priority
+outside 0-9999 or above the share's ``max_priority`` is 422, in FastAPI's validation-error
+shape (``detail[].loc`` names the field, ``detail[].msg`` the rule). Changes are requests to
+the quota scheduler (202): they take effect at its next cycle.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+from urllib.parse import quote
+
+from fastapi import APIRouter, Depends, HTTPException, Query, Request, Response, status
+from pydantic import BaseModel, ConfigDict, Field
+
+from airflow_quota.core.model import JobState
+from airflow_quota.exceptions import ChangeRefused
+from airflow_quota.plugins import URL_PREFIX
+from airflow_quota.plugins.security import DagAccess, DagAccessDep
+from airflow_quota.store import dashboard
+from airflow_quota.store.models import LIVE_STATES, JobRow
+from airflow_quota.store.repository import QuotaStore
+
+MAX_HISTORY_HOURS = 24 * 31
+
+StateName = Literal["SUBMITTED", "RUNNABLE", "SCHEDULED", "STARTING", "RUNNING", "SUCCEEDED", "FAILED"]
+
+
+def get_store(request: Request) -> QuotaStore:
+    """FastAPI dependency: the quota database, as the app was told to find it (``app.py``)."""
+    provider = request.app.state.quota_store
+    store: QuotaStore = provider()
+    return store
+
+
+StoreDep = Annotated[QuotaStore, Depends(get_store)]
+
+
+# -- response models -----------------------------------------------------------------------------
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+
+
+class TypeUsageModel(_Model):
+    """One instance type of a share, in instances."""
+
+    instance_type: str
+    gpus_per_instance: int = Field(description="GPUs per instance (catalogue)")
+    capacity: int = Field(description="instances of this type in the pool")
+    limit: int = Field(description="the share's guaranteed limit")
+    used: int = Field(description="instances the share's jobs hold (SCHEDULED, STARTING, RUNNING)")
+    borrowed: int = Field(description="instances held above the limit: borrowed from others")
+    lent: float = Field(description="of the idle limit, instances others borrow now (may be fractional)")
+    idle: int = Field(description="limit not used by the share itself, lent or not (limit - used, at least 0)")
+    runnable: int = Field(description="waiting jobs that list this type")
+    oldest_pending_seconds: float = Field(description="how long the longest-waiting of them has waited")
+
+
+class ShareModel(_Model):
+    """A quota share as it stands."""
+
+    name: str
+    strategy: str
+    state: str
+    borrow_limit: int | None
+    in_share_preemption: bool
+    max_priority: int
+    types: list[TypeUsageModel]
+    running: int = Field(description="jobs holding capacity")
+    runnable: int = Field(description="jobs waiting (RUNNABLE or not yet taken in)")
+    oldest_pending_seconds: float
+    gpu_hours: float = Field(description="GPU-hours used by the share's jobs, all time, running attempts included")
+    lost_gpu_hours: float = Field(description="GPU-hours of work lost to preemptions and failures")
+    cost: float = Field(description="USD, on-demand prices of the catalogue or the plan's")
+    preemptions: int = Field(description="preemptions the share's jobs suffered")
+
+
+class SharesResponse(BaseModel):
+    now: float
+    config_version: int | None
+    shares: list[ShareModel]
+
+
+class PreferenceModel(BaseModel):
+    instance_type: str
+    count: int
+    training_plan: str | None = None
+
+
+class JobModel(_Model):
+    """A job as the quota scheduler last wrote it, with where it stands and what the user may do."""
+
+    id: int
+    name: str
+    share: str
+    priority: int
+    state: str
+    reason: str | None = Field(description="failure reason code when FAILED")
+    detail: str | None
+    backend: str
+    instance_type: str | None = Field(description="where the current or last attempt was placed")
+    count: int | None
+    training_plan: str | None
+    borrowed: int = Field(description="instances above the share's limit at the last placement")
+    attempts: int
+    preemptions: int
+    wait_seconds: float = Field(description="time waited before its placements (the current wait not included)")
+    gpu_hours: float = Field(description="GPU-hours used, the running attempt so far included")
+    lost_gpu_hours: float
+    cost: float = Field(description="USD, the running attempt so far included")
+    pending_reason: str | None = Field(description="why a RUNNABLE job waits (quota-model.md 3)")
+    waiting_for: str | None = Field(description="the preference entry it waits for")
+    position_in_share: int | None
+    position_in_queue: int | None
+    waiting_since: float | None = Field(description="when a waiting job last became RUNNABLE")
+    preferences: list[PreferenceModel]
+    dag_id: str | None
+    task_id: str | None
+    run_id: str | None
+    submitted_at: float
+    updated_at: float
+    can_edit: bool = Field(description="whether the requesting user may change this job")
+    page_url: str = Field(description="the job's page")
+    task_url: str | None = Field(description="the Airflow task instance that submitted it")
+
+
+class JobsResponse(BaseModel):
+    now: float
+    jobs: list[JobModel]
+
+
+class AttemptModel(_Model):
+    """One placement of the job."""
+
+    number: int
+    instance_type: str
+    count: int
+    training_plan: str | None
+    borrowed: int
+    status: str
+    placed_at: float
+    running_since: float | None
+    ended_at: float | None
+    reason: str | None
+
+
+class PreemptionModel(_Model):
+    """A preemption: the victim, how, by whom, and the work it lost since its last checkpoint."""
+
+    id: int
+    at: float
+    job_id: int
+    job: str
+    share: str
+    dag_id: str | None
+    attempt: int
+    kind: str = Field(description="CROSS_SHARE (reclaim) or IN_SHARE (priority)")
+    preemptor: str
+    preemptor_id: int | None
+    preemptor_share: str | None
+    lost_seconds: float
+    instance_type: str | None
+    count: int | None
+
+
+class AlertModel(_Model):
+    id: int
+    at: float
+    kind: str
+    job_id: int
+    job: str
+    share: str
+    reason: str
+    position: int | None
+    dag_id: str | None
+    job_state: str | None
+    open: bool = Field(description="STARVING / GUARANTEE_VIOLATED: the job still waits; others: it still lives")
+
+
+class JobDetailResponse(BaseModel):
+    now: float
+    job: JobModel
+    attempts: list[AttemptModel]
+    preemptions: list[PreemptionModel] = Field(description="preemptions this job suffered")
+    caused: list[PreemptionModel] = Field(description="preemptions this job caused")
+    alerts: list[AlertModel]
+    story: list[str] = Field(description="the quota scheduler's decisions about the job, in order")
+
+
+class PreemptionsResponse(BaseModel):
+    now: float
+    preemptions: list[PreemptionModel]
+
+
+class AlertsResponse(BaseModel):
+    now: float
+    alerts: list[AlertModel]
+
+
+class UtilisationPointModel(_Model):
+    at: float
+    used_gpus: int
+    borrowed_gpus: int
+    limit_gpus: int
+
+
+class UtilisationResponse(_Model):
+    share: str
+    start: float
+    end: float
+    gpu_hours: float
+    borrowed_gpu_hours: float
+    limit_gpu_hours: float
+    utilisation: float | None = Field(description="used over guaranteed GPU-hours in the window")
+    points: list[UtilisationPointModel] = Field(description="a step function: each point holds until the next")
+
+
+class PriorityBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    priority: int = Field(ge=0, le=9999, strict=True, description="0-9999, at most the share's max_priority")
+
+
+class ChangeResponse(BaseModel):
+    job_id: int
+    name: str
+    change: Literal["priority", "cancel"]
+    priority: int | None = None
+    status: Literal["requested"] = "requested"
+    message: str
+
+
+# -- routes --------------------------------------------------------------------------------------
+
+router = APIRouter(prefix="/api", tags=["quotas"])
+
+
+@router.get("/shares", response_model=SharesResponse, summary="Shares with per-type use, lending and queue")
+def get_shares(store: StoreDep) -> SharesResponse:
+    latest = store.latest_config()
+    return SharesResponse(
+        now=store.clock(),
+        config_version=latest[0] if latest else None,
+        shares=[ShareModel.model_validate(s) for s in dashboard.share_summaries(store)],
+    )
+
+
+@router.get("/jobs", response_model=JobsResponse, summary="Jobs by share, state and DAG, queue order first")
+def get_jobs(
+    request: Request,
+    store: StoreDep,
+    access: DagAccessDep,
+    share: str | None = None,
+    state: Annotated[list[StateName] | None, Query(description="repeat for several states")] = None,
+    dag_id: str | None = None,
+    limit: Annotated[int, Query(ge=1, le=5000)] = 500,
+) -> JobsResponse:
+    jobs = dashboard.list_jobs(store, share=share, states=state, dag_id=dag_id, limit=limit)
+    readable = access.readable(jobs, lambda job: job.dag_id)
+    since = dashboard.waiting_since_of(store, readable)
+    charges = dashboard.running_charges(store, readable)
+    return JobsResponse(
+        now=store.clock(),
+        jobs=[job_model(request, job, access, since.get(job.id), charges.get(job.id)) for job in readable],
+    )
+
+
+@router.get("/jobs/{job_id}", response_model=JobDetailResponse, summary="One job: attempts, preemptions, cost, story")
+def get_job(request: Request, job_id: int, store: StoreDep, access: DagAccessDep) -> JobDetailResponse:
+    detail = dashboard.job_detail(store, job_id)
+    if detail is None:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, f"no quota job {job_id}")
+    access.require_read(detail.job)
+    return JobDetailResponse(
+        now=store.clock(),
+        job=job_model(
+            request,
+            detail.job,
+            access,
+            dashboard.waiting_since_of(store, [detail.job]).get(job_id),
+            dashboard.running_charges(store, [detail.job]).get(job_id),
+        ),
+        attempts=[AttemptModel.model_validate(a) for a in detail.attempts],
+        preemptions=[PreemptionModel.model_validate(p) for p in detail.preemptions],
+        caused=[PreemptionModel.model_validate(p) for p in access.readable(detail.caused, lambda p: p.dag_id)],
+        alerts=[AlertModel.model_validate(a) for a in detail.alerts],
+        story=detail.story,
+    )
+
+
+@router.put(
+    "/jobs/{job_id}/priority",
+    status_code=status.HTTP_202_ACCEPTED,
+    response_model=ChangeResponse,
+    summary="Ask for a new priority (AWS UpdateServiceJob)",
+    responses={403: {"description": "no edit access to the job's DAG"}, 404: {}, 409: {}, 422: {}},
+)
+def put_priority(job_id: int, body: PriorityBody, store: StoreDep, access: DagAccessDep) -> ChangeResponse:
+    job = _job_to_change(store, job_id, access)
+    try:
+        store.set_priority(job_id, body.priority)
+    except ChangeRefused as exc:
+        raise _refusal(exc, field="priority") from exc
+    return ChangeResponse(
+        job_id=job.id,
+        name=job.name,
+        change="priority",
+        priority=body.priority,
+        message=f"priority {job.priority} -> {body.priority} asked; it applies at the quota scheduler's next cycle",
+    )
+
+
+@router.post(
+    "/jobs/{job_id}/cancel",
+    status_code=status.HTTP_202_ACCEPTED,
+    response_model=ChangeResponse,
+    summary="Cancel a job (it ends FAILED with CANCELLED)",
+    responses={403: {"description": "no edit access to the job's DAG"}, 404: {}, 409: {}},
+)
+def post_cancel(job_id: int, store: StoreDep, access: DagAccessDep) -> ChangeResponse:
+    job = _job_to_change(store, job_id, access)
+    try:
+        store.cancel(job_id)
+    except ChangeRefused as exc:
+        raise _refusal(exc, field=None) from exc
+    return ChangeResponse(
+        job_id=job.id, name=job.name, change="cancel", message="cancellation asked; the quota scheduler stops the job"
+    )
+
+
+@router.get("/preemptions", response_model=PreemptionsResponse, summary="Preemption history, newest first")
+def get_preemptions(
+    store: StoreDep,
+    access: DagAccessDep,
+    share: Annotated[str | None, Query(description="victim's or preemptor's share")] = None,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 50,
+) -> PreemptionsResponse:
+    records = dashboard.preemption_history(store, share=share, limit=limit)
+    return PreemptionsResponse(
+        now=store.clock(),
+        preemptions=[PreemptionModel.model_validate(p) for p in access.readable(records, lambda p: p.dag_id)],
+    )
+
+
+@router.get("/alerts", response_model=AlertsResponse, summary="Starvation and preemption alerts, newest first")
+def get_alerts(
+    store: StoreDep,
+    access: DagAccessDep,
+    share: str | None = None,
+    open: Annotated[bool, Query(description="only alerts still open")] = False,
+) -> AlertsResponse:
+    records = dashboard.alert_records(store, share=share, only_open=open)
+    return AlertsResponse(
+        now=store.clock(),
+        alerts=[AlertModel.model_validate(a) for a in access.readable(records, lambda a: a.dag_id)],
+    )
+
+
+def _history(store: QuotaStore, share: str, hours: float) -> dashboard.UtilisationHistory:
+    latest = store.latest_config()
+    if latest is None or latest[1].share(share) is None:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, f"no share {share!r} in the current configuration")
+    end = store.clock()
+    first = dashboard.first_activity(store)
+    start = end - hours * 3600
+    if first is not None and start < first < end:
+        start = first  # a young quota: the chart starts at the first placement
+    return dashboard.utilisation_history(store, share, start, end)
+
+
+HoursQuery = Annotated[float, Query(gt=0, le=MAX_HISTORY_HOURS, description="window, hours back from now")]
+
+
+@router.get(
+    "/shares/{share}/utilisation",
+    response_model=UtilisationResponse,
+    summary="GPUs held over time by a share (own use, borrowed, limit)",
+)
+def get_utilisation(share: str, store: StoreDep, hours: HoursQuery = 24.0) -> UtilisationResponse:
+    history = _history(store, share, hours)
+    return UtilisationResponse(
+        share=history.share,
+        start=history.start,
+        end=history.end,
+        gpu_hours=history.gpu_hours,
+        borrowed_gpu_hours=history.borrowed_gpu_hours,
+        limit_gpu_hours=history.limit_gpu_hours,
+        utilisation=history.utilisation,
+        points=[UtilisationPointModel.model_validate(p) for p in history.points],
+    )
+
+
+@router.get(
+    "/shares/{share}/utilisation.svg",
+    response_class=Response,
+    responses={200: {"content": {"image/svg+xml": {}}, "description": "the utilisation chart"}},
+    summary="The utilisation chart of a share (SVG, drawn by matplotlib)",
+)
+def get_utilisation_chart(share: str, store: StoreDep, hours: HoursQuery = 24.0) -> Response:
+    from airflow_quota.plugins.charts import utilisation_svg
+
+    svg = utilisation_svg(_history(store, share, hours))
+    return Response(svg, media_type="image/svg+xml", headers={"Cache-Control": "private, max-age=10"})
+
+
+# -- helpers -------------------------------------------------------------------------------------
+
+
+def job_model(
+    request: Request,
+    job: JobRow,
+    access: DagAccess,
+    waiting_since: float | None = None,
+    running: dashboard.Charge | None = None,
+) -> JobModel:
+    """A job row with its links, what its running attempt has cost so far, and whether this
+    user may change it."""
+    root = request.scope.get("root_path", "") or URL_PREFIX
+    airflow_root = root[: -len(URL_PREFIX)] if root.endswith(URL_PREFIX) else ""
+    task_url = None
+    if job.dag_id and job.run_id and job.task_id:
+        path = "/".join(quote(part, safe="") for part in (job.dag_id, "runs", job.run_id, "tasks", job.task_id))
+        task_url = f"{airflow_root}/dags/{path}"
+    values: dict[str, Any] = {
+        column: getattr(job, column)
+        for column in JobModel.model_fields
+        if column not in ("preferences", "can_edit", "page_url", "task_url", "waiting_since")
+    }
+    if running is not None:
+        values["gpu_hours"] = job.gpu_hours + running.gpu_hours
+        values["cost"] = job.cost + running.cost
+    values.update(
+        waiting_since=waiting_since,
+        preferences=[PreferenceModel.model_validate(p) for p in job.request.get("preferences", [])],
+        can_edit=job.state in LIVE_STATES and access.allows("PUT", job.dag_id),
+        page_url=f"{root}/jobs/{job.id}",
+        task_url=task_url,
+    )
+    return JobModel(**values)
+
+
+def _job_to_change(store: QuotaStore, job_id: int, access: DagAccess) -> JobRow:
+    job = store.job(job_id)
+    if job is None:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, f"no quota job {job_id}")
+    access.require_read(job)
+    access.require_edit(job)
+    if JobState(job.state).is_final:
+        raise HTTPException(status.HTTP_409_CONFLICT, f"quota job {job.id} ({job.name}) is already {job.state}")
+    return job
+
+
+def _refusal(exc: ChangeRefused, field: str | None) -> HTTPException:
+    """A refused change as the API answers it: 422 naming the field for a broken rule of a
+    field, 409 for a job that changed state meanwhile."""
+    message = str(exc)
+    if field is not None and message.startswith(f"{field}:"):
+        return HTTPException(
+            422,
+            [{"loc": ["body", field], "msg": message, "type": "quota_rule"}],
+        )
+    return HTTPException(status.HTTP_409_CONFLICT, message)

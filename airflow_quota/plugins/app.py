@@ -1,0 +1,134 @@
+"""The FastAPI app the plugin mounts on Airflow's api-server at ``/quota``.
+
+=============================  ==============================================================
+``GET /``                      the Quotas page (shown in the Airflow UI's iframe)
+``GET /jobs/{job_id}``         one job's page (the operator extra link points here)
+``GET /static/{name}``         the page's script and style sheet, shipped in the wheel
+``GET /openapi.json``          the API's OpenAPI schema
+``/api/...``                   the JSON API (``api.py``)
+=============================  ==============================================================
+
+Every route, the page and its assets included, needs an Airflow login with the right to read
+DAGs (``security.py``); Swagger's UI is left out because it loads its script from a CDN, and
+nothing here fetches from the network. The quota database is the one the Airflow connection
+``quota_default`` names (``QuotaHook``), as for the operators and triggers.
+"""
+
+from __future__ import annotations
+
+import html
+import string
+from collections.abc import Callable
+from functools import cache
+from importlib import resources
+from typing import Any
+
+from fastapi import FastAPI, HTTPException, Request, status
+from fastapi.responses import HTMLResponse, JSONResponse, Response
+
+import airflow_quota
+from airflow_quota.exceptions import DatabaseUnavailable
+from airflow_quota.plugins import api
+from airflow_quota.plugins.security import requires_login_and_dag_read
+from airflow_quota.store.repository import QuotaStore
+
+STATIC_TYPES = {".js": "text/javascript", ".css": "text/css", ".svg": "image/svg+xml"}
+REFRESH_SECONDS = 5
+"""How often the page polls the JSON API."""
+
+DESCRIPTION = """Quota shares, their jobs, preemptions and alerts, from the quota database.
+
+Every route needs an Airflow login: a bearer token from `POST /auth/token` or the Airflow
+UI's session cookie. Reading needs the right to read DAGs; jobs are shown to users who may
+read their DAG. Changing a job's priority or cancelling it needs the right to edit the job's
+DAG, and a priority above the share's `max_priority` is refused (422). Times are epoch
+seconds on the quota scheduler's clock.
+"""
+
+
+def default_store(conn_id: str = "quota_default") -> Callable[[], QuotaStore]:
+    """The quota database named by an Airflow connection, resolved on first use (the
+    api-server may start before the connection exists) and then kept for the process."""
+    chosen: list[QuotaStore] = []
+
+    def provide() -> QuotaStore:
+        if not chosen:
+            from airflow_quota.hooks.quota import QuotaHook
+
+            chosen.append(QuotaHook(conn_id).store)
+        return chosen[0]
+
+    return provide
+
+
+def create_app(store: Callable[[], QuotaStore] | None = None) -> FastAPI:
+    """The app; ``store`` provides the quota database (the Airflow connection by default)."""
+    app = FastAPI(
+        title="airflow-quota: Quotas API",
+        version=airflow_quota.__version__,
+        description=DESCRIPTION,
+        openapi_url=None,
+        docs_url=None,
+        redoc_url=None,
+        dependencies=[requires_login_and_dag_read],
+    )
+    app.state.quota_store = store or default_store()
+    app.include_router(api.router)
+
+    @app.exception_handler(DatabaseUnavailable)
+    async def unavailable(_: Request, exc: DatabaseUnavailable) -> JSONResponse:
+        return JSONResponse({"detail": str(exc)}, status_code=status.HTTP_503_SERVICE_UNAVAILABLE)
+
+    @app.get("/openapi.json", include_in_schema=False)
+    def openapi(request: Request) -> JSONResponse:
+        schema = dict(app.openapi())
+        root = request.scope.get("root_path", "").rstrip("/")
+        if root:
+            schema["servers"] = [{"url": root}]
+        return JSONResponse(schema)
+
+    @app.get("/", response_class=HTMLResponse, include_in_schema=False)
+    def page(request: Request) -> HTMLResponse:
+        return HTMLResponse(_render("index.html", request))
+
+    @app.get("/jobs/{job_id}", response_class=HTMLResponse, include_in_schema=False)
+    def job_page(request: Request, job_id: int) -> HTMLResponse:
+        return HTMLResponse(_render("job.html", request, job_id=job_id))
+
+    @app.get("/static/{name}", include_in_schema=False)
+    def static(name: str) -> Response:
+        content = _static(name)
+        if content is None:
+            raise HTTPException(status.HTTP_404_NOT_FOUND, f"no asset {name!r}")
+        media_type = STATIC_TYPES[name[name.rindex(".") :]]
+        return Response(content, media_type=media_type, headers={"Cache-Control": "private, max-age=300"})
+
+    return app
+
+
+def _render(template: str, request: Request, **values: Any) -> str:
+    """A page template with its placeholders filled (HTML-escaped): the app's root path, the
+    asset version (a new release is fetched afresh), the refresh period, and ``values``."""
+    fields = {
+        "root": request.scope.get("root_path", "").rstrip("/"),
+        "version": airflow_quota.__version__,
+        "refresh": str(REFRESH_SECONDS),
+        **{k: str(v) for k, v in values.items()},
+    }
+    return string.Template(_template(template)).substitute({k: html.escape(v) for k, v in fields.items()})
+
+
+@cache
+def _template(name: str) -> str:
+    return resources.files("airflow_quota.plugins").joinpath("templates").joinpath(name).read_text(encoding="utf-8")
+
+
+@cache
+def _static(name: str) -> bytes | None:
+    """A packaged asset by its plain file name (no paths), or None."""
+    if "/" in name or "\\" in name or name.startswith(".") or "." not in name:
+        return None
+    if name[name.rindex(".") :] not in STATIC_TYPES:
+        return None
+    path = resources.files("airflow_quota.plugins").joinpath("static").joinpath(name)
+    return path.read_bytes() if path.is_file() else None

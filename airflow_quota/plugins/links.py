@@ -1,0 +1,48 @@
+"""The "Quota job" button of a ``QuotaTrainingOperator`` task instance: a link to its job's page.
+
+Airflow 3 computes operator links in the worker when the task stops running (after it submits
+and defers, and again when it ends) and keeps them in XCom; the UI shows the stored link. The
+job's id is the operator's ``job_id`` in that process, or the ``quota_job_id`` XCom it pushed.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from airflow.sdk import BaseOperatorLink, conf
+
+from airflow_quota.plugins import URL_PREFIX
+
+if TYPE_CHECKING:
+    from airflow.sdk import BaseOperator
+    from airflow.sdk.types import TaskInstanceKey
+
+
+def job_page_url(job_id: int, base_url: str | None = None) -> str:
+    """The job's page on the api-server: ``[api] base_url`` + ``/quota/jobs/<id>``."""
+    base = base_url if base_url is not None else conf.get("api", "base_url", fallback="/")
+    return f"{(base or '/').rstrip('/')}{URL_PREFIX}/jobs/{job_id}"
+
+
+class QuotaJobLink(BaseOperatorLink):
+    """Link a ``QuotaTrainingOperator`` task instance to its quota job's page."""
+
+    name = "Quota job"
+
+    def get_link(self, operator: BaseOperator, *, ti_key: TaskInstanceKey) -> str:
+        job_id: Any = getattr(operator, "job_id", None)
+        if job_id is None:
+            job_id = _pushed_job_id(ti_key)
+        return "" if job_id is None else job_page_url(int(job_id))
+
+
+def _pushed_job_id(ti_key: TaskInstanceKey) -> Any:
+    """The job id this task instance pushed to XCom, or None (not submitted yet)."""
+    from airflow.sdk.execution_time.xcom import XCom
+
+    from airflow_quota.operators.training import XCOM_JOB_ID
+
+    try:
+        return XCom.get_value(ti_key=ti_key, key=XCOM_JOB_ID)
+    except Exception:  # no XCom backend reachable (e.g. outside a task): no link rather than an error
+        return None

@@ -1,0 +1,592 @@
+"""Read queries behind the Quotas page and its JSON API: what each share holds, lends and waits
+for; the queue and the running jobs; one job with its attempts, placements and preemptions; the
+preemption history; alerts still open; and GPU use over time per share.
+
+Everything is derived from the tables the quota scheduler writes (``quota_jobs``,
+``quota_attempts``, ``quota_preemptions``, ``quota_alerts``, ``quota_events``,
+``quota_config_versions``); nothing here writes, and nothing needs a table of its own. Figures
+are as of the scheduler's last write, read at ``QuotaStore.clock()``.
+
+The quota scheduler charges an attempt (GPU-hours, cost) when it ends; ``running_charges`` adds
+what a job holding capacity has run up since its placement, so a running job's cost is never
+shown as zero.
+
+Usage over time needs no sampling: an attempt holds its instances from ``placed_at`` until
+``ended_at`` (a victim's until it has stopped), so a sweep over those instants gives the exact
+step function of instances held per share and type, as the core's ``Meter`` integrates it.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy import func, or_, select
+
+from airflow_quota.core.config import QuotaConfig
+from airflow_quota.core.quota import TypeLedger, lent_by
+from airflow_quota.store.engine import reachable
+from airflow_quota.store.models import (
+    LIVE_STATES,
+    AlertRow,
+    Attempt,
+    ConfigVersion,
+    EventRow,
+    JobRow,
+    Preemption,
+)
+from airflow_quota.store.repository import HOLDING_STATES, QuotaStore
+
+WAITING_STATES = ("SUBMITTED", "RUNNABLE")
+"""States of a job that waits for capacity (SUBMITTED: not taken in by the scheduler yet)."""
+
+OPEN_WHILE_WAITING = frozenset({"STARVING", "GUARANTEE_VIOLATED"})
+"""Alert kinds about a wait: open while the wait they were raised for goes on (the job has not
+been placed since); the other kind (PREEMPTED_REPEATEDLY) stays open while the job lives."""
+
+
+# -- shares ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class TypeUsage:
+    """One instance type of one share, in instances (``lent`` may be fractional, see
+    ``core.quota.lent_by``). ``idle`` is the limit the share does not use itself, lent or not,
+    as ``airflow-quota shares`` prints it; the part nobody uses is ``idle - lent``."""
+
+    instance_type: str
+    gpus_per_instance: int
+    capacity: int
+    limit: int
+    used: int
+    borrowed: int
+    lent: float
+    idle: int
+    runnable: int
+    oldest_pending_seconds: float
+
+
+@dataclass(frozen=True, slots=True)
+class ShareSummary:
+    """A share as its card shows it: configuration, per-type use, queue length, and GPU-hours
+    and cost of all its jobs ever, running attempts included."""
+
+    name: str
+    strategy: str
+    state: str
+    borrow_limit: int | None
+    in_share_preemption: bool
+    max_priority: int
+    types: tuple[TypeUsage, ...]
+    running: int
+    runnable: int
+    oldest_pending_seconds: float
+    gpu_hours: float
+    lost_gpu_hours: float
+    cost: float
+    preemptions: int
+
+
+@dataclass(frozen=True, slots=True)
+class Charge:
+    """GPU-hours and cost (USD) of a job's current attempt so far."""
+
+    gpu_hours: float
+    cost: float
+
+
+def running_charges(store: QuotaStore, jobs: Sequence[JobRow], config: QuotaConfig | None = None) -> dict[int, Charge]:
+    """What each job among ``jobs`` that holds capacity has run up in its open attempt, from its
+    placement to now, at the price its placement pays (the plan's, else on-demand), as the core
+    will charge it when the attempt ends."""
+    holding = [job.id for job in jobs if job.state in HOLDING_STATES]
+    if not holding:
+        return {}
+    if config is None:
+        latest = store.latest_config()
+        if latest is None:
+            return {}
+        config = latest[1]
+    with reachable(str(store.engine.url)), store.sessions() as session:
+        query = select(Attempt).where(Attempt.job_id.in_(holding), Attempt.ended_at.is_(None))
+        attempts = list(session.scalars(query))
+    catalogue = config.catalogue()
+    now = store.clock()
+    charges = {}
+    for attempt in attempts:
+        spec = catalogue.get(attempt.instance_type)
+        plan = config.plan(attempt.training_plan) if attempt.training_plan else None
+        price = plan.hourly_price if plan else (spec.hourly_price if spec else 0.0)
+        hours = max(0.0, now - attempt.placed_at) / 3600 * attempt.count
+        charges[attempt.job_id] = Charge(gpu_hours=hours * (spec.gpus if spec else 0), cost=hours * price)
+    return charges
+
+
+def waiting_since(job: JobRow, last_ended: float | None) -> float:
+    """When a waiting job last became RUNNABLE: its submission, or the end of its last attempt
+    (a preempted or failed job waits again from then, as starvation counts it)."""
+    return max(job.submitted_at, last_ended) if last_ended is not None else job.submitted_at
+
+
+def share_summaries(store: QuotaStore) -> list[ShareSummary]:
+    """Every share of the latest configuration, in configuration order; empty before the first
+    configuration is applied. One pass over the live jobs plus two aggregate queries."""
+    latest = store.latest_config()
+    if latest is None:
+        return []
+    config = latest[1]
+    now = store.clock()
+    with reachable(str(store.engine.url)), store.sessions() as session:
+        live = list(session.scalars(select(JobRow).where(JobRow.state.in_(LIVE_STATES))))
+        waiting_ids = [j.id for j in live if j.state in WAITING_STATES]
+        last_ended = _last_attempt_ends(session, waiting_ids)
+        totals = {
+            share: (float(gpu or 0.0), float(lost or 0.0), float(cost or 0.0), int(preempted or 0))
+            for share, gpu, lost, cost, preempted in session.execute(_share_totals())
+        }
+    charges = running_charges(store, live, config)
+    holding: dict[tuple[str, str], int] = {}
+    waiting: dict[tuple[str, str], list[float]] = {}
+    running: dict[str, int] = {}
+    accrued: dict[str, tuple[float, float]] = {}
+    runnable: dict[str, list[float]] = {}
+    for job in live:
+        if job.state in HOLDING_STATES:
+            running[job.share] = running.get(job.share, 0) + 1
+            charge = charges.get(job.id, Charge(0.0, 0.0))
+            gpu, cost = accrued.get(job.share, (0.0, 0.0))
+            accrued[job.share] = (gpu + charge.gpu_hours, cost + charge.cost)
+            if job.instance_type:
+                key = (job.share, job.instance_type)
+                holding[key] = holding.get(key, 0) + (job.count or 0)
+        elif job.state in WAITING_STATES:
+            since = waiting_since(job, last_ended.get(job.id))
+            runnable.setdefault(job.share, []).append(since)
+            for entry in job.request.get("preferences", []):
+                waiting.setdefault((job.share, entry["instance_type"]), []).append(since)
+    catalogue = config.catalogue()
+    ledgers = {
+        name: TypeLedger.of(config, name, {s.name: holding.get((s.name, name), 0) for s in config.shares})
+        for name in config.pool.capacity
+    }
+    lent = {name: lent_by(ledger) for name, ledger in ledgers.items()}
+    summaries = []
+    for share in config.shares:
+        types = []
+        for name, ledger in ledgers.items():
+            limit, used = ledger.limit_of(share.name), ledger.usage_of(share.name)
+            queued = waiting.get((share.name, name), [])
+            if not (limit or used or queued):
+                continue
+            spec = catalogue.get(name)
+            types.append(
+                TypeUsage(
+                    instance_type=name,
+                    gpus_per_instance=spec.gpus if spec else 0,
+                    capacity=ledger.capacity,
+                    limit=limit,
+                    used=used,
+                    borrowed=max(0, used - limit),
+                    lent=round(lent[name].get(share.name, 0.0), 3),
+                    idle=max(0, limit - used),
+                    runnable=len(queued),
+                    oldest_pending_seconds=_age(now, queued),
+                )
+            )
+        gpu, lost, cost, preempted = totals.get(share.name, (0.0, 0.0, 0.0, 0))
+        running_gpu, running_cost = accrued.get(share.name, (0.0, 0.0))
+        summaries.append(
+            ShareSummary(
+                name=share.name,
+                strategy=share.strategy.value,
+                state=share.state.value,
+                borrow_limit=share.borrow_limit,
+                in_share_preemption=share.in_share_preemption,
+                max_priority=share.max_priority,
+                types=tuple(types),
+                running=running.get(share.name, 0),
+                runnable=len(runnable.get(share.name, [])),
+                oldest_pending_seconds=_age(now, runnable.get(share.name, [])),
+                gpu_hours=round(gpu + running_gpu, 6),
+                lost_gpu_hours=round(lost, 6),
+                cost=round(cost + running_cost, 4),
+                preemptions=preempted,
+            )
+        )
+    return summaries
+
+
+def _age(now: float, instants: Sequence[float]) -> float:
+    return round(max(0.0, now - min(instants)), 1) if instants else 0.0
+
+
+def _share_totals() -> Any:
+    return select(
+        JobRow.share,
+        func.sum(JobRow.gpu_hours),
+        func.sum(JobRow.lost_gpu_hours),
+        func.sum(JobRow.cost),
+        func.sum(JobRow.preemptions),
+    ).group_by(JobRow.share)
+
+
+def _last_attempt_ends(session: Any, job_ids: Sequence[int]) -> dict[int, float]:
+    """The latest ``ended_at`` of each job's attempts (jobs without an ended attempt are absent)."""
+    if not job_ids:
+        return {}
+    query = (
+        select(Attempt.job_id, func.max(Attempt.ended_at))
+        .where(Attempt.job_id.in_(list(job_ids)), Attempt.ended_at.is_not(None))
+        .group_by(Attempt.job_id)
+    )
+    return {int(job_id): float(ended) for job_id, ended in session.execute(query) if ended is not None}
+
+
+# -- jobs --------------------------------------------------------------------------------------
+
+
+def list_jobs(
+    store: QuotaStore,
+    share: str | None = None,
+    states: Sequence[str] | None = None,
+    dag_id: str | None = None,
+    limit: int = 500,
+) -> list[JobRow]:
+    """Jobs matching every filter given: waiting jobs first in queue order (position in the
+    whole queue), then the others, newest first; at most ``limit``."""
+    with reachable(str(store.engine.url)), store.sessions() as session:
+        query = select(JobRow)
+        if share:
+            query = query.where(JobRow.share == share)
+        if states:
+            query = query.where(JobRow.state.in_(list(states)))
+        if dag_id:
+            query = query.where(JobRow.dag_id == dag_id)
+        rows = list(session.scalars(query.order_by(JobRow.id.desc()).limit(limit)))
+    return sorted(rows, key=queue_order)
+
+
+def waiting_since_of(store: QuotaStore, jobs: Sequence[JobRow]) -> dict[int, float]:
+    """When each waiting job among ``jobs`` last became RUNNABLE (see ``waiting_since``)."""
+    waiting = [job for job in jobs if job.state in WAITING_STATES]
+    if not waiting:
+        return {}
+    with reachable(str(store.engine.url)), store.sessions() as session:
+        ended = _last_attempt_ends(session, [job.id for job in waiting])
+    return {job.id: waiting_since(job, ended.get(job.id)) for job in waiting}
+
+
+def queue_order(job: JobRow) -> tuple[int, int, int]:
+    """1. waiting jobs with a position, by position in the queue; 2. other waiting jobs; 3. the
+    rest, newest first (the id is the stable tiebreak)."""
+    if job.state in WAITING_STATES:
+        position = job.position_in_queue
+        return (0, position if position is not None else 1 << 30, job.id)
+    return (1, 0, -job.id)
+
+
+@dataclass(frozen=True, slots=True)
+class JobDetail:
+    """One job as its page shows it (``airflow-quota jobs show``): the row, its attempts (one
+    per placement), the preemptions it suffered and those it caused, its alerts and its story."""
+
+    job: JobRow
+    attempts: list[Attempt]
+    preemptions: list[PreemptionRecord]
+    caused: list[PreemptionRecord]
+    alerts: list[AlertRecord]
+    story: list[str]
+
+
+def job_detail(store: QuotaStore, job_id: int) -> JobDetail | None:
+    job = store.job(job_id)
+    if job is None:
+        return None
+    with reachable(str(store.engine.url)), store.sessions() as session:
+        story = list(session.scalars(select(EventRow.line).where(EventRow.job_id == job_id).order_by(EventRow.id)))
+    caused = preemption_history(store, limit=1000, by_job=job.name)
+    return JobDetail(
+        job=job,
+        attempts=store.attempts(job_id),
+        preemptions=preemption_history(store, limit=1000, job_id=job_id),
+        caused=[p for p in caused if p.preemptor_id == job.id],
+        alerts=alert_records(store, job_id=job_id),
+        story=story,
+    )
+
+
+# -- preemptions -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class PreemptionRecord:
+    """One preemption: the victim (job, share, DAG), which attempt it lost, how, by whom, and
+    the work lost since the victim's last checkpoint."""
+
+    id: int
+    at: float
+    job_id: int
+    job: str
+    share: str
+    dag_id: str | None
+    attempt: int
+    kind: str
+    preemptor: str
+    preemptor_id: int | None
+    preemptor_share: str | None
+    lost_seconds: float
+    instance_type: str | None
+    count: int | None
+
+
+def preemption_history(
+    store: QuotaStore,
+    share: str | None = None,
+    limit: int = 50,
+    by_job: str | None = None,
+    job_id: int | None = None,
+) -> list[PreemptionRecord]:
+    """The latest preemptions first; ``share`` keeps those whose victim or preemptor is in it.
+    The preemptor is named in the log; its id is the job of that name placed at that instant."""
+    with reachable(str(store.engine.url)), store.sessions() as session:
+        query = (
+            select(Preemption, JobRow.name, JobRow.share, JobRow.dag_id, Attempt.instance_type, Attempt.count)
+            .join(JobRow, JobRow.id == Preemption.job_id)
+            .outerjoin(Attempt, (Attempt.job_id == Preemption.job_id) & (Attempt.number == Preemption.attempt))
+            .order_by(Preemption.id.desc())
+        )
+        if by_job is not None:
+            query = query.where(Preemption.by_job == by_job)
+        if job_id is not None:
+            query = query.where(Preemption.job_id == job_id)
+        rows = list(session.execute(query.limit(limit if share is None else limit * 10)))
+        names = {row[0].by_job for row in rows}
+        preemptors: dict[str, list[JobRow]] = {}
+        if names:
+            for job in session.scalars(select(JobRow).where(JobRow.name.in_(sorted(names))).order_by(JobRow.id)):
+                preemptors.setdefault(job.name, []).append(job)
+    records = []
+    for preemption, name, victim_share, dag_id, instance_type, count in rows:
+        preemptor = _preemptor(preemptors.get(preemption.by_job, []), preemption.at)
+        preemptor_share = preemptor.share if preemptor else None
+        if share is not None and share not in (victim_share, preemptor_share):
+            continue
+        records.append(
+            PreemptionRecord(
+                id=preemption.id,
+                at=preemption.at,
+                job_id=preemption.job_id,
+                job=name,
+                share=victim_share,
+                dag_id=dag_id,
+                attempt=preemption.attempt,
+                kind=preemption.kind,
+                preemptor=preemption.by_job,
+                preemptor_id=preemptor.id if preemptor else None,
+                preemptor_share=preemptor_share,
+                lost_seconds=preemption.lost_seconds,
+                instance_type=instance_type,
+                count=count,
+            )
+        )
+        if len(records) >= limit:
+            break
+    return records
+
+
+def _preemptor(candidates: list[JobRow], at: float) -> JobRow | None:
+    """Of the jobs with the preemptor's name (names are reused once a job is final), the latest
+    submitted at or before the preemption."""
+    earlier = [job for job in candidates if job.submitted_at <= at]
+    return earlier[-1] if earlier else None
+
+
+# -- alerts ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class AlertRecord:
+    """An alert with its job's DAG and whether it is still open: a STARVING or
+    GUARANTEE_VIOLATED alert while the wait it was raised for goes on, a PREEMPTED_REPEATEDLY
+    one while its job lives."""
+
+    id: int
+    at: float
+    kind: str
+    job_id: int
+    job: str
+    share: str
+    reason: str
+    position: int | None
+    dag_id: str | None
+    job_state: str | None
+    open: bool
+
+
+def alert_records(
+    store: QuotaStore, share: str | None = None, only_open: bool = False, job_id: int | None = None
+) -> list[AlertRecord]:
+    """Alerts, newest first."""
+    with reachable(str(store.engine.url)), store.sessions() as session:
+        query = (
+            select(AlertRow, JobRow.dag_id, JobRow.state)
+            .outerjoin(JobRow, JobRow.id == AlertRow.job_id)
+            .order_by(AlertRow.id.desc())
+        )
+        if share:
+            query = query.where(AlertRow.share == share)
+        if job_id is not None:
+            query = query.where(AlertRow.job_id == job_id)
+        rows = list(session.execute(query))
+        ended = _last_attempt_ends(
+            session, sorted({alert.job_id for alert, _, state in rows if state in WAITING_STATES})
+        )
+    records = []
+    for alert, dag_id, state in rows:
+        if alert.kind in OPEN_WHILE_WAITING:
+            # still the same wait: not placed (and requeued) since the alert was raised
+            is_open = state in WAITING_STATES and ended.get(alert.job_id, float("-inf")) <= alert.at
+        else:
+            is_open = state in LIVE_STATES
+        if only_open and not is_open:
+            continue
+        records.append(
+            AlertRecord(
+                id=alert.id,
+                at=alert.at,
+                kind=alert.kind,
+                job_id=alert.job_id,
+                job=alert.job,
+                share=alert.share,
+                reason=alert.reason,
+                position=alert.position,
+                dag_id=dag_id,
+                job_state=state,
+                open=is_open,
+            )
+        )
+    return records
+
+
+# -- utilisation over time ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class UtilisationPoint:
+    """From ``at`` until the next point: GPUs the share holds, of which borrowed (held above its
+    limit), and its limit in GPUs under the configuration then in force."""
+
+    at: float
+    used_gpus: int
+    borrowed_gpus: int
+    limit_gpus: int
+
+
+@dataclass(frozen=True, slots=True)
+class UtilisationHistory:
+    """A share's GPU use as a step function over ``[start, end]``, and its averages there."""
+
+    share: str
+    start: float
+    end: float
+    points: list[UtilisationPoint] = field(default_factory=list)
+    gpu_hours: float = 0.0
+    borrowed_gpu_hours: float = 0.0
+    limit_gpu_hours: float = 0.0
+
+    @property
+    def utilisation(self) -> float | None:
+        """Used over guaranteed GPU-hours in the window (above 1 when the share borrowed)."""
+        return self.gpu_hours / self.limit_gpu_hours if self.limit_gpu_hours else None
+
+
+def utilisation_history(store: QuotaStore, share: str, start: float, end: float) -> UtilisationHistory:
+    """The share's GPUs held over ``[start, end]``, exact at every placement and end.
+
+    Limits follow the configuration versions as they were applied (a limit changes at the
+    version's ``created_at``); GPUs per instance come from the latest configuration's catalogue.
+    """
+    with reachable(str(store.engine.url)), store.sessions() as session:
+        versions = [
+            (row.created_at, QuotaConfig.model_validate(row.document))
+            for row in session.scalars(select(ConfigVersion).order_by(ConfigVersion.id))
+        ]
+        attempts = list(
+            session.execute(
+                select(Attempt.placed_at, Attempt.ended_at, Attempt.instance_type, Attempt.count)
+                .join(JobRow, JobRow.id == Attempt.job_id)
+                .where(
+                    JobRow.share == share,
+                    Attempt.placed_at < end,
+                    or_(Attempt.ended_at.is_(None), Attempt.ended_at > start),
+                )
+            )
+        )
+    if not versions:
+        return UtilisationHistory(share, start, end)
+    catalogue = versions[-1][1].catalogue()
+
+    def gpus(instance_type: str) -> int:
+        spec = catalogue.get(instance_type)
+        return spec.gpus if spec else 0
+
+    # 1. the instants where anything changes: placements, ends, configuration versions
+    changes: list[tuple[float, str, int]] = []
+    for placed_at, ended_at, instance_type, count in attempts:
+        changes.append((max(placed_at, start), instance_type, count))
+        if ended_at is not None and ended_at < end:
+            changes.append((ended_at, instance_type, -count))
+    instants = sorted({start} | {t for t, _, _ in changes} | {t for t, _ in versions if start < t < end})
+    changes.sort(key=lambda change: change[0])
+    version_times = [t for t, _ in versions]
+    # 2. sweep: usage per type after all changes at an instant, limits of the version in force
+    usage: dict[str, int] = {}
+    points: list[UtilisationPoint] = []
+    index = 0
+    for instant in instants:
+        while index < len(changes) and changes[index][0] <= instant:
+            _, instance_type, delta = changes[index]
+            usage[instance_type] = usage.get(instance_type, 0) + delta
+            index += 1
+        config = versions[max(0, bisect.bisect_right(version_times, instant) - 1)][1]
+        config_share = config.share(share)
+        limits = dict(config_share.capacity_limits) if config_share else {}
+        types = set(usage) | set(limits)
+        point = UtilisationPoint(
+            at=instant,
+            used_gpus=sum(usage.get(t, 0) * gpus(t) for t in types),
+            borrowed_gpus=sum(max(0, usage.get(t, 0) - limits.get(t, 0)) * gpus(t) for t in types),
+            limit_gpus=sum(limits.get(t, 0) * gpus(t) for t in types),
+        )
+        if points and (points[-1].used_gpus, points[-1].borrowed_gpus, points[-1].limit_gpus) == (
+            point.used_gpus,
+            point.borrowed_gpus,
+            point.limit_gpus,
+        ):
+            continue  # no change: the step goes on
+        points.append(point)
+    # 3. integrate the step function over the window
+    used = borrowed = limit = 0.0
+    for current, following in zip(points, [*points[1:], None], strict=True):
+        seconds = (following.at if following else end) - current.at
+        used += current.used_gpus * seconds
+        borrowed += current.borrowed_gpus * seconds
+        limit += current.limit_gpus * seconds
+    return UtilisationHistory(
+        share=share,
+        start=start,
+        end=end,
+        points=points,
+        gpu_hours=round(used / 3600, 6),
+        borrowed_gpu_hours=round(borrowed / 3600, 6),
+        limit_gpu_hours=round(limit / 3600, 6),
+    )
+
+
+def first_activity(store: QuotaStore) -> float | None:
+    """The first placement ever recorded (the default start of a history), if any."""
+    with reachable(str(store.engine.url)), store.sessions() as session:
+        value = session.scalar(select(func.min(Attempt.placed_at)))
+    return None if value is None else float(value)

@@ -1,0 +1,350 @@
+"""The Quotas JSON API against a real Airflow 3.3 api-server with the plugin loaded, on a quota
+database holding the AWS walkthrough at 7850 s (see ``conftest.UNTIL``): every route, what it
+answers, and who may call it.
+
+The reading tests come first; the tests that change jobs run last, in file order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from airflow_quota.core.config import read_yaml
+from tests.plugins.conftest import UNTIL, Served, serve
+from tests.plugins.walkthrough import DAG_ID, QUOTA
+
+MAX_PRIORITY = 10
+"""qs1's max_priority in these tests (the walkthrough's priorities are 1-4)."""
+
+
+def _quota() -> dict[str, Any]:
+    """examples/quota.yaml with a max_priority on qs1, to show its refusal."""
+    raw: dict[str, Any] = read_yaml(QUOTA)
+    raw["shares"][0]["max_priority"] = MAX_PRIORITY
+    return raw
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+    yield from serve(tmp_path_factory.mktemp("api"), quota=_quota())
+
+
+@pytest.fixture(scope="module")
+def viewer(served: Served) -> Iterator[Any]:
+    with served.client("viewer") as client:
+        yield client
+
+
+@pytest.fixture(scope="module")
+def editor(served: Served) -> Iterator[Any]:
+    with served.client("editor") as client:
+        yield client
+
+
+def ids(served: Served) -> dict[str, int]:
+    return served.world.ids
+
+
+ROUTES = [
+    ("GET", "/quota/"),
+    ("GET", "/quota/jobs/1"),
+    ("GET", "/quota/static/quotas.js"),
+    ("GET", "/quota/openapi.json"),
+    ("GET", "/quota/api/shares"),
+    ("GET", "/quota/api/jobs"),
+    ("GET", "/quota/api/jobs/1"),
+    ("GET", "/quota/api/preemptions"),
+    ("GET", "/quota/api/alerts"),
+    ("GET", "/quota/api/shares/qs1/utilisation"),
+    ("GET", "/quota/api/shares/qs1/utilisation.svg"),
+    ("PUT", "/quota/api/jobs/1/priority"),
+    ("POST", "/quota/api/jobs/1/cancel"),
+]
+
+
+# -- authentication -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("method", "path"), ROUTES, ids=[f"{m} {p}" for m, p in ROUTES])
+def test_every_route_refuses_a_request_without_a_login(served: Served, method: str, path: str) -> None:
+    with served.client() as anonymous:
+        answer = anonymous.request(method, path, json={"priority": 1} if method == "PUT" else None)
+    assert answer.status_code == 401, answer.text
+    assert answer.json() == {"detail": "Not authenticated"}
+
+
+@pytest.mark.parametrize(("method", "path"), ROUTES[:3], ids=[f"{m} {p}" for m, p in ROUTES[:3]])
+def test_a_forged_token_is_refused(served: Served, method: str, path: str) -> None:
+    with served.client(token="not-a-jwt") as forged:
+        assert forged.request(method, path).status_code == 403
+
+
+def test_the_ui_session_cookie_authenticates_like_the_page_in_its_iframe(served: Served) -> None:
+    """The Airflow UI keeps its JWT in the ``_token`` cookie; the same-origin iframe sends it."""
+    token = served.stack.token("viewer")
+    with served.client(cookies={"_token": token}) as browser:
+        page = browser.get("/quota/")
+        shares = browser.get("/quota/api/shares")
+    assert page.status_code == 200
+    assert page.headers["content-type"].startswith("text/html")
+    assert 'data-root="/quota"' in page.text
+    assert shares.status_code == 200
+
+
+def test_the_page_assets_are_served_from_the_wheel_and_nothing_else(viewer: Any) -> None:
+    page = viewer.get("/quota/").text
+    for asset in ("common.js", "quotas.js", "quotas.css", "quotas-icon.svg"):
+        answer = viewer.get(f"/quota/static/{asset}")
+        assert answer.status_code == 200, asset
+        assert len(answer.content) > 100
+    assert "http://" not in page and "https://" not in page  # nothing fetched from the network
+    assert viewer.get("/quota/static/..%2Fapi.py").status_code == 404
+    assert viewer.get("/quota/static/missing.js").status_code == 404
+
+
+# -- reading ------------------------------------------------------------------------------------
+
+
+def test_shares_report_use_borrowing_lending_and_the_queue(viewer: Any) -> None:
+    answer = viewer.get("/quota/api/shares").json()
+    assert answer["config_version"] == 1
+    shares = {s["name"]: s for s in answer["shares"]}
+    assert list(shares) == ["qs1", "qs2", "qs3"]
+    g5 = {name: share["types"][0] for name, share in shares.items()}
+    oldest = g5["qs1"].pop("oldest_pending_seconds")
+    assert oldest >= UNTIL - 600  # qs1-med has waited since its preemption at 600 s
+    for name in ("qs2", "qs3"):
+        assert g5[name].pop("oldest_pending_seconds") == 0
+    common = {"instance_type": "ml.g5.xlarge", "gpus_per_instance": 1, "capacity": 3, "limit": 1}
+    assert g5 == {
+        "qs1": {**common, "used": 2, "borrowed": 1, "lent": 0.0, "idle": 0, "runnable": 1},
+        "qs2": {**common, "used": 0, "borrowed": 0, "lent": 1.0, "idle": 1, "runnable": 0},
+        "qs3": {**common, "used": 1, "borrowed": 0, "lent": 0.0, "idle": 0, "runnable": 0},
+    }
+    assert (shares["qs1"]["running"], shares["qs1"]["runnable"], shares["qs1"]["preemptions"]) == (2, 1, 2)
+    assert shares["qs1"]["max_priority"] == MAX_PRIORITY
+    assert shares["qs1"]["strategy"] == "LEND_AND_BORROW" and shares["qs1"]["borrow_limit"] == 200
+    assert shares["qs2"]["cost"] > 0 and shares["qs2"]["running"] == 0
+    assert shares["qs3"]["cost"] > 0  # qs3-job still runs: its attempt so far
+
+
+def test_jobs_filter_by_state_share_and_dag_and_show_where_waiting_jobs_stand(served: Served, viewer: Any) -> None:
+    waiting = viewer.get("/quota/api/jobs", params={"state": "RUNNABLE"}).json()["jobs"]
+    assert [
+        (j["name"], j["pending_reason"], j["waiting_for"], j["position_in_share"], j["position_in_queue"])
+        for j in waiting
+    ] == [("qs1-med", "WAITING_FOR_QUOTA", "1x ml.g5.xlarge", 1, 1)]
+    assert waiting[0]["waiting_since"] is not None
+
+    qs1 = viewer.get("/quota/api/jobs", params={"share": "qs1"}).json()["jobs"]
+    assert [j["name"] for j in qs1] == ["qs1-med", "qs1-low", "qs1-high"]  # queue first, then newest first
+    running = {j["name"]: (j["state"], j["instance_type"], j["count"], j["borrowed"]) for j in qs1[1:]}
+    assert running == {"qs1-low": ("RUNNING", "ml.g5.xlarge", 1, 0), "qs1-high": ("RUNNING", "ml.g5.xlarge", 1, 1)}
+
+    live = viewer.get("/quota/api/jobs", params=[("state", "RUNNING"), ("state", "RUNNABLE")]).json()["jobs"]
+    assert {j["name"] for j in live} == {"qs1-med", "qs1-low", "qs1-high", "qs3-job"}
+    assert len(viewer.get("/quota/api/jobs", params={"dag_id": DAG_ID}).json()["jobs"]) == 5
+    assert viewer.get("/quota/api/jobs", params={"dag_id": "another_dag"}).json()["jobs"] == []
+    assert viewer.get("/quota/api/jobs", params={"state": "WAITING"}).status_code == 422
+
+    job = waiting[0]
+    assert job["dag_id"] == DAG_ID and job["task_id"] == "qs1_med"
+    assert job["page_url"] == f"/quota/jobs/{job['id']}"
+    assert job["task_url"] == f"/dags/{DAG_ID}/runs/manual__walkthrough/tasks/qs1_med"
+    assert job["preferences"] == [{"instance_type": "ml.g5.xlarge", "count": 1, "training_plan": None}]
+
+
+def test_whether_a_user_may_change_a_job_is_in_each_job(viewer: Any, editor: Any) -> None:
+    def editable(client: Any) -> dict[str, bool]:
+        return {j["name"]: j["can_edit"] for j in client.get("/quota/api/jobs").json()["jobs"]}
+
+    assert set(editable(viewer).values()) == {False}
+    assert editable(editor) == {
+        "qs1-high": True,
+        "qs1-med": True,
+        "qs1-low": True,
+        "qs2-job": False,  # SUCCEEDED: nothing left to change
+        "qs3-job": True,
+    }
+
+
+def test_one_job_has_its_attempts_preemptions_cost_and_story(served: Served, viewer: Any) -> None:
+    high = ids(served)["qs1-high"]
+    answer = viewer.get(f"/quota/api/jobs/{high}").json()
+    job = answer["job"]
+    assert (job["name"], job["state"], job["attempts"], job["preemptions"], job["borrowed"]) == (
+        "qs1-high",
+        "RUNNING",
+        2,
+        1,
+        1,
+    )
+    assert job["cost"] > 0 and job["gpu_hours"] > 0
+    attempts = [(a["number"], a["status"], a["instance_type"], a["count"], a["borrowed"]) for a in answer["attempts"]]
+    assert attempts == [(1, "STOPPED", "ml.g5.xlarge", 1, 0), (2, "RUNNING", "ml.g5.xlarge", 1, 1)]
+    assert answer["attempts"][1]["placed_at"] - served.world.origin == pytest.approx(7800)
+    assert [(p["kind"], p["preemptor"], p["lost_seconds"], p["attempt"]) for p in answer["preemptions"]] == [
+        ("IN_SHARE", "qs1-low", 0.0, 1)
+    ]
+    assert answer["preemptions"][0]["preemptor_id"] == ids(served)["qs1-low"]
+    assert answer["caused"] == []
+    assert [(a["kind"], a["open"]) for a in answer["alerts"]] == [("STARVING", False)]
+    assert any("PREEMPTED qs1-high [qs1] IN_SHARE by qs1-low" in line for line in answer["story"])
+    assert any("PLACED qs1-high [qs1] on 1x ml.g5.xlarge, attempt 2" in line for line in answer["story"])
+
+    low = viewer.get(f"/quota/api/jobs/{ids(served)['qs1-low']}").json()
+    assert [(p["job"], p["kind"]) for p in low["caused"]] == [("qs1-high", "IN_SHARE")]
+    assert viewer.get("/quota/api/jobs/999").status_code == 404
+
+
+def test_preemption_history_newest_first_and_by_share(viewer: Any) -> None:
+    history = viewer.get("/quota/api/preemptions").json()["preemptions"]
+    assert [
+        (p["job"], p["share"], p["kind"], p["preemptor"], p["preemptor_share"], p["lost_seconds"]) for p in history
+    ] == [
+        ("qs1-high", "qs1", "IN_SHARE", "qs1-low", "qs1", 0.0),
+        ("qs1-med", "qs1", "CROSS_SHARE", "qs2-job", "qs2", 0.0),
+    ]
+    assert history[0]["at"] - history[1]["at"] == pytest.approx(600)
+    by_qs2 = viewer.get("/quota/api/preemptions", params={"share": "qs2"}).json()["preemptions"]
+    assert [p["kind"] for p in by_qs2] == ["CROSS_SHARE"]
+    assert len(viewer.get("/quota/api/preemptions", params={"limit": 1}).json()["preemptions"]) == 1
+
+
+def test_alerts_and_which_are_still_open(viewer: Any) -> None:
+    alerts = viewer.get("/quota/api/alerts").json()["alerts"]
+    assert [(a["kind"], a["job"], a["open"], a["job_state"]) for a in alerts] == [
+        ("STARVING", "qs1-high", False, "RUNNING"),  # placed again at 7800 s: closed
+        ("STARVING", "qs1-med", True, "RUNNABLE"),
+    ]
+    assert alerts[1]["reason"] == "RUNNABLE for 3600 s" and alerts[1]["position"] == 2
+    opened = viewer.get("/quota/api/alerts", params={"open": "true"}).json()["alerts"]
+    assert [a["job"] for a in opened] == ["qs1-med"]
+    assert viewer.get("/quota/api/alerts", params={"share": "qs2"}).json()["alerts"] == []
+
+
+def test_utilisation_history_is_exact_and_charted(served: Served, viewer: Any) -> None:
+    """The simulator's measures of the walkthrough at 7850 s (``airflow-quota simulate --until``)
+    plus what the held instances add until the answer's ``end``."""
+    answer = viewer.get("/quota/api/shares/qs1/utilisation").json()
+    start = served.world.origin
+    assert answer["start"] == pytest.approx(start)
+    extra = (answer["end"] - (start + UNTIL)) / 3600  # the api-server reads "now" from the wall clock
+    steps = [(round(p["at"] - start), p["used_gpus"], p["borrowed_gpus"], p["limit_gpus"]) for p in answer["points"]]
+    assert steps == [(0, 2, 1, 1), (600, 1, 0, 1), (7800, 2, 1, 1)]
+    assert answer["gpu_hours"] == pytest.approx((600 * 2 + 7200 * 1 + 50 * 2) / 3600 + 2 * extra, abs=1e-4)
+    assert answer["borrowed_gpu_hours"] == pytest.approx((600 + 50) / 3600 + extra, abs=1e-4)
+    assert answer["utilisation"] == pytest.approx(answer["gpu_hours"] / answer["limit_gpu_hours"])
+
+    chart = viewer.get("/quota/api/shares/qs1/utilisation.svg")
+    assert chart.status_code == 200
+    assert chart.headers["content-type"].startswith("image/svg+xml")
+    assert "<svg" in chart.text and "qs1 (times in UTC)" in chart.text
+    assert viewer.get("/quota/api/shares/nope/utilisation").status_code == 404
+    assert viewer.get("/quota/api/shares/qs1/utilisation", params={"hours": 0}).status_code == 422
+
+
+def test_the_openapi_schema_documents_every_route(viewer: Any) -> None:
+    schema = viewer.get("/quota/openapi.json").json()
+    assert schema["servers"] == [{"url": "/quota"}]
+    assert set(schema["paths"]) == {
+        "/api/shares",
+        "/api/jobs",
+        "/api/jobs/{job_id}",
+        "/api/jobs/{job_id}/priority",
+        "/api/jobs/{job_id}/cancel",
+        "/api/preemptions",
+        "/api/alerts",
+        "/api/shares/{share}/utilisation",
+        "/api/shares/{share}/utilisation.svg",
+    }
+    assert "max_priority" in schema["components"]["schemas"]["PriorityBody"]["properties"]["priority"]["description"]
+
+
+def test_the_plugin_is_listed_with_its_navigation_entry(served: Served) -> None:
+    plugins = served.stack.api("GET", "/api/v2/plugins")["plugins"]
+    quota = next(p for p in plugins if p["name"] == "airflow_quota")
+    assert quota["fastapi_apps"][0]["url_prefix"] == "/quota"
+    view = quota["external_views"][0]
+    assert (view["name"], view["href"], view["url_route"]) == ("Quotas", "/quota/", "quotas")
+    assert (view["destination"], view["nav_top_level"]) == ("nav", True)
+
+
+# -- changing (these run last: they change the world) ---------------------------------------------
+
+
+def test_a_viewer_may_read_but_not_change_a_job(served: Served, viewer: Any) -> None:
+    med = ids(served)["qs1-med"]
+    refused = viewer.put(f"/quota/api/jobs/{med}/priority", json={"priority": 5})
+    assert refused.status_code == 403
+    assert refused.json()["detail"] == f"changing quota job {med} (qs1-med) needs edit access to DAG '{DAG_ID}'"
+    assert viewer.post(f"/quota/api/jobs/{med}/cancel").status_code == 403
+    assert served.world.store.pending_requests() == 0
+
+
+def test_a_priority_above_the_share_max_priority_is_refused_naming_field_and_rule(served: Served, editor: Any) -> None:
+    med = ids(served)["qs1-med"]
+    refused = editor.put(f"/quota/api/jobs/{med}/priority", json={"priority": MAX_PRIORITY + 1})
+    assert refused.status_code == 422
+    assert refused.json() == {
+        "detail": [
+            {
+                "loc": ["body", "priority"],
+                "msg": f"priority: {MAX_PRIORITY + 1} is above share 'qs1''s max_priority {MAX_PRIORITY}",
+                "type": "quota_rule",
+            }
+        ]
+    }
+    assert served.world.store.pending_requests() == 0
+
+
+@pytest.mark.parametrize("priority", [-1, 10_000, "high", 2.5], ids=["negative", "above 9999", "text", "fraction"])
+def test_a_priority_that_is_not_an_integer_0_to_9999_is_refused(served: Served, editor: Any, priority: Any) -> None:
+    refused = editor.put(f"/quota/api/jobs/{ids(served)['qs1-med']}/priority", json={"priority": priority})
+    assert refused.status_code == 422
+    assert refused.json()["detail"][0]["loc"] == ["body", "priority"]
+
+
+def test_changes_to_unknown_or_finished_jobs_are_refused(served: Served, editor: Any) -> None:
+    assert editor.put("/quota/api/jobs/999/priority", json={"priority": 1}).status_code == 404
+    assert editor.post("/quota/api/jobs/999/cancel").status_code == 404
+    done = ids(served)["qs2-job"]
+    finished = editor.put(f"/quota/api/jobs/{done}/priority", json={"priority": 1})
+    assert finished.status_code == 409
+    assert finished.json()["detail"] == f"quota job {done} (qs2-job) is already SUCCEEDED"
+    assert editor.post(f"/quota/api/jobs/{done}/cancel").status_code == 409
+
+
+def test_an_editor_changes_a_priority_and_the_quota_scheduler_applies_it(served: Served, editor: Any) -> None:
+    """qs1-med raised from 2 to 5 preempts qs1-high (priority 3) inside qs1 and takes its place."""
+    med, high = ids(served)["qs1-med"], ids(served)["qs1-high"]
+    asked = editor.put(f"/quota/api/jobs/{med}/priority", json={"priority": 5})
+    assert asked.status_code == 202
+    assert asked.json() == {
+        "job_id": med,
+        "name": "qs1-med",
+        "change": "priority",
+        "priority": 5,
+        "status": "requested",
+        "message": "priority 2 -> 5 asked; it applies at the quota scheduler's next cycle",
+    }
+    served.world.settle()
+    job = editor.get(f"/quota/api/jobs/{med}").json()["job"]
+    assert (job["priority"], job["state"], job["borrowed"]) == (5, "RUNNING", 1)
+    assert editor.get(f"/quota/api/jobs/{high}").json()["job"]["state"] == "RUNNABLE"
+    newest = editor.get("/quota/api/preemptions", params={"limit": 1}).json()["preemptions"][0]
+    assert (newest["job"], newest["kind"], newest["preemptor"]) == ("qs1-high", "IN_SHARE", "qs1-med")
+
+
+def test_an_editor_cancels_a_job(served: Served, editor: Any) -> None:
+    job_id = ids(served)["qs3-job"]
+    asked = editor.post(f"/quota/api/jobs/{job_id}/cancel")
+    assert asked.status_code == 202
+    assert asked.json()["change"] == "cancel"
+    served.world.settle()
+    job = editor.get(f"/quota/api/jobs/{job_id}").json()["job"]
+    assert (job["state"], job["reason"], job["can_edit"]) == ("FAILED", "CANCELLED", False)
+    assert editor.post(f"/quota/api/jobs/{job_id}/cancel").status_code == 409

@@ -1,0 +1,94 @@
+"""The read queries behind the page, in-process on SQLite: history across a configuration
+change, alerts opening and closing, queue order, and charts."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from airflow_quota.core.catalogue import builtin_catalogue
+from airflow_quota.core.config import read_yaml
+from airflow_quota.plugins.charts import utilisation_svg
+from airflow_quota.store import dashboard
+from tests.plugins.walkthrough import QUOTA, World, play
+
+
+@pytest.fixture
+def world(tmp_path: Any) -> Iterator[World]:
+    world = play(f"sqlite:///{tmp_path / 'quota.db'}", 7850)
+    yield world
+    world.service.engine.dispose()
+
+
+def test_history_follows_limits_as_configurations_change(world: World) -> None:
+    """qs1's limit raised to 2 (and the pool to 4) at 7900 s: qs1-high's instance becomes its
+    own, and qs1-med, waiting, borrows qs2's idle one."""
+    raw: dict[str, Any] = read_yaml(QUOTA)
+    raw["pool"]["capacity"]["ml.g5.xlarge"] = 4
+    raw["shares"][0]["capacity_limits"]["ml.g5.xlarge"] = 2
+    world.step(world.origin + 7900)
+    world.store.apply_config(raw)
+    world.step(world.origin + 7900)
+    history = dashboard.utilisation_history(world.store, "qs1", world.origin, world.origin + 8000)
+    steps = [(round(p.at - world.origin), p.used_gpus, p.borrowed_gpus, p.limit_gpus) for p in history.points]
+    assert steps == [(0, 2, 1, 1), (600, 1, 0, 1), (7800, 2, 1, 1), (7900, 3, 1, 2)]
+    assert history.gpu_hours == pytest.approx((2 * 600 + 7200 + 2 * 100 + 3 * 100) / 3600)
+    assert history.borrowed_gpu_hours == pytest.approx((600 + 100 + 100) / 3600)
+    assert history.limit_gpu_hours == pytest.approx((7900 + 2 * 100) / 3600)
+    summary = {s.name: s for s in dashboard.share_summaries(world.store)}
+    g5 = summary["qs1"].types[0]
+    assert (g5.capacity, g5.limit, g5.used, g5.borrowed) == (4, 2, 3, 1)
+
+
+def test_a_window_before_anything_ran_is_empty_and_its_chart_says_so(world: World) -> None:
+    history = dashboard.utilisation_history(world.store, "qs1", world.origin - 7200, world.origin - 3600)
+    assert [(p.used_gpus, p.limit_gpus) for p in history.points] == [(0, 1)]
+    assert history.gpu_hours == 0 and history.utilisation == 0
+    empty = dashboard.UtilisationHistory("qs1", 0, 3600)
+    assert "no placements in this window" in utilisation_svg(empty)
+
+
+def test_charts_are_deterministic_svg(world: World) -> None:
+    history = dashboard.utilisation_history(world.store, "qs1", world.origin, world.origin + 7850)
+    first, second = utilisation_svg(history), utilisation_svg(history)
+    assert first == second
+    assert first.lstrip().startswith("<?xml") and "<svg" in first
+    # 8500 GPU-seconds used (two GPUs for 600 s and 50 s, one for 7200 s) over 7850 guaranteed
+    assert "qs1 (times in UTC): 108% of its limit, 2.36 GPU-hours (0.18 borrowed)" in first
+
+
+def test_an_alert_closes_when_its_job_is_placed(world: World) -> None:
+    assert [(a.job, a.open) for a in dashboard.alert_records(world.store)] == [
+        ("qs1-high", False),
+        ("qs1-med", True),
+    ]
+    world.store.set_priority(world.ids["qs1-med"], 5)  # preempts qs1-high in its share
+    world.settle()
+    assert [(a.job, a.open) for a in dashboard.alert_records(world.store)] == [
+        ("qs1-high", False),  # waiting again, but a new wait: its old alert stays closed
+        ("qs1-med", False),
+    ]
+
+
+def test_waiting_jobs_come_first_in_queue_order(world: World) -> None:
+    names = [j.name for j in dashboard.list_jobs(world.store)]
+    assert names == ["qs1-med", "qs3-job", "qs2-job", "qs1-low", "qs1-high"]
+    since = dashboard.waiting_since_of(world.store, dashboard.list_jobs(world.store))
+    assert list(since) == [world.ids["qs1-med"]]
+    assert since[world.ids["qs1-med"]] == pytest.approx(world.origin + 600)  # requeued when preempted
+
+
+def test_running_jobs_cost_what_they_have_run_so_far(world: World) -> None:
+    """qs3-job, placed at 900 s, has held one ml.g5.xlarge for 6950 s at 7850 s; the scheduler
+    charges it only when the attempt ends, the page shows it as it goes."""
+    price = builtin_catalogue()["ml.g5.xlarge"].hourly_price
+    charges = dashboard.running_charges(world.store, dashboard.list_jobs(world.store))
+    assert set(charges) == {world.ids[name] for name in ("qs1-low", "qs1-high", "qs3-job")}
+    qs3 = charges[world.ids["qs3-job"]]
+    assert qs3.gpu_hours == pytest.approx(6950 / 3600)
+    assert qs3.cost == pytest.approx(6950 / 3600 * price)
+    summary = {s.name: s for s in dashboard.share_summaries(world.store)}
+    assert summary["qs3"].cost == pytest.approx(6950 / 3600 * price, abs=1e-4)
+    assert summary["qs2"].cost == pytest.approx(2 * price, abs=1e-4)  # qs2-job: 7200 s, ended

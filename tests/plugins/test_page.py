@@ -1,0 +1,267 @@
+"""The Quotas page in headless Chromium, inside a real Airflow 3.3 UI: log in, open Quotas from
+the navigation, check what the page shows against the walkthrough at 7850 s (see
+``conftest.UNTIL``), change a job's priority and see the quota scheduler apply it, then the
+page on a narrow screen and a job's page. Screenshots go to ``docs/``.
+
+The tests share one browser and run in file order: each continues where the previous left.
+Chromium and its driver are Debian's (``make browser`` installs them).
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from selenium import webdriver
+from selenium.common.exceptions import NoSuchElementException, StaleElementReferenceException
+from selenium.webdriver.chrome.service import Service
+from selenium.webdriver.common.by import By
+from selenium.webdriver.remote.webdriver import WebDriver
+from selenium.webdriver.remote.webelement import WebElement
+from selenium.webdriver.support.ui import WebDriverWait
+
+from tests.conftest import ROOT
+from tests.plugins.conftest import Served, serve
+
+CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
+DOCS = ROOT / "docs"
+WIDE, NARROW = (1440, 1100), (390, 844)
+
+pytestmark = pytest.mark.skipif(
+    not (Path(CHROMIUM).exists() and (Path(CHROMEDRIVER).exists() or shutil.which("chromedriver"))),
+    reason="Debian's chromium and chromium-driver are needed (make browser)",
+)
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+    yield from serve(tmp_path_factory.mktemp("page"))
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[WebDriver]:
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for argument in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--lang=en-GB"):
+        options.add_argument(argument)
+    options.add_argument(f"--window-size={WIDE[0]},{WIDE[1]}")
+    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
+    driver.implicitly_wait(0)
+    yield driver
+    driver.quit()
+
+
+def wait_for(driver: WebDriver, condition: Callable[[WebDriver], Any], seconds: float = 20, what: str = "") -> Any:
+    """The first truthy result of ``condition``; elements replaced by a refresh are retried."""
+
+    def attempt(d: WebDriver) -> Any:
+        try:
+            return condition(d)
+        except (NoSuchElementException, StaleElementReferenceException):
+            return False
+
+    return WebDriverWait(driver, seconds, poll_frequency=0.25).until(attempt, message=what)
+
+
+def loaded(driver: WebDriver, after: str | None = None) -> str:
+    """Wait until the page has rendered the API's answers (again, when ``after`` is given)."""
+    return str(
+        wait_for(
+            driver,
+            lambda d: (v := d.execute_script("return document.body.dataset.loaded")) and v != after and v,
+            what="the page to render the API's answers",
+        )
+    )
+
+
+def charts_drawn(driver: WebDriver) -> bool:
+    """Whether every chart image on the page has loaded (they change the page's height)."""
+    return bool(
+        driver.execute_script(
+            "const charts = [...document.querySelectorAll('img.chart')];"
+            "return charts.length > 0 && charts.every((img) => img.complete && img.naturalWidth > 0);"
+        )
+    )
+
+
+def card(driver: WebDriver, share: str) -> WebElement:
+    return driver.find_element(By.CSS_SELECTOR, f'section.share[data-share="{share}"]')
+
+
+def bar(driver: WebDriver, share: str) -> dict[str, float]:
+    """The segments of a share's ml.g5.xlarge bar: kind -> instances."""
+    segments = card(driver, share).find_elements(By.CSS_SELECTOR, '.type[data-type="ml.g5.xlarge"] .seg')
+    return {s.get_attribute("data-kind") or "": float(s.get_attribute("data-value") or 0) for s in segments}
+
+
+def rows(driver: WebDriver, share: str, table: str) -> list[list[str]]:
+    """The cells' text of a share's queue or running table (empty when it says nobody)."""
+    found = card(driver, share).find_elements(By.CSS_SELECTOR, f'[data-role="{table}"] tbody tr')
+    return [[cell.text.strip() for cell in row.find_elements(By.TAG_NAME, "td")] for row in found]
+
+
+def priority_of(driver: WebDriver, job_id: int) -> str:
+    field = driver.find_element(By.CSS_SELECTOR, f'input[data-role="priority"][data-job-id="{job_id}"]')
+    return str(field.get_attribute("value"))
+
+
+def viewport(driver: WebDriver, width: int, height: int, mobile: bool = False) -> None:
+    """Make the page's viewport exactly ``width`` x ``height`` CSS pixels (a phone with
+    ``mobile``), whatever the smallest window Chromium allows."""
+    metrics = {"width": width, "height": height, "deviceScaleFactor": 1, "mobile": mobile}
+    driver.execute_cdp_cmd("Emulation.setDeviceMetricsOverride", metrics)
+
+
+def screenshot(driver: WebDriver, name: str, full_height: bool = False) -> Path:
+    """Save a screenshot to docs/; with ``full_height`` the viewport first grows to the page."""
+    if full_height:
+        width = driver.execute_script("return window.innerWidth")
+        mobile = width < 600
+        viewport(driver, width, driver.execute_script("return document.documentElement.scrollHeight"), mobile)
+    DOCS.mkdir(exist_ok=True)
+    path = DOCS / name
+    assert driver.save_screenshot(str(path)), path
+    if full_height:
+        driver.execute_cdp_cmd("Emulation.clearDeviceMetricsOverride", {})
+    return path
+
+
+def test_log_in_and_open_quotas_from_the_airflow_navigation(served: Served, browser: WebDriver) -> None:
+    browser.get(served.url + "/")
+    username = wait_for(browser, lambda d: d.find_element(By.CSS_SELECTOR, "input[name=username]"), what="login")
+    username.send_keys("editor")
+    browser.find_element(By.CSS_SELECTOR, "input[name=password]").send_keys(served.stack.password("editor"))
+    browser.find_element(By.XPATH, "//button[normalize-space()='Sign in']").click()
+    quotas = wait_for(
+        browser,
+        lambda d: d.find_element(By.XPATH, "//a[normalize-space()='Quotas' and contains(@href, '/plugin/quotas')]"),
+        60,
+        "nav",
+    )
+    quotas.click()
+    frame = wait_for(browser, lambda d: d.find_element(By.CSS_SELECTOR, "iframe[src$='/quota/']"), what="iframe")
+    assert "/plugin/quotas" in browser.current_url
+    browser.switch_to.frame(frame)
+    loaded(browser)
+    assert [s.get_attribute("data-share") for s in browser.find_elements(By.CSS_SELECTOR, "section.share")] == [
+        "qs1",
+        "qs2",
+        "qs3",
+    ]
+
+
+def test_each_share_has_bars_of_own_use_borrowed_lent_and_idle(browser: WebDriver) -> None:
+    assert bar(browser, "qs1") == {"own": 1, "borrowed": 1}  # qs1-low within its limit, qs1-high borrowing
+    assert bar(browser, "qs2") == {"lent": 1}  # qs2-job has ended; qs1 borrows its instance
+    assert bar(browser, "qs3") == {"own": 1}  # RESERVE: qs3-job on its own instance
+    # drawn to the pool's three instances: each instance a third of the bar
+    qs1 = card(browser, "qs1").find_element(By.CSS_SELECTOR, ".bar")
+    own = qs1.find_element(By.CSS_SELECTOR, ".seg.own")
+    borrowed = qs1.find_element(By.CSS_SELECTOR, ".seg.borrowed")
+    assert own.size["width"] == pytest.approx(qs1.size["width"] / 3, abs=2)
+    assert borrowed.size["width"] == pytest.approx(qs1.size["width"] / 3, abs=2)
+    assert "limit 1 · used 2 (1 borrowed)" in card(browser, "qs1").text
+    assert "limit 1 · used 0 · lent 1 · idle 0" in card(browser, "qs2").text
+    wait_for(browser, charts_drawn, what="the utilisation charts")
+
+
+def test_the_queue_shows_positions_and_pending_reasons(served: Served, browser: WebDriver) -> None:
+    med = served.world.ids["qs1-med"]
+    queue = rows(browser, "qs1", "queue")
+    assert [row[:2] + row[3:5] for row in queue] == [["1 / 1", "qs1-med", "WAITING_FOR_QUOTA", "1x ml.g5.xlarge"]]
+    assert queue[0][5].startswith("2 h")  # waiting since its preemption at 600 s, 7250 s ago
+    assert priority_of(browser, med) == "2"
+    assert rows(browser, "qs2", "queue") == [] and "Nobody waits." in card(browser, "qs2").text
+
+
+def test_running_jobs_show_their_instances_and_a_borrowing_badge(browser: WebDriver) -> None:
+    running = {row[0]: row[1] for row in rows(browser, "qs1", "running")}
+    assert running == {"qs1-low": "1× ml.g5.xlarge", "qs1-high": "1× ml.g5.xlarge borrowing 1"}
+    badges = card(browser, "qs1").find_elements(By.CSS_SELECTOR, '[data-role="borrowing"]')
+    assert [b.text for b in badges] == ["borrowing 1"]
+    assert [row[0] for row in rows(browser, "qs3", "running")] == ["qs3-job"]
+    assert "Nothing runs." in card(browser, "qs2").text
+
+
+def test_preemption_history_and_open_alerts(browser: WebDriver) -> None:
+    history = browser.find_elements(By.CSS_SELECTOR, "#preemptions tbody tr")
+    cells = [[c.text for c in row.find_elements(By.TAG_NAME, "td")][1:5] for row in history]
+    assert cells == [
+        ["qs1-high (qs1)", "IN_SHARE", "qs1-low (qs1)", "1× ml.g5.xlarge"],
+        ["qs1-med (qs1)", "CROSS_SHARE", "qs2-job (qs2)", "1× ml.g5.xlarge"],
+    ]
+    alerts = browser.find_elements(By.CSS_SELECTOR, "#alerts tbody tr")
+    assert [[c.text for c in row.find_elements(By.TAG_NAME, "td")][:4] for row in alerts] == [
+        ["STARVING", "qs1-med", "qs1", "RUNNABLE for 3600 s"]
+    ]
+    browser.switch_to.default_content()
+    screenshot(browser, "quotas-page.png")
+    browser.switch_to.frame(browser.find_element(By.CSS_SELECTOR, "iframe[src$='/quota/']"))
+
+
+def test_changing_a_priority_reaches_the_store_and_the_page_shows_it_applied(
+    served: Served, browser: WebDriver
+) -> None:
+    """qs1-med raised from 2 to 5: it preempts qs1-high (priority 3) inside qs1 and runs."""
+    med = served.world.ids["qs1-med"]
+    field = browser.find_element(By.CSS_SELECTOR, f'input[data-role="priority"][data-job-id="{med}"]')
+    field.clear()
+    field.send_keys("5")
+    browser.find_element(By.CSS_SELECTOR, f'form[data-job-id="{med}"] button').click()
+    notice = wait_for(browser, lambda d: d.find_element(By.ID, "notice").text, what="the answer to the change")
+    assert notice == "qs1-med: priority 2 -> 5 asked; it applies at the quota scheduler's next cycle"
+    assert served.world.store.pending_requests() == 1
+    served.world.settle()  # the quota scheduler takes the request in
+    job = served.world.store.job(med)
+    assert job is not None and (job.priority, job.state) == (5, "RUNNING")
+
+    wait_for(browser, lambda d: {r[0] for r in rows(d, "qs1", "running")} == {"qs1-low", "qs1-med"}, what="refresh")
+    assert priority_of(browser, med) == "5"
+    assert [r[1] for r in rows(browser, "qs1", "running") if r[0] == "qs1-med"] == ["1× ml.g5.xlarge borrowing 1"]
+    assert [r[1] for r in rows(browser, "qs1", "queue")] == ["qs1-high"]
+    newest = browser.find_element(By.CSS_SELECTOR, "#preemptions tbody tr")
+    assert [c.text for c in newest.find_elements(By.TAG_NAME, "td")][1:4] == [
+        "qs1-high (qs1)",
+        "IN_SHARE",
+        "qs1-med (qs1)",
+    ]
+    browser.switch_to.default_content()
+    screenshot(browser, "quotas-page-priority.png")
+
+
+def test_the_page_fits_a_narrow_screen(served: Served, browser: WebDriver) -> None:
+    viewport(browser, *NARROW, mobile=True)
+    browser.get(served.url + "/quota/")
+    loaded(browser)
+    wait_for(browser, charts_drawn, what="the utilisation charts")
+    width = browser.execute_script("return window.innerWidth")
+    assert width == NARROW[0]
+    assert browser.execute_script("return document.documentElement.scrollWidth") <= width  # no sideways page
+    lefts = {card(browser, s).location["x"] for s in ("qs1", "qs2", "qs3")}
+    assert len(lefts) == 1  # one column
+    for share in ("qs1", "qs2", "qs3"):
+        assert card(browser, share).size["width"] <= width
+    screenshot(browser, "quotas-page-narrow.png", full_height=True)
+
+
+def test_a_job_page_tells_the_job_story(served: Served, browser: WebDriver) -> None:
+    high = served.world.ids["qs1-high"]
+    viewport(browser, 1200, 900)
+    browser.get(f"{served.url}/quota/jobs/{high}")
+    loaded(browser)
+    assert browser.find_element(By.CSS_SELECTOR, '[data-role="state"]').text == "RUNNABLE"
+    attempts = browser.find_elements(By.CSS_SELECTOR, "#attempts tbody tr")
+    assert [row.find_elements(By.TAG_NAME, "td")[3].text for row in attempts] == ["STOPPED", "STOPPED"]
+    suffered = [
+        [c.text for c in r.find_elements(By.TAG_NAME, "td")][1:3]
+        for r in browser.find_elements(By.CSS_SELECTOR, "#preempted table")[0].find_elements(
+            By.CSS_SELECTOR, "tbody tr"
+        )
+    ]
+    assert suffered == [["qs1-med", "IN_SHARE"], ["qs1-low", "IN_SHARE"]]
+    assert "PREEMPTED qs1-high [qs1] IN_SHARE by qs1-med" in browser.find_element(By.ID, "story").text
+    assert browser.find_element(By.CSS_SELECTOR, '[data-role="cancel"]').is_displayed()
+    screenshot(browser, "quotas-page-job.png", full_height=True)
