@@ -229,6 +229,14 @@ def test_walkthrough_runs_with_preemptions_resumes_and_no_slot_held_while_waitin
     for task_id, phrases in expected.items():
         missing = [p for p in phrases if p not in logs[task_id]]
         assert not missing, f"{task_id}'s task log lacks {missing}:\n{logs[task_id][-3000:]}"
+    # -- each training task links to its job's page on the Quotas plugin, which shows the job ---------
+    for task_id in ("qs1_med", "qs3_job"):
+        links = af.api("GET", f"/api/v2/dags/{WALKTHROUGH}/dagRuns/{run_id}/taskInstances/{task_id}/links")
+        url = links["extra_links"].get("Quota job")
+        assert url == f"{af.api_url}/quota/jobs/{jobs[task_id].id}", links
+        page = af.api("GET", f"/quota/api/jobs/{jobs[task_id].id}")
+        assert (page["job"]["name"], page["job"]["state"]) == (jobs[task_id].name, "SUCCEEDED"), page
+        assert len(page["attempts"]) == jobs[task_id].attempts
     print("qs1_med's task log (worker and triggerer), its quota lines:")
     for line in logs["qs1_med"].splitlines():
         with contextlib.suppress(ValueError, TypeError, KeyError):
