@@ -62,3 +62,16 @@ def test_make_demo_once_tells_the_quota_story(tmp_path: Path) -> None:
     assert re.search(r"The Airflow UI: http://127\.0\.0\.1:\d+ +\(login admin / \S+\)", story)
     # the live table was shown while the run went on
     assert out.count("share  instance type  limit  used  borrowed") >= 3
+    login = re.search(r"\(login admin / (\S+)\)", story)
+    assert login
+
+    # a second make demo reuses the virtualenv, the Airflow home, its databases and the login
+    again = subprocess.run(
+        ["make", "demo", "DEMO_ARGS=--once --port 0"], cwd=copy, env=env, capture_output=True, text=True, timeout=900
+    )
+    out2 = again.stdout + again.stderr
+    assert again.returncode == 0, out2[-6000:]
+    assert "pip install" not in out2, out2[:3000]
+    assert f"reusing the Airflow home in {copy / '.demo'}" in out2
+    assert f"(login admin / {login.group(1)})" in out2
+    assert "5 trainings, 2 preemption(s)" in out2
