@@ -24,7 +24,8 @@ from importlib import resources
 from typing import Any
 
 from fastapi import FastAPI, HTTPException, Request, status
-from fastapi.responses import HTMLResponse, JSONResponse, Response
+from fastapi.exception_handlers import http_exception_handler
+from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 
 import airflow_quota
 from airflow_quota.exceptions import DatabaseUnavailable
@@ -79,6 +80,16 @@ def create_app(store: Callable[[], QuotaStore] | None = None) -> FastAPI:
     async def unavailable(_: Request, exc: DatabaseUnavailable) -> JSONResponse:
         return JSONResponse({"detail": str(exc)}, status_code=status.HTTP_503_SERVICE_UNAVAILABLE)
 
+    @app.exception_handler(HTTPException)
+    async def login_first(request: Request, exc: HTTPException) -> Response:
+        """A person opening a page without a login goes to Airflow's login page and back;
+        the API and the assets keep answering 401 (scripts need the status, not a page)."""
+        if exc.status_code == status.HTTP_401_UNAUTHORIZED and _is_page(request):
+            login = _login_url(str(request.url))
+            if login:
+                return RedirectResponse(login, status_code=status.HTTP_303_SEE_OTHER)
+        return await http_exception_handler(request, exc)
+
     @app.get("/openapi.json", include_in_schema=False)
     def openapi(request: Request) -> JSONResponse:
         schema = dict(app.openapi())
@@ -104,6 +115,23 @@ def create_app(store: Callable[[], QuotaStore] | None = None) -> FastAPI:
         return Response(content, media_type=media_type, headers={"Cache-Control": "private, max-age=300"})
 
     return app
+
+
+def _is_page(request: Request) -> bool:
+    """Whether the request is for one of the HTML pages, from a browser."""
+    path = request.url.path[len(request.scope.get("root_path", "").rstrip("/")) :]
+    is_page = path in ("", "/") or (path.startswith("/jobs/") and path.count("/") == 2)
+    return request.method == "GET" and is_page and "text/html" in request.headers.get("accept", "")
+
+
+def _login_url(next_url: str) -> str | None:
+    """The auth manager's login page, coming back to ``next_url``; None outside an api-server."""
+    try:
+        from airflow.api_fastapi.app import get_auth_manager
+
+        return str(get_auth_manager().get_url_login(next_url=next_url))
+    except Exception:
+        return None
 
 
 def _render(template: str, request: Request, **values: Any) -> str:

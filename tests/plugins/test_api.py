@@ -7,6 +7,7 @@ The reading tests come first; the tests that change jobs run last, in file order
 
 from __future__ import annotations
 
+import urllib.parse
 from collections.abc import Iterator
 from typing import Any
 
@@ -74,6 +75,16 @@ def test_every_route_refuses_a_request_without_a_login(served: Served, method: s
         answer = anonymous.request(method, path, json={"priority": 1} if method == "PUT" else None)
     assert answer.status_code == 401, answer.text
     assert answer.json() == {"detail": "Not authenticated"}
+
+
+@pytest.mark.parametrize("path", ["/quota/", "/quota/jobs/1"])
+def test_a_browser_without_a_login_is_sent_to_airflows_login_page_and_back(served: Served, path: str) -> None:
+    with served.client(follow_redirects=False) as browser:
+        answer = browser.get(path, headers={"Accept": "text/html,application/xhtml+xml"})
+    assert answer.status_code == 303, answer.text
+    login = urllib.parse.urlsplit(answer.headers["location"])
+    assert login.path.endswith("/auth/login"), login
+    assert urllib.parse.parse_qs(login.query)["next"] == [f"{served.stack.api_url}{path}"]
 
 
 @pytest.mark.parametrize(("method", "path"), ROUTES[:3], ids=[f"{m} {p}" for m, p in ROUTES[:3]])
