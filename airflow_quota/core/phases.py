@@ -15,13 +15,19 @@ from typing import Any
 from sortedcontainers import SortedList
 
 from airflow_quota.core.lifecycle import Lifecycle
-from airflow_quota.core.model import FailureReason, Job
+from airflow_quota.core.model import Entry, FailureReason, Job
 from airflow_quota.core.preempt import find_victims
 from airflow_quota.core.queues import JobKey, MergedStreams
 from airflow_quota.core.quota import Block, holding_cap
 from airflow_quota.core.snapshot import Mode, Snapshot
 
 CAPACITY_BLOCKS = (Block.NO_PROVIDER_CAPACITY, Block.PLAN_FULL, Block.BACKING_OFF)
+BUCKET_BLOCKS = frozenset(
+    {Block.HELD_FOR_STARVING, Block.SHARE_LIMIT, Block.BORROW_LIMIT, Block.POOL_FULL, Block.NOT_LENDABLE}
+)
+"""Blocks that ``Snapshot.check`` finds before it looks at the entry's source: they depend on
+the share, the type and the count (and, for a reservation, on a key every later key shares),
+so they hold for every later job of a bucket until something improves the type."""
 SOURCE_BLOCKS = (*CAPACITY_BLOCKS, Block.PLAN_NOT_ACTIVE)
 JOBS = "jobs"
 """The first item of the tag of a stream of new or changed jobs: (JOBS, share)."""
@@ -84,9 +90,12 @@ def _within_quota_of(life: Lifecycle, name: str, now: float, improved: set[str],
         for instance_type in (snap.improved & queue.counts.keys()) - active:
             add_type(instance_type, position)
 
+    def keep(tag: Any, key: JobKey) -> bool:
+        return tag[1] <= bound(tag[0]) and not queue.held_back(key, tag[0])
+
     for instance_type in improved & queue.counts.keys():
         add_type(instance_type)
-    _drain(life, streams, Mode.WITHIN_QUOTA, now, waits, lambda tag: tag[1] <= bound(tag[0]), newly_improved)
+    _drain(life, streams, Mode.WITHIN_QUOTA, now, waits, keep, newly_improved)
 
 
 def borrowing(life: Lifecycle, now: float, improved: set[str], dirty: Dirty, waits: set[int]) -> None:
@@ -126,11 +135,22 @@ def borrowing(life: Lifecycle, now: float, improved: set[str], dirty: Dirty, wai
         add_type(instance_type)
 
     def newly_improved(position: Any) -> None:
-        for instance_type in snap.improved - active:
+        # every improved type, not only new ones: a placement that lifts a lender's protection
+        # or a reservation lets buckets dropped as unlendable fit again, from this job on
+        for instance_type in list(snap.improved):
             active.add(instance_type)
             add_type(instance_type, position)
 
-    _drain(life, streams, Mode.BORROW, now, waits, lambda tag: tag[1] <= room(tag[0], tag[2]), newly_improved)
+    def keep(tag: Any, key: JobKey) -> bool:
+        """Room, and a check of the bucket's entry that fails for a reason shared by every
+        job after ``key`` in the bucket (reservation, limits, pool, lendable capacity):
+        lender protection would otherwise fail each job of a long queue one by one."""
+        if tag[1] > room(tag[0], tag[2]):
+            return False
+        block = snap.check(snap.jobs[key[2]], Entry(tag[0], tag[1]), Mode.BORROW, now)
+        return block not in BUCKET_BLOCKS
+
+    _drain(life, streams, Mode.BORROW, now, waits, keep, newly_improved)
 
 
 def _drain(
@@ -139,15 +159,20 @@ def _drain(
     mode: Mode,
     now: float,
     waits: set[int],
-    keep: Callable[[Any], bool],
+    keep: Callable[[Any, JobKey], bool],
     after_placement: Callable[[Any], None] | None = None,
 ) -> None:
-    """Try each job the streams give, in their order; drop a bucket once it cannot fit."""
+    """Try each job the streams give, in their order; drop a bucket once it cannot fit.
+
+    ``keep(tag, key)`` says whether the bucket's jobs from ``key`` on may still fit: a count
+    above the room, or a starving job ahead in the share reserving the type (held_back is
+    monotone in the key, and that starving job was passed already in this phase's order, so
+    it stays unplaced), fails every job after ``key`` in the bucket too."""
     snap = life.snapshot
     while (item := streams.pop()) is not None:
         key, tag, position = item
         job = snap.jobs[key[2]]
-        if tag[0] != JOBS and not keep(tag):
+        if tag[0] != JOBS and not keep(tag, key):
             streams.drop(tag)
             continue
         streams.seen.add(job.seq)
