@@ -11,14 +11,16 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from airflow_quota.core.explain import describe
-from airflow_quota.exceptions import DatabaseUnavailable, InvalidInput, Refused
+from airflow_quota.exceptions import DatabaseUnavailable, InvalidInput, Problem, Refused
 
 if TYPE_CHECKING:
     from airflow_quota.core.model import Decision
+    from airflow_quota.sim.compare import PolicyRun
     from airflow_quota.sim.scenario import LoadedScenario
+    from airflow_quota.sim.traces import Trace
 
 EXIT_INVALID = 2
 EXIT_UNAVAILABLE = 1
@@ -38,6 +40,10 @@ def _validate(args: argparse.Namespace) -> int:
         print(config_summary(scenario.config))
         return 0
     config = load_config(path)
+    if config.alerts.notifiers:
+        from airflow_quota.notifications.loader import check_notifiers
+
+        check_notifiers(config)
     print(f"{path}: valid")
     print(config_summary(config))
     return 0
@@ -45,12 +51,11 @@ def _validate(args: argparse.Namespace) -> int:
 
 def _simulate(args: argparse.Namespace) -> int:
     from airflow_quota.sim.report import build_report, to_json, to_text
-    from airflow_quota.sim.scenario import load_scenario
     from airflow_quota.sim.simulator import Simulator
 
     if args.until is not None and args.until < 0:
         raise InvalidInput.single("--until", f"{args.until:g} must be ≥ 0")
-    scenario = load_scenario(Path(args.scenario))
+    scenario = _load_simulation(args)
     show_progress = args.progress or (sys.stderr.isatty() and not args.log)
     simulator = Simulator(scenario, until=args.until, progress=_progress_printer(scenario) if show_progress else None)
     if args.log:
@@ -61,6 +66,160 @@ def _simulate(args: argparse.Namespace) -> int:
     report = build_report(result)
     sys.stdout.write(to_json(report) if args.json else to_text(report))
     return 0
+
+
+def _load_simulation(args: argparse.Namespace) -> LoadedScenario:
+    """A scenario file, or a trace (``--trace FORMAT:PATH``) replayed on ``--quota``."""
+    from airflow_quota.sim.scenario import load_scenario
+
+    if args.trace is None:
+        for flag in ("quota", "columns", "checkpoint_interval"):
+            if getattr(args, flag) is not None:
+                raise InvalidInput.single(f"--{flag.replace('_', '-')}", "only goes with --trace")
+        if args.scenario is None:
+            raise InvalidInput.single("simulate", "give a scenario file, or --trace FORMAT:PATH with --quota")
+        return load_scenario(Path(args.scenario))
+    if args.scenario is not None:
+        raise InvalidInput.single("simulate", "give a scenario file or --trace, not both")
+    from airflow_quota.core.config import load_config
+    from airflow_quota.sim.traces import trace_scenario
+
+    trace = _read_trace(args)
+    config = load_config(Path(args.quota))
+    jobs = trace_scenario(trace, config, skip_bad_rows=args.skip_bad_rows, checkpoint_interval=args.checkpoint_interval)
+    _report_skipped(jobs.skipped)
+    return jobs.scenario
+
+
+def _read_trace(args: argparse.Namespace) -> Trace:
+    """The trace of ``--trace`` (with ``--columns``), after checking the flags that go with it."""
+    from airflow_quota.sim.traces import parse_columns, parse_spec, read_trace
+
+    if parse_spec(args.trace)[0] == "itp" and args.columns is not None:
+        raise InvalidInput.single("--columns", "the itp format has fixed columns; --columns is for csv")
+    if args.quota is None:
+        raise InvalidInput.single("--quota", "--trace needs the quota configuration to replay it on")
+    if args.checkpoint_interval is not None and not args.checkpoint_interval > 0:
+        raise InvalidInput.single("--checkpoint-interval", f"{args.checkpoint_interval:g} must be > 0 seconds")
+    columns = parse_columns(args.columns) if args.columns is not None else None
+    return read_trace(args.trace, columns)
+
+
+def _report_skipped(skipped: list[Problem]) -> None:
+    """Rows left out under --skip-bad-rows, on standard error (the first ones, then a count)."""
+    from airflow_quota.sim.traces import listed
+
+    if not skipped:
+        return
+    print(f"skipped {len(skipped):,} bad rows (--skip-bad-rows):", file=sys.stderr)
+    for problem in listed(skipped):
+        print(f"  {problem}", file=sys.stderr)
+
+
+def _compare(args: argparse.Namespace) -> int:
+    from airflow_quota.core.config import load_config
+    from airflow_quota.sim.compare import DEFAULT_POLICIES, compare, comparison_document, resolve_policies
+    from airflow_quota.sim.report import to_json
+
+    if args.until is not None and args.until < 0:
+        raise InvalidInput.single("--until", f"{args.until:g} must be ≥ 0")
+    trace = _read_trace(args)
+    config = load_config(Path(args.quota))
+    policies = resolve_policies(args.policy or list(DEFAULT_POLICIES), config)
+    _prepare_outputs(args.report, args.plots)
+    ticker = args.progress or sys.stderr.isatty()
+    printer = _CompareProgress(len(policies), ticker)
+    runs = compare(
+        trace,
+        policies,
+        skip_bad_rows=args.skip_bad_rows,
+        checkpoint_interval=args.checkpoint_interval,
+        until=args.until,
+        progress=printer.tick if ticker else None,
+        on_done=printer.done,
+    )
+    if runs:
+        _report_skipped(runs[0].skipped)
+    document = comparison_document(trace, runs)
+    if args.report is not None or args.plots is not None:
+        _write_report(document, args.report, args.plots)
+    if args.json:
+        sys.stdout.write(to_json(document))
+    else:
+        from airflow_quota.sim.html_report import to_text
+
+        sys.stdout.write(to_text(document))
+    return 0
+
+
+def _prepare_outputs(report: str | None, plots: str | None) -> None:
+    """Make the report's and the plots' folders before a long run, not after it."""
+    for flag, folder in (("--report", Path(report).parent if report else None), ("--plots", plots)):
+        if folder is None:
+            continue
+        try:
+            Path(folder).mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise InvalidInput.single(flag, f"cannot create the folder {folder}: {exc.strerror}") from None
+
+
+def _write_report(document: dict[str, Any], report: str | None, plots: str | None) -> None:
+    """The HTML report (and its figures as JSON next to it), and/or the PNG files of the figures."""
+    from airflow_quota.sim.html_report import to_html
+    from airflow_quota.sim.plots import render
+    from airflow_quota.sim.report import to_json
+
+    images = render(document)
+    try:
+        if plots is not None:
+            folder = Path(plots)
+            for name, data in images.items():
+                (folder / f"{name}.png").write_bytes(data)
+            print(f"wrote {len(images)} figures to {folder}/", file=sys.stderr)
+        if report is not None:
+            path = Path(report)
+            path.write_text(to_html(document, images), encoding="utf-8")
+            path.with_suffix(".json").write_text(to_json(document), encoding="utf-8")
+            print(f"wrote {path} and {path.with_suffix('.json')}", file=sys.stderr)
+    except OSError as exc:
+        raise InvalidInput.single(str(exc.filename), f"cannot write the file: {exc.strerror}") from None
+
+
+class _CompareProgress:
+    """On standard error: a line per policy when it is done, and with ``ticker`` a line that
+    updates every second while it runs."""
+
+    def __init__(self, policies: int, ticker: bool) -> None:
+        self.policies = policies
+        self.index = 1
+        self.ticker = ticker
+        self.started = time.monotonic()
+        self.last = 0.0
+
+    def tick(self, policy: str, now: float, finished: int, total: int) -> None:
+        if time.monotonic() - self.last < 1:
+            return
+        self.last = time.monotonic()
+        print(
+            f"\r[{self.index}/{self.policies}] {policy}: simulated day {now / 86400:,.1f}, "
+            f"{finished:,} of {total:,} jobs finished, {time.monotonic() - self.started:,.0f} s",
+            end="",
+            file=sys.stderr,
+            flush=True,
+        )
+
+    def done(self, run: PolicyRun) -> None:
+        end = "\n" if not self.ticker else "\x1b[K\n"
+        prefix = "\r" if self.ticker else ""
+        print(
+            f"{prefix}[{self.index}/{self.policies}] {run.policy.name}: {run.pool['jobs']:,} jobs replayed in "
+            f"{run.wall_seconds:,.1f} s",
+            end=end,
+            file=sys.stderr,
+            flush=True,
+        )
+        self.index += 1
+        self.started = time.monotonic()
 
 
 def _log_decision(decision: Decision) -> None:
@@ -86,6 +245,33 @@ def _progress_printer(scenario: LoadedScenario) -> Callable[[float, int, int], N
     return show
 
 
+def _trace_arguments(parser: argparse.ArgumentParser, required: bool) -> None:
+    parser.add_argument(
+        "--trace",
+        required=required,
+        metavar="FORMAT:PATH",
+        help="a job trace: itp:DIR_OR_CSV (Microsoft ITP, a share per cluster file) or csv:FILE_OR_DIR with --columns",
+    )
+    parser.add_argument("--quota", required=required, metavar="QUOTA.yaml", help="the quota configuration to replay on")
+    parser.add_argument(
+        "--columns",
+        metavar="MAPPING",
+        help="csv format: field=column pairs, e.g. submit=t,duration=secs,gpus=n,tenant=team[,priority=p]"
+        "[,instance_type=type][,name=id]; or @mapping.yaml",
+    )
+    parser.add_argument(
+        "--skip-bad-rows",
+        action="store_true",
+        help="skip (and list) trace rows that cannot be read or mapped, instead of refusing the trace",
+    )
+    parser.add_argument(
+        "--checkpoint-interval",
+        type=float,
+        metavar="SECONDS",
+        help="every trace job checkpoints after this much work (default: none, a preempted job restarts)",
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="airflow-quota",
@@ -97,13 +283,39 @@ def build_parser() -> argparse.ArgumentParser:
     validate.add_argument("file", help="quota.yaml, or a scenario file")
     validate.set_defaults(run=_validate)
 
-    simulate = commands.add_parser("simulate", help="replay a scenario through the quota scheduler")
-    simulate.add_argument("scenario", help="scenario YAML (see spec/simulate.md)")
+    simulate = commands.add_parser(
+        "simulate",
+        help="replay a scenario, or a cluster trace, through the quota scheduler",
+        description="Replay a scenario file, or a job trace (--trace FORMAT:PATH) on a quota file (--quota).",
+    )
+    simulate.add_argument("scenario", nargs="?", help="scenario YAML (see spec/simulate.md); or use --trace")
     simulate.add_argument("--json", action="store_true", help="print one JSON document")
     simulate.add_argument("--until", type=float, default=None, metavar="SECONDS", help="stop the run at this time")
     simulate.add_argument("--log", action="store_true", help="log every decision with its reason on stderr")
     simulate.add_argument("--progress", action="store_true", help="show progress on stderr (default on a terminal)")
+    _trace_arguments(simulate, required=False)
     simulate.set_defaults(run=_simulate)
+
+    compare = commands.add_parser(
+        "compare",
+        help="replay one trace under several quota policies and compare them",
+        description="Replay one job trace under several policies: shares (the quota file as given), static "
+        "(every share RESERVE at the same limits), open (one FIFO pool, no quotas) or the path of another "
+        "quota file. Prints a summary, or the JSON document with --json; --report writes an HTML report.",
+    )
+    _trace_arguments(compare, required=True)
+    compare.add_argument(
+        "--policy",
+        action="append",
+        metavar="POLICY",
+        help="shares, static, open or a quota file; repeat to compare several (default: shares, static, open)",
+    )
+    compare.add_argument("--json", action="store_true", help="print the comparison as one JSON document")
+    compare.add_argument("--report", metavar="OUT.html", help="write a self-contained HTML report (and OUT.json)")
+    compare.add_argument("--plots", metavar="DIR", help="write each figure of the report as a PNG file in DIR")
+    compare.add_argument("--until", type=float, default=None, metavar="SECONDS", help="stop every run at this time")
+    compare.add_argument("--progress", action="store_true", help="update progress every second (default on a terminal)")
+    compare.set_defaults(run=_compare)
 
     from airflow_quota.admin import add_commands
 

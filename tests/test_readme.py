@@ -87,6 +87,11 @@ EXERCISED_BY: list[tuple[str, str, list[str]]] = [
         ['"backfill"', '"create"', '"--dag-run-conf"', '"quota_priority": 9000'],
     ),
     (r"airflow dags unpause \S+", "tests/airflow/test_end_to_end.py", ['"dags", "unpause"']),
+    (
+        r"airflow-quota compare --trace itp:\.\./shared/traces/itp-2021 --quota examples/itp-quota\.yaml .*",
+        "benchmarks/itp_replay.py",
+        ['"compare"', '"--policy"', '"--report"', '"--plots"', "examples/itp-quota.yaml"],
+    ),
     (r"export AIRFLOW_CONN_QUOTA_DEFAULT=\S+", "airflow_quota/devtools/stack.py", ['"AIRFLOW_CONN_QUOTA_DEFAULT"']),
     (r"airflow-quota apply examples/quota.yaml", "airflow_quota/devtools/stack.py", ['"apply"']),
     (r"airflow-quota scheduler( &)?", "airflow_quota/devtools/stack.py", ['"airflow-quota"), "scheduler"']),
