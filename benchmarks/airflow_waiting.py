@@ -16,7 +16,8 @@ so nearly all of them wait for capacity at once. Measured:
    while the tasks wait, and the most triggers it held.
 3. The delay from a placement to the task noticing it: the quota scheduler's PLACED event, to
    the first line of the task's log (written by its trigger in the triggerer) saying the job
-   holds capacity. It is bounded by the operator's ``poll_interval`` (``--poll``).
+   holds capacity. It is bounded by the operator's ``poll_interval`` (``--poll``); all the
+   triggers of a triggerer share one reader of the quota database (``triggers/watch.py``).
 
 Also the submission rate (task instances through the 2 worker slots to a submitted quota job).
 The PostgreSQL server is ``QUOTA_TEST_POSTGRES_URL`` (an admin URL; default
@@ -299,7 +300,7 @@ def main() -> None:
     parser.add_argument("--tasks", type=int, default=1000)
     parser.add_argument("--capacity", type=int, default=20, help="ml.g5.xlarge instances in the pool")
     parser.add_argument("--seconds", type=float, default=300.0, help="how long each training runs")
-    parser.add_argument("--poll", type=float, default=30.0, help="the operator's poll_interval (its default: 30)")
+    parser.add_argument("--poll", type=float, default=5.0, help="the operator's poll_interval (its default: 5)")
     parser.add_argument("--sample", type=float, default=1.0, help="seconds between two samples")
     parser.add_argument("--window", type=float, default=300.0, help="seconds measured after the last submission")
     parser.add_argument("--limit", type=float, default=7200.0, help="give up after this many seconds")

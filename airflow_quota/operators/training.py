@@ -141,7 +141,9 @@ class QuotaTrainingOperator(BaseOperator):
     :param job_name: the quota job's name (``[A-Za-z0-9_-]{1,128}``); by default derived from
         the DAG, task, run and map index. (templated)
     :param quota_conn_id: the Airflow connection of the quota database.
-    :param poll_interval: seconds between two looks at the job while waiting.
+    :param poll_interval: seconds between two looks at the job while waiting (default 5). In
+        the triggerer all waiting tasks share one read of the quota database per interval, so a
+        short interval costs little and a placement is noticed within seconds.
     :param deferrable: wait in the triggerer (the default) rather than in a worker slot.
     """
 
@@ -184,7 +186,7 @@ class QuotaTrainingOperator(BaseOperator):
         training_request: dict[str, Any] | None = None,
         job_name: str | None = None,
         quota_conn_id: str = QuotaHook.default_conn_name,
-        poll_interval: float = 30.0,
+        poll_interval: float = 5.0,
         deferrable: bool = True,
         **kwargs: Any,
     ) -> None:

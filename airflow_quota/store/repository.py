@@ -7,7 +7,7 @@ is stored.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime, timezone
 from typing import Any
@@ -38,6 +38,9 @@ NOTIFY_CHANNEL = "airflow_quota"
 BACKENDS = ("local", "sagemaker", "fake")
 HOLDING_STATES = ("SCHEDULED", "STARTING", "RUNNING")
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+IN_CHUNK = 500
+"""Ids per ``IN (...)`` list of the batch reads: well under SQLite's and PostgreSQL's limits
+on bound parameters."""
 
 
 class QuotaStore:
@@ -213,6 +216,35 @@ class QuotaStore:
             if dag_id:
                 query = query.where(JobRow.dag_id == dag_id)
             return list(session.scalars(query))
+
+    def jobs_by_ids(self, ids: Collection[int]) -> list[JobRow]:
+        """The jobs with these ids that exist, in id order: one query per ``IN_CHUNK`` ids, so a
+        triggerer following many jobs reads them all at once (``triggers/watch.py``)."""
+        wanted = sorted(set(ids))
+        with self._session() as session:
+            return [
+                row
+                for start in range(0, len(wanted), IN_CHUNK)
+                for row in session.scalars(
+                    select(JobRow).where(JobRow.id.in_(wanted[start : start + IN_CHUNK])).order_by(JobRow.id)
+                )
+            ]
+
+    def alerts_for(self, job_ids: Collection[int], after_id: int = 0) -> list[AlertRow]:
+        """The alerts about these jobs with an id above ``after_id``, in id order: one query per
+        ``IN_CHUNK`` jobs. A follower that remembers the last id it saw reads only new alerts."""
+        wanted = sorted(set(job_ids))
+        with self._session() as session:
+            found = [
+                row
+                for start in range(0, len(wanted), IN_CHUNK)
+                for row in session.scalars(
+                    select(AlertRow).where(
+                        AlertRow.job_id.in_(wanted[start : start + IN_CHUNK]), AlertRow.id > after_id
+                    )
+                )
+            ]
+        return sorted(found, key=lambda alert: alert.id)
 
     def attempts(self, job_id: int) -> list[Attempt]:
         with self._session() as session:

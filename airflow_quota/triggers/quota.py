@@ -3,8 +3,10 @@
 Both follow the rules of Airflow 3 triggers: constructor arguments are plain JSON values and
 ``serialize()`` returns them with the class path; ``run()`` only reads (a trigger may run twice,
 on two triggerers), never raises (every error becomes an ``"error"`` event after a few tries of
-a broken database), and yields exactly one event. Reads run in threads through ``QuotaHook``'s
-async methods, so the triggerer's event loop never blocks on the database.
+a broken database), and yields exactly one event. Reads run in threads, so the triggerer's
+event loop never blocks on the database: ``QuotaJobTrigger``s share one ``JobWatch`` per
+database (``triggers/watch.py``), which reads all their jobs in one query per interval;
+``QuotaCapacityTrigger`` reads through ``QuotaHook``'s async methods.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from airflow_quota.core.model import JobState
 from airflow_quota.hooks.quota import FINAL_STATES, QuotaHook, describe_alert, describe_job, state_key
+from airflow_quota.triggers.watch import JobWatch, Subscription
 
 Status = Literal["success", "failed", "error"]
 STATUSES: tuple[Status, ...] = ("success", "failed", "error")
@@ -73,9 +76,15 @@ class QuotaJobTrigger(BaseTrigger):
     up the queue, placed, preempted and resumed; so is each alert the quota scheduler raises
     about the job (a warning: STARVING, PREEMPTED_REPEATEDLY, GUARANTEE_VIOLATED).
 
+    The job is read by the ``JobWatch`` of its database that all job triggers of the triggerer
+    share: one query per interval for all of them, and a trigger wakes only when its job
+    changed, so a triggerer can follow thousands of jobs with a short interval.
+
     :param job_id: the quota job's id.
     :param quota_conn_id: the Airflow connection of the quota database.
-    :param poll_interval: seconds between two reads of the job.
+    :param poll_interval: seconds between two reads of the job (default 5: the shared read costs
+        the same for one job as for a thousand, so a placement is noticed within seconds). The
+        watch reads every job at the shortest interval any of its triggers asked for.
     :param cancel_on_kill: cancel the quota job when a user kills the deferred task (marks it
         failed or success, or clears it). ``QuotaTrainingOperator`` owns its job and sets it;
         ``QuotaJobSensor`` only watches and leaves it unset.
@@ -88,7 +97,7 @@ class QuotaJobTrigger(BaseTrigger):
         self,
         job_id: int,
         quota_conn_id: str = "quota_default",
-        poll_interval: float = 30.0,
+        poll_interval: float = 5.0,
         cancel_on_kill: bool = False,
     ) -> None:
         super().__init__()  # type: ignore[no-untyped-call]
@@ -112,30 +121,46 @@ class QuotaJobTrigger(BaseTrigger):
         return _fire(QuotaJobEvent(status, self.job_id, state, reason, message).payload())
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
+        """Fire the job's one event: final, refused or missing, or the database unreadable."""
+        yield await self._follow()
+
+    async def _follow(self) -> TriggerEvent:
+        """Follow the job through the database's ``JobWatch`` until there is an event to fire.
+        The trigger has left the watch before its event is fired (the watch reads for no one)."""
         hook = QuotaHook(self.quota_conn_id)
-        last: tuple[Any, ...] | None = None
-        alerted: set[int] = set()
         failures = 0
         while True:
-            refusal: str | None = None
             try:
-                job = await hook.aget_job(self.job_id)
-                if job is None:
-                    refusal = await hook.asubmission_refusal(self.job_id)
-                alerts = [] if job is None else await hook.aget_alerts(self.job_id)
-            except Exception as exc:  # never out of run(): a broken database becomes an event
+                watch = JobWatch.for_url(await hook.aget_url())
+                break
+            except Exception as exc:  # a connection that cannot be looked up counts as a failed read
                 failures += 1
-                self.log.warning(
-                    "quota job %s: cannot read the quota database (%d of %d): %s",
-                    self.job_id,
-                    failures,
-                    self.read_attempts,
-                    exc,
-                )
-                if failures >= self.read_attempts:
-                    yield self._event("error", f"quota job {self.job_id}: the quota database stayed unreadable: {exc}")
-                    return
+                if (given_up := self._failed_read(failures, exc)) is not None:
+                    return given_up
                 await asyncio.sleep(self.poll_interval)
+        subscription = watch.join(self.job_id, self.poll_interval)
+        try:
+            return await self._follow_readings(subscription, hook, failures)
+        finally:
+            subscription.leave()
+
+    async def _follow_readings(self, subscription: Subscription, hook: QuotaHook, failures: int) -> TriggerEvent:
+        """Log each change the watch hands over, once; the event when the job is final or gone,
+        or when ``read_attempts`` reads in a row failed (``failures`` so far)."""
+        last: tuple[Any, ...] | None = None
+        alerted: set[int] = set()
+        while True:
+            reading = await subscription.next()
+            job, error, refusal = reading.job, reading.error, None
+            if error is None and job is None:
+                try:
+                    refusal = await hook.asubmission_refusal(self.job_id)
+                except Exception as exc:
+                    error = exc
+            if error is not None:  # never out of run(): a broken database becomes an event
+                failures += 1
+                if (given_up := self._failed_read(failures, error)) is not None:
+                    return given_up
                 continue
             failures = 0
             if job is None:
@@ -145,23 +170,33 @@ class QuotaJobTrigger(BaseTrigger):
                     else f"there is no quota job {self.job_id} in the quota database"
                 )
                 self.log.error("%s", message)
-                yield self._event("error", message)
-                return
+                return self._event("error", message)
             key = state_key(job)
             if key != last:
                 self.log.info("%s", describe_job(job))
                 last = key
-            for alert in alerts:
+            for alert in reading.alerts:
                 if alert.id not in alerted:
                     self.log.warning("%s", describe_alert(alert))
                     alerted.add(alert.id)
             if job.state in FINAL_STATES:
                 succeeded = job.state == JobState.SUCCEEDED.value
-                yield self._event(
+                return self._event(
                     "success" if succeeded else "failed", describe_job(job), state=job.state, reason=job.reason
                 )
-                return
-            await asyncio.sleep(self.poll_interval)
+
+    def _failed_read(self, failures: int, exc: Exception) -> TriggerEvent | None:
+        """Log a failed read; the error event once ``read_attempts`` reads in a row failed."""
+        self.log.warning(
+            "quota job %s: cannot read the quota database (%d of %d): %s",
+            self.job_id,
+            failures,
+            self.read_attempts,
+            exc,
+        )
+        if failures >= self.read_attempts:
+            return self._event("error", f"quota job {self.job_id}: the quota database stayed unreadable: {exc}")
+        return None
 
     async def on_kill(self) -> None:
         """The user killed the deferred task (mark failed or success, clear): cancel the job

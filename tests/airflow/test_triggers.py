@@ -4,15 +4,25 @@ SQLite quota database whose jobs the real quota scheduler drives."""
 from __future__ import annotations
 
 import asyncio
+import threading
+import time
+from collections.abc import Collection, Iterator
+from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import pytest
 from airflow.triggers.base import BaseTrigger, TriggerEvent
-from sqlalchemy import select
+from sqlalchemy import Engine, event, select
 
-from airflow_quota.store.models import JobRow, Request
+from airflow_quota.exceptions import DatabaseUnavailable
+from airflow_quota.hooks.quota import store_for
+from airflow_quota.store.engine import make_engine, migrate
+from airflow_quota.store.models import AlertRow, JobRow, Request
+from airflow_quota.store.repository import QuotaStore
 from airflow_quota.triggers.quota import QuotaCapacityTrigger, QuotaJobEvent, QuotaJobTrigger
-from tests.airflow.conftest import G5, QuotaWorld, events_of
+from airflow_quota.triggers.watch import JobWatch
+from tests.airflow.conftest import G5, QUOTA, QuotaWorld, events_of, request
 
 TRIGGERS: list[BaseTrigger] = [
     QuotaJobTrigger(job_id=7, quota_conn_id="quota_default", poll_interval=5.0),
@@ -213,3 +223,254 @@ def test_the_task_log_shows_each_alert_of_its_job_once(world: QuotaWorld, capsys
     assert warnings == [
         f"quota alert STARVING: job {late.id} (late) in share research: RUNNABLE for 61 s, position 1 in its share"
     ]
+
+
+# -- one reader per triggerer: JobWatch -------------------------------------------------------
+
+
+@contextmanager
+def counting_selects(engine: Engine) -> Iterator[list[str]]:
+    """The SELECT statements run on ``engine`` inside the block."""
+    selects: list[str] = []
+
+    def count(_conn: Any, _cursor: Any, statement: str, *_: Any) -> None:
+        if statement.lstrip().upper().startswith("SELECT"):
+            selects.append(statement)
+
+    event.listen(engine, "before_cursor_execute", count)
+    try:
+        yield selects
+    finally:
+        event.remove(engine, "before_cursor_execute", count)
+
+
+def _start(*triggers: QuotaJobTrigger) -> list[asyncio.Task[list[TriggerEvent]]]:
+    return [asyncio.create_task(events_of(trigger.run(), timeout=60)) for trigger in triggers]
+
+
+async def _cancel(tasks: list[asyncio.Task[list[TriggerEvent]]]) -> None:
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+
+
+async def _stopped(task: asyncio.Task[None] | None) -> bool:
+    """Whether a watch's task ends (it was cancelled and must get the loop to finish)."""
+    assert task is not None
+    await asyncio.wait([task], timeout=2)
+    return task.done()
+
+
+def test_many_job_triggers_share_one_reader_whose_queries_do_not_grow_with_them(world: QuotaWorld) -> None:
+    jobs = [world.submit(f"wait-{i}", {"duration": 100}).id for i in range(200)]
+    engine = store_for(world.url).engine
+    interval, window = 0.05, 1.0
+
+    async def follow(count: int) -> tuple[int, int]:
+        """(SELECTs, reads) during ``window`` seconds while ``count`` triggers wait."""
+        tasks = _start(*(QuotaJobTrigger(job_id=job_id, poll_interval=interval) for job_id in jobs[:count]))
+        await asyncio.sleep(0.3)  # all joined and had their first read
+        (watch,) = JobWatch.running()
+        assert watch.watching == count
+        with counting_selects(engine) as selects:
+            rounds = watch.rounds
+            await asyncio.sleep(window)
+            rounds = watch.rounds - rounds
+        task = watch.task
+        await _cancel(tasks)
+        assert await _stopped(task) and JobWatch.running() == []
+        return len(selects), rounds
+
+    async def scenario() -> tuple[tuple[int, int], tuple[int, int]]:
+        return await follow(1), await follow(200)
+
+    (one, one_rounds), (many, many_rounds) = asyncio.run(scenario())
+    most = 2 * (window / interval + 2)  # a job query and an alert query per interval
+    assert one <= 2 * (one_rounds + 1) and many <= 2 * (many_rounds + 1), (one, one_rounds, many, many_rounds)
+    assert 0 < one <= most and 0 < many <= most, (one, many)  # alone, each trigger made 2 a round: 8000
+
+
+def test_a_trigger_is_woken_within_one_interval_of_its_jobs_change(world: QuotaWorld) -> None:
+    quick = world.submit("quick", {"duration": 10})
+    world.submit("hog", {"duration": 1000}, share="prod")
+    waiting = [world.submit(f"wait-{i}", {"duration": 1000}).id for i in range(30)]
+    world.step()
+    assert world.job(quick.id).state == "SCHEDULED"
+    interval = 0.5
+
+    async def scenario() -> float:
+        tasks = _start(*(QuotaJobTrigger(job_id=job_id, poll_interval=interval) for job_id in waiting))
+        (mine,) = _start(QuotaJobTrigger(job_id=quick.id, poll_interval=interval))
+        await asyncio.sleep(0.3)
+        await asyncio.to_thread(world.step, 1001.0)  # RUNNING
+        await asyncio.to_thread(world.step, 1020.0)  # SUCCEEDED
+        changed = time.monotonic()
+        events = await mine
+        noticed = time.monotonic() - changed
+        assert _payload(events[0])["status"] == "success"
+        await _cancel(tasks)
+        return noticed
+
+    assert asyncio.run(scenario()) <= interval + 0.3
+
+
+def test_only_the_subscriptions_whose_job_changed_are_woken(world: QuotaWorld) -> None:
+    jobs = [world.submit(f"job-{i}", {"duration": 100}).id for i in range(5)]
+    changed, unchanged = jobs[0], jobs[1:]
+
+    async def scenario() -> None:
+        watch = JobWatch.for_url(world.url)
+        subscriptions = {job_id: watch.join(job_id, 0.05) for job_id in jobs}
+        firsts = [await asyncio.wait_for(s.next(), 1) for s in subscriptions.values()]
+        assert [r.job.id for r in firsts if r.job] == jobs
+        with world.store.sessions() as session, session.begin():  # only updated_at moves
+            row = session.get(JobRow, changed)
+            assert row is not None
+            row.updated_at += 1
+        reading = await asyncio.wait_for(subscriptions[changed].next(), 1)
+        assert reading.job is not None and reading.job.id == changed and reading.alerts == ()
+        with world.store.sessions() as session, session.begin():  # a new alert, the row as it was
+            session.add(AlertRow(at=1.0, job_id=changed, job="job-0", share="research", kind="STARVING", reason="r"))
+        reading = await asyncio.wait_for(subscriptions[changed].next(), 1)
+        assert [alert.kind for alert in reading.alerts] == ["STARVING"]
+        for job_id in unchanged:
+            with pytest.raises(asyncio.TimeoutError):
+                await asyncio.wait_for(subscriptions[job_id].next(), 0.2)
+        task = watch.task
+        for subscription in subscriptions.values():
+            subscription.leave()
+        assert await _stopped(task)
+
+    asyncio.run(scenario())
+
+
+def test_a_new_trigger_gets_its_first_read_at_once_whatever_the_interval(world: QuotaWorld) -> None:
+    waiting = world.submit("waiting", {"duration": 100})
+    done = world.submit("done", {"duration": 10})
+    world.step()
+    world.step(1100.0)
+    assert world.job(done.id).state == "SUCCEEDED"
+
+    async def scenario() -> float:
+        slow = _start(QuotaJobTrigger(job_id=waiting.id, poll_interval=30.0))
+        await asyncio.sleep(0.2)  # the watch had its round; the next is 30 s away
+        started = time.monotonic()
+        events = await events_of(QuotaJobTrigger(job_id=done.id, poll_interval=30.0).run())
+        assert _payload(events[0])["status"] == "success"
+        elapsed = time.monotonic() - started
+        await _cancel(slow)
+        return elapsed
+
+    assert asyncio.run(scenario()) < 1.0
+
+
+def test_a_cancelled_trigger_leaves_its_watch_and_the_last_one_stops_it(world: QuotaWorld) -> None:
+    first, second = (world.submit(name, {"duration": 100}).id for name in ("first", "second"))
+
+    async def scenario() -> None:
+        tasks = _start(*(QuotaJobTrigger(job_id=job_id, poll_interval=0.05) for job_id in (first, second)))
+        await asyncio.sleep(0.2)
+        (watch,) = JobWatch.running()
+        task = watch.task
+        assert watch.watching == 2 and task is not None
+        await _cancel(tasks[:1])
+        await asyncio.sleep(0.1)
+        assert watch.watching == 1 and not task.done() and JobWatch.running() == [watch]
+        await _cancel(tasks[1:])
+        assert await _stopped(task)
+        assert watch.watching == 0 and watch.task is None and JobWatch.running() == []
+
+    asyncio.run(scenario())
+
+
+def test_two_databases_get_two_watches(world: QuotaWorld, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    other_url = f"sqlite:///{tmp_path / 'other.db'}"
+    other = make_engine(other_url)
+    migrate(other)
+    other_store = QuotaStore(other)
+    other_store.apply_config(QUOTA)
+    monkeypatch.setenv("AIRFLOW_CONN_QUOTA_OTHER", other_url)
+    here = world.submit("here", {"duration": 100})
+    there = other_store.submit(request("there"), "fake", {"duration": 100})
+    assert here.id == there.id  # the same id in two databases: two different jobs
+
+    async def scenario() -> None:
+        tasks = _start(
+            QuotaJobTrigger(job_id=here.id, quota_conn_id="quota_default", poll_interval=0.05),
+            QuotaJobTrigger(job_id=there.id, quota_conn_id="quota_other", poll_interval=0.05),
+        )
+        await asyncio.sleep(0.2)
+        watches = JobWatch.running()
+        assert sorted(w.url for w in watches) == sorted([world.url, other_url])
+        assert [w.watching for w in watches] == [1, 1]
+        subscriptions = [watch.join(here.id, 0.05) for watch in watches]
+        readings = [await asyncio.wait_for(s.next(), 1) for s in subscriptions]
+        assert {r.job.name for r in readings if r.job} == {"here", "there"}
+        await _cancel(tasks)
+        assert [w.watching for w in watches] == [1, 1]  # the subscriptions of this test are still there
+        for subscription in subscriptions:
+            subscription.leave()
+        assert JobWatch.running() == []
+
+    asyncio.run(scenario())
+    other.dispose()
+
+
+def test_each_event_loop_has_its_own_watch(world: QuotaWorld) -> None:
+    job = world.submit("shared", {"duration": 100})
+    seen: list[tuple[JobWatch, bool]] = []
+    barrier = threading.Barrier(2)
+
+    async def follow() -> None:
+        watch = JobWatch.for_url(world.url)
+        subscription = watch.join(job.id, 0.05)
+        await asyncio.wait_for(subscription.next(), 1)
+        await asyncio.to_thread(barrier.wait, 5)  # both loops follow the job at the same time
+        seen.append((watch, watch.loop is asyncio.get_running_loop()))
+        subscription.leave()
+
+    threads = [threading.Thread(target=asyncio.run, args=(follow(),)) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(10)
+    assert len(seen) == 2 and seen[0][0] is not seen[1][0] and all(own for _, own in seen)
+
+
+def test_read_failures_give_every_trigger_the_error_event_after_read_attempts(
+    world: QuotaWorld, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    jobs = [world.submit(f"job-{i}", {"duration": 100}).id for i in range(3)]
+    store = store_for(world.url)
+    read = store.jobs_by_ids
+    calls: list[int] = []
+
+    def flaky(ids: Collection[int]) -> list[JobRow]:
+        calls.append(len(ids))
+        if len(calls) == 1 or len(calls) == 5:  # the first read, then one in the middle of failures
+            return read(ids)
+        raise DatabaseUnavailable(f"quota database {world.url} is unreachable: call {len(calls)}")
+
+    monkeypatch.setattr(store, "jobs_by_ids", flaky)
+
+    async def scenario() -> list[list[TriggerEvent]]:
+        tasks = _start(*(QuotaJobTrigger(job_id=job_id, poll_interval=0.02) for job_id in jobs))
+        return await asyncio.gather(*tasks)
+
+    events = asyncio.run(scenario())
+    read_attempts = QuotaJobTrigger.read_attempts
+    assert len(calls) == 5 + read_attempts  # 3 failures, a success, then read_attempts failures: shared
+    for job_id, fired in zip(jobs, events, strict=True):
+        assert [_payload(e) for e in fired] == [
+            {
+                "status": "error",
+                "job_id": job_id,
+                "state": None,
+                "reason": None,
+                "message": f"quota job {job_id}: the quota database stayed unreadable: "
+                f"quota database {world.url} is unreachable: call {len(calls)}",
+            }
+        ]
+    warnings = [line for line in capsys.readouterr().out.splitlines() if "cannot read the quota database" in line]
+    assert sum(f"({read_attempts} of {read_attempts})" in line for line in warnings) == len(jobs)
+    assert sum("(3 of 5)" in line for line in warnings) == 2 * len(jobs)  # counted again after the success
