@@ -51,7 +51,7 @@ import psycopg
 import yaml
 from sqlalchemy import select
 
-from airflow_quota.devtools.stack import AirflowStack, StackSettings
+from airflow_quota.devtools.stack import AirflowStack, StackSettings, stop_on_sigterm
 from airflow_quota.operators.training import derived_job_name
 from airflow_quota.store.models import EventRow, JobRow
 
@@ -306,6 +306,7 @@ def main() -> None:
     parser.add_argument("--limit", type=float, default=7200.0, help="give up after this many seconds")
     parser.add_argument("--json", action="store_true", help="print the figures as JSON only")
     args = parser.parse_args()
+    stop_on_sigterm()
     result = measure(args.tasks, args.capacity, args.seconds, args.poll, args.sample, args.window, args.limit)
     if args.json:
         print(json.dumps(result))

@@ -19,7 +19,7 @@ import uuid
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from airflow_quota.devtools.stack import AirflowStack, StackError, StackSettings
+from airflow_quota.devtools.stack import AirflowStack, StackError, StackSettings, stop_on_sigterm
 from airflow_quota.sim.report import table
 from airflow_quota.store.models import JobRow
 from airflow_quota.store.repository import QuotaStore
@@ -128,6 +128,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--port", type=int, default=8080, help="the UI's port (another free one if it is taken)")
     parser.add_argument("--once", action="store_true", help="stop after the story instead of serving the UI")
     args = parser.parse_args(argv)
+    stop_on_sigterm()
 
     def say(text: str) -> None:
         print(text, flush=True)

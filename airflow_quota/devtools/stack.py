@@ -50,6 +50,16 @@ class StackError(QuotaError):
     """The local Airflow could not be set up or did not get ready; the message holds the log tails."""
 
 
+def stop_on_sigterm() -> None:
+    """Make SIGTERM end the program as Ctrl-C does, so ``with AirflowStack(...)`` blocks and
+    ``finally`` clauses stop what they started (for command-line tools: the demo, benchmarks)."""
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    signal.signal(signal.SIGTERM, interrupt)
+
+
 def free_port() -> int:
     """A TCP port nothing listens on right now."""
     with socket.socket() as s:
