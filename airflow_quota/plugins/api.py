@@ -50,44 +50,10 @@ class _Model(BaseModel):
     model_config = ConfigDict(from_attributes=True)
 
 
-class TypeUsageModel(_Model):
-    """One instance type of a share, in instances."""
-
-    instance_type: str
-    gpus_per_instance: int = Field(description="GPUs per instance (catalogue)")
-    capacity: int = Field(description="instances of this type in the pool")
-    limit: int = Field(description="the share's guaranteed limit")
-    used: int = Field(description="instances the share's jobs hold (SCHEDULED, STARTING, RUNNING)")
-    borrowed: int = Field(description="instances held above the limit: borrowed from others")
-    lent: float = Field(description="of the idle limit, instances others borrow now (may be fractional)")
-    idle: int = Field(description="limit not used by the share itself, lent or not (limit - used, at least 0)")
-    runnable: int = Field(description="waiting jobs that list this type")
-    oldest_pending_seconds: float = Field(description="how long the longest-waiting of them has waited")
-
-
-class ShareModel(_Model):
-    """A quota share as it stands."""
-
-    name: str
-    strategy: str
-    state: str
-    borrow_limit: int | None
-    in_share_preemption: bool
-    max_priority: int
-    types: list[TypeUsageModel]
-    running: int = Field(description="jobs holding capacity")
-    runnable: int = Field(description="jobs waiting (RUNNABLE or not yet taken in)")
-    oldest_pending_seconds: float
-    gpu_hours: float = Field(description="GPU-hours used by the share's jobs, all time, running attempts included")
-    lost_gpu_hours: float = Field(description="GPU-hours of work lost to preemptions and failures")
-    cost: float = Field(description="USD, on-demand prices of the catalogue or the plan's")
-    preemptions: int = Field(description="preemptions the share's jobs suffered")
-
-
 class SharesResponse(BaseModel):
     now: float
     config_version: int | None
-    shares: list[ShareModel]
+    shares: list[dashboard.ShareSummary]
 
 
 class PreferenceModel(BaseModel):
@@ -153,64 +119,24 @@ class AttemptModel(_Model):
     reason: str | None
 
 
-class PreemptionModel(_Model):
-    """A preemption: the victim, how, by whom, and the work it lost since its last checkpoint."""
-
-    id: int
-    at: float
-    job_id: int
-    job: str
-    share: str
-    dag_id: str | None
-    attempt: int
-    kind: str = Field(description="CROSS_SHARE (reclaim) or IN_SHARE (priority)")
-    preemptor: str
-    preemptor_id: int | None
-    preemptor_share: str | None
-    lost_seconds: float
-    instance_type: str | None
-    count: int | None
-
-
-class AlertModel(_Model):
-    id: int
-    at: float
-    kind: str
-    job_id: int
-    job: str
-    share: str
-    reason: str
-    position: int | None
-    dag_id: str | None
-    job_state: str | None
-    open: bool = Field(description="STARVING / GUARANTEE_VIOLATED: the job still waits; others: it still lives")
-
-
 class JobDetailResponse(BaseModel):
     now: float
     job: JobModel
     attempts: list[AttemptModel]
-    preemptions: list[PreemptionModel] = Field(description="preemptions this job suffered")
-    caused: list[PreemptionModel] = Field(description="preemptions this job caused")
-    alerts: list[AlertModel]
+    preemptions: list[dashboard.PreemptionRecord] = Field(description="preemptions this job suffered")
+    caused: list[dashboard.PreemptionRecord] = Field(description="preemptions this job caused")
+    alerts: list[dashboard.AlertRecord]
     story: list[str] = Field(description="the quota scheduler's decisions about the job, in order")
 
 
 class PreemptionsResponse(BaseModel):
     now: float
-    preemptions: list[PreemptionModel]
+    preemptions: list[dashboard.PreemptionRecord]
 
 
 class AlertsResponse(BaseModel):
     now: float
-    alerts: list[AlertModel]
-
-
-class UtilisationPointModel(_Model):
-    at: float
-    used_gpus: int
-    borrowed_gpus: int
-    limit_gpus: int
+    alerts: list[dashboard.AlertRecord]
 
 
 class UtilisationResponse(_Model):
@@ -221,7 +147,7 @@ class UtilisationResponse(_Model):
     borrowed_gpu_hours: float
     limit_gpu_hours: float
     utilisation: float | None = Field(description="used over guaranteed GPU-hours in the window")
-    points: list[UtilisationPointModel] = Field(description="a step function: each point holds until the next")
+    points: list[dashboard.UtilisationPoint] = Field(description="a step function: each point holds until the next")
 
 
 class PriorityBody(BaseModel):
@@ -250,7 +176,7 @@ def get_shares(store: StoreDep) -> SharesResponse:
     return SharesResponse(
         now=store.clock(),
         config_version=latest[0] if latest else None,
-        shares=[ShareModel.model_validate(s) for s in dashboard.share_summaries(store)],
+        shares=dashboard.share_summaries(store),
     )
 
 
@@ -290,9 +216,9 @@ def get_job(request: Request, job_id: int, store: StoreDep, access: DagAccessDep
             dashboard.running_charges(store, [detail.job]).get(job_id),
         ),
         attempts=[AttemptModel.model_validate(a) for a in detail.attempts],
-        preemptions=[PreemptionModel.model_validate(p) for p in detail.preemptions],
-        caused=[PreemptionModel.model_validate(p) for p in access.readable(detail.caused, lambda p: p.dag_id)],
-        alerts=[AlertModel.model_validate(a) for a in detail.alerts],
+        preemptions=list(detail.preemptions),
+        caused=access.readable(detail.caused, lambda p: p.dag_id),
+        alerts=list(detail.alerts),
         story=detail.story,
     )
 
@@ -347,7 +273,7 @@ def get_preemptions(
     records = dashboard.preemption_history(store, share=share, limit=limit)
     return PreemptionsResponse(
         now=store.clock(),
-        preemptions=[PreemptionModel.model_validate(p) for p in access.readable(records, lambda p: p.dag_id)],
+        preemptions=access.readable(records, lambda p: p.dag_id),
     )
 
 
@@ -361,7 +287,7 @@ def get_alerts(
     records = dashboard.alert_records(store, share=share, only_open=open)
     return AlertsResponse(
         now=store.clock(),
-        alerts=[AlertModel.model_validate(a) for a in access.readable(records, lambda a: a.dag_id)],
+        alerts=access.readable(records, lambda a: a.dag_id),
     )
 
 
@@ -395,7 +321,7 @@ def get_utilisation(share: str, store: StoreDep, hours: HoursQuery = 24.0) -> Ut
         borrowed_gpu_hours=history.borrowed_gpu_hours,
         limit_gpu_hours=history.limit_gpu_hours,
         utilisation=history.utilisation,
-        points=[UtilisationPointModel.model_validate(p) for p in history.points],
+        points=history.points,
     )
 
 

@@ -21,8 +21,9 @@ from __future__ import annotations
 import bisect
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Annotated, Any
 
+from pydantic import Field
 from sqlalchemy import func, or_, select
 
 from airflow_quota.core.config import QuotaConfig
@@ -57,15 +58,15 @@ class TypeUsage:
     as ``airflow-quota shares`` prints it; the part nobody uses is ``idle - lent``."""
 
     instance_type: str
-    gpus_per_instance: int
-    capacity: int
-    limit: int
-    used: int
-    borrowed: int
-    lent: float
-    idle: int
-    runnable: int
-    oldest_pending_seconds: float
+    gpus_per_instance: Annotated[int, Field(description="GPUs per instance (catalogue)")]
+    capacity: Annotated[int, Field(description="instances of this type in the pool")]
+    limit: Annotated[int, Field(description="the share's guaranteed limit")]
+    used: Annotated[int, Field(description="instances the share's jobs hold (SCHEDULED, STARTING, RUNNING)")]
+    borrowed: Annotated[int, Field(description="instances held above the limit: borrowed from others")]
+    lent: Annotated[float, Field(description="of the idle limit, instances others borrow now (may be fractional)")]
+    idle: Annotated[int, Field(description="limit the share does not use, lent or not (limit - used, at least 0)")]
+    runnable: Annotated[int, Field(description="waiting jobs that list this type")]
+    oldest_pending_seconds: Annotated[float, Field(description="how long the longest-waiting of them has waited")]
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,13 +81,13 @@ class ShareSummary:
     in_share_preemption: bool
     max_priority: int
     types: tuple[TypeUsage, ...]
-    running: int
-    runnable: int
+    running: Annotated[int, Field(description="jobs holding capacity")]
+    runnable: Annotated[int, Field(description="jobs waiting (RUNNABLE or not yet taken in)")]
     oldest_pending_seconds: float
-    gpu_hours: float
-    lost_gpu_hours: float
-    cost: float
-    preemptions: int
+    gpu_hours: Annotated[float, Field(description="GPU-hours of the share's jobs, all time, running attempts included")]
+    lost_gpu_hours: Annotated[float, Field(description="GPU-hours of work lost to preemptions and failures")]
+    cost: Annotated[float, Field(description="USD, on-demand prices of the catalogue or the plan's")]
+    preemptions: Annotated[int, Field(description="preemptions the share's jobs suffered")]
 
 
 @dataclass(frozen=True, slots=True)
@@ -332,7 +333,7 @@ class PreemptionRecord:
     share: str
     dag_id: str | None
     attempt: int
-    kind: str
+    kind: Annotated[str, Field(description="CROSS_SHARE (reclaim) or IN_SHARE (priority)")]
     preemptor: str
     preemptor_id: int | None
     preemptor_share: str | None
@@ -422,7 +423,7 @@ class AlertRecord:
     position: int | None
     dag_id: str | None
     job_state: str | None
-    open: bool
+    open: Annotated[bool, Field(description="STARVING, GUARANTEE_VIOLATED: the job still waits; others: it lives")]
 
 
 def alert_records(
