@@ -126,7 +126,7 @@ def what_if(mode: str) -> None:
         if item == "measure-idle":
             continue  # the worker attaches the meter
         if item == "no-lender-protection":
-            Snapshot.protected_idle = lambda self, ledger, usage=None: 0  # type: ignore[method-assign]
+            Snapshot.protected_idle = lambda self, ledger, now, usage=None: 0  # type: ignore[method-assign]
         elif item == "no-preemption":
             phases.preemption = lambda *args, **kwargs: None
         else:

@@ -185,7 +185,7 @@ class Lifecycle:
                 victim.stopping_for = job.seq
                 stopping += count
         ledger = snap.types[entry.instance_type]
-        borrowed = max(0, ledger.usage_of(job.share) + entry.count - ledger.limit_of(job.share))
+        borrowed = snap.borrowed_by(job.share, entry)
         for victim, _ in victims:
             if victim.seq not in waiting:
                 self.victim_down(victim, now)

@@ -197,6 +197,10 @@ class Job:
     def instance_types(self) -> frozenset[str]:
         return frozenset(e.instance_type for e in self.entries)
 
+    def entry_on(self, instance_type: str) -> Entry:
+        """The job's entry on the type (a list names each type at most once)."""
+        return next(e for e in self.entries if e.instance_type == instance_type)
+
     @property
     def holding(self) -> bool:
         """Counts in its share's usage: placed, or holding capacity for its victims."""

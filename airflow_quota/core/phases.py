@@ -187,8 +187,7 @@ def _try_place(life: Lifecycle, job: Job, mode: Mode, now: float, waits: set[int
     for entry in job.entries:
         block = snap.check(job, entry, mode, now)
         if block is None:
-            ledger = snap.types[entry.instance_type]
-            borrowed = max(0, ledger.usage_of(job.share) + entry.count - ledger.limit_of(job.share))
+            borrowed = snap.borrowed_by(job.share, entry)
             why = "within its share's limit" if mode is Mode.WITHIN_QUOTA else "borrowing idle capacity"
             life.place(job, entry, borrowed, now, why)
             return True
@@ -221,7 +220,7 @@ def _preemption_of(
     def add_type(instance_type: str, after: JobKey | None) -> None:
         for count in queue.counts.get(instance_type, ()):
             bucket = queue.buckets[(instance_type, count)]
-            if bucket and may_preempt(snap, name, instance_type, count, snap.jobs[bucket[0][2]]):
+            if bucket and may_preempt(snap, name, instance_type, count, snap.jobs[bucket[0][2]], now):
                 streams.add(bucket, (instance_type, count), after)
 
     for instance_type in improved & queue.counts.keys():
@@ -229,14 +228,14 @@ def _preemption_of(
     while (item := streams.pop()) is not None:
         key, tag, _ = item
         job = snap.jobs[key[2]]
-        if tag[0] != JOBS and not may_preempt(snap, name, tag[0], tag[1], job):
+        if tag[0] != JOBS and not may_preempt(snap, name, tag[0], tag[1], job, now):
             streams.drop(tag)  # jobs further down have no higher priority
             continue
         if not life.queued(job):
             continue
         preempted.add(job.seq)
         for entry in job.entries:
-            if not may_preempt(snap, name, entry.instance_type, entry.count, job):
+            if not may_preempt(snap, name, entry.instance_type, entry.count, job, now):
                 continue
             victims = find_victims(snap, job, entry, now)
             if victims is None:
@@ -249,13 +248,13 @@ def _preemption_of(
             break
 
 
-def may_preempt(snap: Snapshot, share: str, instance_type: str, count: int, job: Job | None) -> bool:
+def may_preempt(snap: Snapshot, share: str, instance_type: str, count: int, job: Job | None, now: float) -> bool:
     """A necessary condition for a job of ``share`` asking ``count`` of the type to start in
     step 4. It fails for every job after a job it fails for in the same bucket (they have
     no higher priority and are behind the same starving jobs), so a bucket can be dropped."""
     if job is not None and snap.queues[share].held_back(job.key, instance_type):
         return False
-    if room_or_reclaim(snap, share, instance_type, count):
+    if room_or_reclaim(snap, share, instance_type, count, now):
         return True
     running = snap.queues[share].running.get(instance_type)
     return (
@@ -267,7 +266,7 @@ def may_preempt(snap: Snapshot, share: str, instance_type: str, count: int, job:
     )
 
 
-def room_or_reclaim(snap: Snapshot, share: str, instance_type: str, count: int) -> bool:
+def room_or_reclaim(snap: Snapshot, share: str, instance_type: str, count: int, now: float) -> bool:
     """Room the share could take without victims (the strict check of step 4), or enough
     lent capacity to reclaim."""
     ledger = snap.types[instance_type]
@@ -277,7 +276,7 @@ def room_or_reclaim(snap: Snapshot, share: str, instance_type: str, count: int) 
     if room >= count and (cap is None or usage + count <= cap):
         if usage + count <= limit:
             return True
-        slack = ledger.capacity - ledger.pressure - snap.protected_idle(ledger)
+        slack = ledger.capacity - ledger.pressure - snap.protected_idle(ledger, now)
         if slack >= usage + count - max(usage, limit):
             return True
     # a victim may free more than its share's excess, so any excess makes reclaim worth a look

@@ -36,7 +36,7 @@ def victim_key(job: Job) -> tuple[int, float, float, int]:
 class ShareQueue:
     """The RUNNABLE and running jobs of one share, indexed for the cycle."""
 
-    __slots__ = ("buckets", "counts", "runnable", "running", "starving", "wanting")
+    __slots__ = ("buckets", "counts", "runnable", "running", "sizes", "starving")
 
     def __init__(self) -> None:
         self.runnable: SortedList = SortedList()
@@ -44,8 +44,9 @@ class ShareQueue:
         """(instance type, count) → keys of RUNNABLE jobs with that entry."""
         self.counts: defaultdict[str, set[int]] = defaultdict(set)
         """instance type → the counts its buckets ask for."""
-        self.wanting: defaultdict[str, int] = defaultdict(int)
-        """instance type → RUNNABLE jobs asking for it (lender protection)."""
+        self.sizes: defaultdict[str, SortedList] = defaultdict(SortedList)
+        """instance type → the counts RUNNABLE jobs ask of it, one per job (lender protection
+        holds while the smallest fits under the share's limit)."""
         self.running: dict[str, SortedList] = {}
         """instance type → victim keys of jobs holding it that may be preempted."""
         self.starving: dict[str, SortedList] = {}
@@ -60,20 +61,20 @@ class ShareQueue:
                 bucket = self.buckets[(entry.instance_type, entry.count)] = SortedList()
                 self.counts[entry.instance_type].add(entry.count)
             bucket.add(key)
-            self.wanting[entry.instance_type] += 1
+            self.sizes[entry.instance_type].add(entry.count)
         if job.starving:
             self.add_starving(job)
 
     def remove_runnable(self, job: Job) -> list[str]:
-        """Drop a job from the RUNNABLE indexes; returns the types nobody in the share asks for now."""
+        """Drop a job from the RUNNABLE indexes; returns the types it asked for (the share may
+        stop protecting them)."""
         key = job.key
         self.runnable.remove(key)
         released = []
         for entry in job.entries:
             self.buckets[(entry.instance_type, entry.count)].remove(key)
-            self.wanting[entry.instance_type] -= 1
-            if self.wanting[entry.instance_type] == 0:
-                released.append(entry.instance_type)
+            self.sizes[entry.instance_type].remove(entry.count)
+            released.append(entry.instance_type)
         if job.starving:
             self.remove_starving(job)
         return released
@@ -85,6 +86,11 @@ class ShareQueue:
     def remove_starving(self, job: Job) -> None:
         for entry in job.entries:
             self.starving[entry.instance_type].remove(job.key)
+
+    def smallest(self, instance_type: str) -> int | None:
+        """The smallest count a RUNNABLE job of the share asks of the type, if any asks."""
+        sizes = self.sizes.get(instance_type)
+        return sizes[0] if sizes else None
 
     def held_back(self, key: JobKey, instance_type: str) -> bool:
         """Whether a starving job ahead of ``key`` reserves ``instance_type`` (quota-model.md 8)."""

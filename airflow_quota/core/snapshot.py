@@ -112,15 +112,62 @@ class Snapshot:
 
     # -- the placement check -------------------------------------------------------------
 
-    def protected_idle(self, ledger: TypeLedger, usage: dict[str, int] | None = None) -> int:
-        """Idle capacity of lenders that protect it for their own RUNNABLE jobs (lender
-        protection, and a starving job's reservation, which always asks for the type)."""
+    def protected_idle(self, ledger: TypeLedger, now: float, usage: dict[str, int] | None = None) -> int:
+        """Idle capacity of lenders that protect it (``protects``), with ``usage`` per share
+        where given (a placement being checked), else as it is."""
         total = 0
         for share, limit in ledger.limits.items():
-            if ledger.lends.get(share, True) and self.queues[share].wanting[ledger.name] > 0:
-                used = usage.get(share, ledger.usage_of(share)) if usage else ledger.usage_of(share)
-                total += max(0, limit - used)
+            if not ledger.lends.get(share, True):
+                continue
+            used = usage.get(share, ledger.usage_of(share)) if usage else ledger.usage_of(share)
+            if used < limit and self.protects(share, ledger, used, now):
+                total += limit - used
         return total
+
+    def protects(self, share: str, ledger: TypeLedger, usage: int, now: float) -> bool:
+        """Lender protection (quota-model.md 4, step 3, v2): a share lends none of its idle
+        capacity of the type while one of its RUNNABLE jobs has an entry on it that fits under
+        its limit at ``usage`` and is not waiting for a plan window or provider capacity (that
+        job is about to reclaim), or while a starving job of the share reserves the type.
+        Jobs that must borrow the type themselves protect nothing."""
+        queue = self.queues[share]
+        name = ledger.name
+        reserved = queue.starving.get(name)
+        if reserved:
+            return True
+        headroom = ledger.limit_of(share) - usage
+        smallest = queue.smallest(name)
+        if smallest is None or smallest > headroom:
+            return False
+        if not self._source_may_wait(ledger, now):
+            return True
+        for count in sorted(c for c in queue.counts[name] if c <= headroom):
+            for key in queue.buckets[(name, count)]:
+                entry = self.jobs[key[2]].entry_on(name)
+                if self.source_block(entry, now) is None:
+                    return True
+        return False
+
+    def borrowed_by(self, share: str, entry: Entry) -> int:
+        """How many of the entry's own instances would be above the share's limit once placed,
+        ``max(0, min(n, U_s(T) + n − L_s(T)))`` (quota-model.md 4, step 3): never more than n."""
+        ledger = self.types[entry.instance_type]
+        over = ledger.usage_of(share) + entry.count - ledger.limit_of(share)
+        return max(0, min(entry.count, over))
+
+    def _source_may_wait(self, ledger: TypeLedger, now: float) -> bool:
+        """Whether some entry on the type could be waiting for its source (a plan, the
+        provider, a back-off), so that lender protection must look at each entry."""
+        if ledger.available is not None or self.backoff_until.get((ledger.name, None), -1.0) > now:
+            return True
+        return any(plan.instance_type == ledger.name for plan in self.plans.values())
+
+    def protection_changed(self, share: str, ledger: TypeLedger, before: int, after: int) -> bool:
+        """Whether the share's usage moving from ``before`` to ``after`` can end its lender
+        protection of the type (its smallest waiting job no longer fits)."""
+        smallest = self.queues[share].smallest(ledger.name)
+        limit = ledger.limit_of(share)
+        return smallest is not None and smallest <= limit - before and smallest > limit - after
 
     def check(self, job: Job, entry: Entry, mode: Mode, now: float, victims: Iterable[Job] = ()) -> Block | None:
         """Why ``entry`` cannot be placed for ``job`` now (after removing ``victims``), or None."""
@@ -158,8 +205,8 @@ class Snapshot:
         if before + delta > ledger.capacity and delta > 0:
             return Block.NOT_LENDABLE
         if mode is not Mode.WITHIN_QUOTA:
-            strict_before = before + self.protected_idle(ledger)
-            strict_after = before + delta + self.protected_idle(ledger, after_usage)
+            strict_before = before + self.protected_idle(ledger, now)
+            strict_after = before + delta + self.protected_idle(ledger, now, after_usage)
             if strict_after > ledger.capacity and strict_after > strict_before:
                 return Block.NOT_LENDABLE
         return self.source_block(entry, now, freed_plan, freed_on_demand)
@@ -186,19 +233,26 @@ class Snapshot:
         self.queues[job.share].add_runnable(job)
 
     def dequeue(self, job: Job) -> None:
-        """Take a job out of its share's queue; types its share stops protecting become lendable,
-        and a starving job's reservation is lifted."""
+        """Take a job out of its share's queue; types its share may stop protecting become
+        lendable, and a starving job's reservation is lifted."""
         if job.starving:
             self.improved |= job.instance_types
-        for name in self.queues[job.share].remove_runnable(job):
-            if self.types[name].limit_of(job.share):
+        queue = self.queues[job.share]
+        for name in queue.remove_runnable(job):
+            ledger = self.types[name]
+            headroom = ledger.limit_of(job.share) - ledger.usage_of(job.share)
+            smallest = queue.smallest(name)
+            if job.entry_on(name).count <= headroom and (smallest is None or smallest > headroom):
                 self.improved.add(name)
 
     def take(self, job: Job, entry: Entry, now: float) -> None:
         """Count ``entry`` in the job's share usage and in its source."""
         ledger = self.types[entry.instance_type]
         self.meter.touch(ledger, now)
+        before = ledger.usage_of(job.share)
         ledger.change_usage(job.share, entry.count)
+        if ledger.lends.get(job.share, True) and self.protection_changed(job.share, ledger, before, before + entry.count):
+            self.improved.add(entry.instance_type)
         self.share_usage[job.share] += entry.count
         if entry.training_plan is not None:
             self.plans[entry.training_plan].used += entry.count
