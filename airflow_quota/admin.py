@@ -42,7 +42,12 @@ def add_commands(commands: Any) -> None:
     scheduler.add_argument("--state-dir", default=None, help="where local and fake attempts keep their state")
     scheduler.add_argument("--gpu-indices", default=None, help='JSON: {"instance type": [GPU indices]} for local')
     scheduler.add_argument("--region", default=None, help="AWS region of the SageMaker backend")
-    scheduler.add_argument("--cycle-seconds", type=float, default=1.0)
+    scheduler.add_argument(
+        "--cycle-seconds",
+        type=float,
+        default=float("inf"),
+        help="a cycle at least this often even when nothing happens (default: never; quota-model.md 4)",
+    )
     scheduler.add_argument("--poll-seconds", type=float, default=0.2)
     scheduler.add_argument("--lease-seconds", type=float, default=10.0, help="SQLite leader lease")
     scheduler.set_defaults(run=run_scheduler)

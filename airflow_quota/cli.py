@@ -1,7 +1,8 @@
 """The ``airflow-quota`` command line.
 
 Bad input prints every problem as ``path: message`` on standard error and exits with status 2,
-never with a traceback.
+never with a traceback. The problems of an input file come under the file's name, once:
+``FILE: message`` for the file as a whole, else a ``FILE:`` line and the problems indented.
 """
 
 from __future__ import annotations
@@ -27,26 +28,31 @@ EXIT_UNAVAILABLE = 1
 
 
 def _validate(args: argparse.Namespace) -> int:
-    from airflow_quota.core.config import load_config, read_yaml
-    from airflow_quota.core.summary import config_summary
+    from airflow_quota.core.config import QUOTA_SECTIONS, load_file
+    from airflow_quota.sim.scenario import SCENARIO_KEYS
 
     path = Path(args.file)
-    raw = read_yaml(path)
-    if isinstance(raw, dict) and "events" in raw and ("quota" in raw or "quota_file" in raw):
+    for text in load_file(path, f"{QUOTA_SECTIONS} or of {SCENARIO_KEYS}", lambda raw: _validated(raw, path)):
+        print(text)
+    return 0
+
+
+def _validated(raw: dict[str, Any], path: Path) -> list[str]:
+    """What ``validate`` prints of a valid scenario (it has events) or quota configuration."""
+    from airflow_quota.core.config import parse_config
+    from airflow_quota.core.summary import config_summary
+
+    if "events" in raw and ("quota" in raw or "quota_file" in raw):
         from airflow_quota.sim.scenario import parse_scenario
 
         scenario = parse_scenario(raw, path.parent)
-        print(f"{path}: a valid scenario with {len(scenario.events)} events")
-        print(config_summary(scenario.config))
-        return 0
-    config = load_config(path)
+        return [f"{path}: a valid scenario with {len(scenario.events)} events", config_summary(scenario.config)]
+    config = parse_config(raw)
     if config.alerts.notifiers:
         from airflow_quota.notifications.loader import check_notifiers
 
         check_notifiers(config)
-    print(f"{path}: valid")
-    print(config_summary(config))
-    return 0
+    return [f"{path}: valid", config_summary(config)]
 
 
 def _simulate(args: argparse.Namespace) -> int:
@@ -329,8 +335,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         code: int = args.run(args)
     except InvalidInput as exc:
-        for problem in exc.problems:
-            print(problem, file=sys.stderr)
+        for line in exc.lines():
+            print(line, file=sys.stderr)
         return EXIT_INVALID
     except Refused as exc:
         print(exc, file=sys.stderr)

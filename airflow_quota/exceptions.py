@@ -4,8 +4,9 @@
 
     QuotaError                      anything airflow-quota refuses
     ├── InvalidInput                input that breaks a rule: YAML, configuration, scenario, job fields.
-    │                               Carries every problem as (path, message); the CLI prints them
-    │                               as ``path: message`` lines and exits with status 2.
+    │                               Carries every problem as (path, message), and the file they are
+    │                               in when they come from one; the CLI prints them as ``path: message``
+    │                               lines, under the file's name, and exits with status 2.
     ├── Refused                     a well-formed request the quota state refuses now
     │   ├── SubmissionRejected      a submission (disabled share, a count no entry can ever get, ...)
     │   └── ChangeRefused           a priority change above the share's max_priority, a change to a
@@ -35,19 +36,41 @@ class QuotaError(Exception):
 
 
 class InvalidInput(QuotaError):
-    """Input that breaks one or more rules; every problem is kept, not only the first."""
+    """Input that breaks one or more rules; every problem is kept, not only the first.
 
-    def __init__(self, problems: Iterable[Problem]) -> None:
+    ``file`` is the file the problems are in (``path``, or ``path:line:column`` where YAML does
+    not parse), set by ``core.config.load_file``; it is shown once, ahead of the problems.
+    """
+
+    def __init__(self, problems: Iterable[Problem], file: str | None = None) -> None:
         self.problems = list(problems)
-        super().__init__("\n".join(str(p) for p in self.problems))
+        self.file = file
+        super().__init__("\n".join(self.lines()))
 
     @classmethod
     def single(cls, path: str, message: str) -> InvalidInput:
         return cls([Problem(path, message)])
 
-    def prefixed(self, prefix: str) -> InvalidInput:
-        """The same problems with their paths placed under ``prefix``."""
-        return InvalidInput(Problem(join_path(prefix, p.path), p.message) for p in self.problems)
+    def lines(self) -> list[str]:
+        """As printed: a ``path: message`` line per problem; in a file, ``FILE: message`` for a
+        problem of the whole file, else a ``FILE:`` line and the problems indented under it."""
+        shown = [str(p) for p in self.problems]
+        if self.file is None:
+            return shown
+        if len(self.problems) == 1 and not self.problems[0].path:
+            return [f"{self.file}: {self.problems[0].message}"]
+        return [f"{self.file}:", *(f"  {line}" for line in shown)]
+
+    def in_file(self, file: str) -> InvalidInput:
+        """The same problems, in ``file``; problems that already name their file keep it."""
+        return self if self.file is not None else InvalidInput(self.problems, file)
+
+    def under(self, path: str) -> list[Problem]:
+        """The problems as problems at ``path`` of another input (a scenario's ``quota_file``),
+        each naming the file it is in: ``quota_file: quota.yaml: shares[0].name: ...``."""
+        if self.file is None:
+            return [Problem(join_path(path, p.path), p.message) for p in self.problems]
+        return [Problem(path, f"{self.file}: {p}") for p in self.problems]
 
 
 class Refused(QuotaError):

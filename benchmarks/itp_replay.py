@@ -128,7 +128,19 @@ def what_if(mode: str) -> None:
         if item == "no-lender-protection":
             Snapshot.protected_idle = lambda self, ledger, now, usage=None: 0  # type: ignore[method-assign]
         elif item == "no-preemption":
-            phases.preemption = lambda *args, **kwargs: None
+            phases.preemption = lambda *args, **kwargs: False
+        elif item == "no-share-hold":
+            Snapshot.holds_share = False
+        elif item == "no-borrowing-hold":
+            Snapshot.holds_borrowing = False
+        elif item == "share-hold":
+            Snapshot.holds_share = True
+        elif item == "borrowing-hold":
+            Snapshot.holds_borrowing = True
+        elif item == "starving-preempts":
+            Snapshot.starving_preempts = True
+        elif item == "no-starving-preempts":
+            Snapshot.starving_preempts = False
         else:
             raise SystemExit(f"unknown --what-if {item!r}")
 

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
-from datetime import datetime, timezone
+from collections.abc import Callable, Mapping
+from datetime import date, datetime, timezone
 from enum import Enum
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypeVar
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
@@ -294,7 +294,7 @@ def parse_config(raw: Any, prefix: str = "") -> QuotaConfig:
     the problems of the others nor the rules that span them (checked on the parts that are valid).
     """
     if not isinstance(raw, Mapping):
-        raise InvalidInput.single(prefix, "a quota configuration must be a mapping")
+        raise not_a_mapping(raw, QUOTA_SECTIONS, prefix)
     problems: list[Problem] = []
     parts: dict[str, Any] = {}
     for key in raw:
@@ -353,13 +353,36 @@ def _placeholder() -> dict[str, Any]:
 
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
+QUOTA_SECTIONS = "quota sections (pool, shares, instance_types, alerts)"
+"""What the top level of a quota file (or a scenario's ``quota``) maps: see ``not_a_mapping``."""
+
+T = TypeVar("T")
+
+
+def load_file(path: Path, of: str, parse: Callable[[dict[str, Any]], T]) -> T:
+    """Read the YAML (or JSON) file at ``path``, whose top level must be a mapping of ``of``,
+    and ``parse`` it: the one way every input file is loaded. Every problem, with reading the
+    file, its YAML, its top level or anything ``parse`` refuses, raises InvalidInput naming
+    the file once, ahead of the problems (``InvalidInput.file``)."""
+    try:
+        raw = read_yaml(path)
+        if raw is None:
+            raise InvalidInput.single("", "the file is empty")
+        if not isinstance(raw, dict):
+            raise not_a_mapping(raw, of)
+        return parse(raw)
+    except InvalidInput as exc:
+        raise exc.in_file(str(path)) from None
+
 
 def read_yaml(path: Path) -> Any:
-    """Parse a YAML file; a parse error becomes InvalidInput naming the file, line and column."""
+    """Parse a YAML file; a file that cannot be read, or whose YAML does not parse, raises
+    InvalidInput in the file (with the line and column of a parse error). Input files are
+    loaded with ``load_file``, which checks the top level too."""
     try:
         text = path.read_text()
     except OSError as exc:
-        raise InvalidInput.single(str(path), f"cannot read the file: {exc.strerror}") from None
+        raise InvalidInput([Problem("", f"cannot read the file: {exc.strerror}")], str(path)) from None
     if text.lstrip().startswith("{"):
         try:
             return json.loads(text)  # JSON is YAML too, and generated workloads load much faster
@@ -371,9 +394,35 @@ def read_yaml(path: Path) -> Any:
         mark = getattr(exc, "problem_mark", None)
         where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else str(path)
         problem = getattr(exc, "problem", None) or "not valid YAML"
-        raise InvalidInput.single(where, f"not valid YAML: {problem}") from None
+        raise InvalidInput([Problem("", f"not valid YAML: {problem}")], where) from None
+
+
+def not_a_mapping(value: Any, of: str, path: str = "") -> InvalidInput:
+    """The refusal of ``value`` where a mapping of ``of`` belongs: at ``path``, or at the top
+    level of a file (no path)."""
+    subject = "must" if path else "the top level must"
+    return InvalidInput.single(path, f"{subject} be a mapping of {of}, got {_kind(value)}")
+
+
+def _kind(value: Any) -> str:
+    """What a YAML value is, in the words of a message: ``a list``, ``a string``, ..."""
+    if value is None:
+        return "nothing (null)"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "a list"
+    if isinstance(value, Mapping):
+        return "a mapping"
+    if isinstance(value, date):
+        return "a date"
+    return f"a {type(value).__name__}"
 
 
 def load_config(path: Path) -> QuotaConfig:
-    """Read and validate a quota.yaml."""
-    return parse_config(read_yaml(path))
+    """Read and validate a quota.yaml; every problem names the file (see ``load_file``)."""
+    return load_file(path, QUOTA_SECTIONS, parse_config)

@@ -210,6 +210,8 @@ class QuotaScheduler(Lifecycle):
         2. within quota, share by share (lowest usage/limit first), each job in order;
         3. borrowing, across LEND_AND_BORROW shares in FIFO order of first submission;
         4. preemption: reclaim lent capacity, then in-share by priority;
+        4b. leftovers: if step 4 preempted, steps 2 and 3 once more (victims included), so
+           capacity freed beyond the preemptors' need does not idle until the next event;
         5. CPU-only lists with no provider capacity fail at once (CAPACITY_ERROR);
         6. a guarantee that stays unmet for two cycles raises GUARANTEE_VIOLATED.
 
@@ -234,7 +236,13 @@ class QuotaScheduler(Lifecycle):
         phases.borrowing(self, now, improved, dirty, capacity_waits)
         improved |= snap.improved | snap.new_victims
         snap.new_victims = set()
-        phases.preemption(self, now, improved, dirty)
+        if phases.preemption(self, now, improved, dirty):
+            # 4b, leftovers: what the victims freed beyond their preemptors' need is used now
+            improved |= snap.improved
+            leftovers = phases.group_by_share(snap, {s for s in self._dirty_jobs if self.queued(snap.jobs[s])})
+            phases.within_quota(self, now, improved, leftovers, capacity_waits)
+            improved |= snap.improved
+            phases.borrowing(self, now, improved, leftovers, capacity_waits)
         phases.fail_fast(self, now, capacity_waits)
         improved |= snap.improved
         for seq in dirty_seqs:

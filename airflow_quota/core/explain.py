@@ -98,4 +98,6 @@ def event_record(decision: Decision) -> dict[str, Any]:
         record.update(type="ALERT", kind=decision.kind.value, reason=decision.reason, position=decision.position)
         if decision.age_seconds is not None:
             record["age_seconds"] = number(decision.age_seconds)
+        if decision.overtaken_by is not None:
+            record["overtaken_by"] = decision.overtaken_by
     return record

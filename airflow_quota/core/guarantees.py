@@ -35,7 +35,7 @@ class GuaranteeWatch:
                 for count in queue.counts[instance_type]:
                     if count <= headroom:
                         for key in queue.buckets[(instance_type, count)]:
-                            if queue.held_back(key, instance_type):
+                            if snap.holds_share and queue.held_back(key, instance_type):
                                 break  # so are all the jobs behind it
                             suspects.setdefault(key[2], (instance_type, count))
         still: dict[int, tuple[str, int, int]] = {}
@@ -61,7 +61,7 @@ class GuaranteeWatch:
         protected): the reasons a job under its limit may wait."""
         entry = next(e for e in job.entries if e.instance_type == instance_type)
         block = snap.check(job, entry, Mode.WITHIN_QUOTA, now)
-        if block in (*SOURCE_BLOCKS, Block.HELD_FOR_STARVING):
+        if block in (*SOURCE_BLOCKS, Block.HELD_FOR_STARVING, Block.BORROWING_HELD):
             return True
         ledger = snap.types[instance_type]
         if ledger.draining > 0:

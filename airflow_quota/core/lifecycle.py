@@ -89,8 +89,10 @@ class Lifecycle:
                 due = job.runnable_since + snap.shares[job.share].starvation_after_seconds
                 if due > now:
                     self.timer(due, STARVE, payload)  # the threshold was raised meanwhile
-                else:
+                elif snap.overtakes.overtaken(job) > 0:
                     self.start_starving(job, now)
+                else:
+                    snap.overtakes.watch(job)  # queueing, not starving, until someone overtakes it
 
     # -- state changes -------------------------------------------------------------------
 
@@ -115,6 +117,7 @@ class Lifecycle:
             self.timer(job.pending_deadline, DEADLINE, (job.seq, now))
         self.timer(now + snap.shares[job.share].starvation_after_seconds, STARVE, (job.seq, now))
         snap.enqueue(job)
+        snap.overtakes.became_runnable(job)
         self._dirty_jobs.add(job.seq)
 
     def place(self, job: Job, entry: Entry, borrowed: int, now: float, why: str) -> None:
@@ -123,6 +126,7 @@ class Lifecycle:
         job.starving = False
         snap.take(job, entry, now)
         job.placement = Placement(entry, borrowed, now)
+        self.overtake(job, entry, borrowed, now)
         self.start_held(job, now, why)
 
     def start_held(self, job: Job, now: float, why: str = "its victims have stopped") -> None:
@@ -196,6 +200,7 @@ class Lifecycle:
         snap.dequeue(job)
         snap.take(job, entry, now)
         job.placement = Placement(entry, borrowed, now, waiting)
+        self.overtake(job, entry, borrowed, now)
         job.placement.draining = max(0, stopping - entry.count)
         ledger.draining += job.placement.draining
 
@@ -233,21 +238,42 @@ class Lifecycle:
         self.snapshot.final_jobs_forget(job)
         self.emit(Failed(now, job.name, job.share, reason, detail))
 
+    def overtake(self, job: Job, entry: Entry, borrowed: int, now: float) -> None:
+        """``job`` was just given ``entry``: the watched jobs it overtakes start starving now,
+        in the middle of the cycle, so their reservations apply to the rest of it."""
+        snap = self.snapshot
+        for seq in snap.overtakes.placed(job, entry.instance_type, borrowed > 0):
+            other = snap.jobs[seq]
+            if self.queued(other) and not other.starving:
+                self.start_starving(other, now)
+
     def start_starving(self, job: Job, now: float) -> None:
+        """Past its threshold and overtaken (quota-model.md 8): the alert, and a reservation
+        when it is the first starving job of its share."""
         snap = self.snapshot
         queue = snap.queues[job.share]
         job.starving = True
         queue.add_starving(job)
         age = now - job.runnable_since
         if AlertKind.STARVING not in job.alerts:
-            self.alert(job, AlertKind.STARVING, f"RUNNABLE for {age:g} s", now, age)
+            overtaken = snap.overtakes.overtaken(job)
+            reason = f"RUNNABLE for {age:g} s, overtaken by {overtaken} later placement{'s' * (overtaken != 1)}"
+            self.alert(job, AlertKind.STARVING, reason, now, age, overtaken)
 
-    def alert(self, job: Job, kind: AlertKind, reason: str, now: float, age: float | None = None) -> None:
+    def alert(
+        self,
+        job: Job,
+        kind: AlertKind,
+        reason: str,
+        now: float,
+        age: float | None = None,
+        overtaken: int | None = None,
+    ) -> None:
         """Raise an alert (once per job and kind) with the job's position in its share."""
         job.alerts.add(kind)
         queue = self.snapshot.queues[job.share]
         position = queue.position(job.key) if self.queued(job) else None
-        self.emit(Alert(now, job.name, job.share, kind, reason, position, age))
+        self.emit(Alert(now, job.name, job.share, kind, reason, position, age, overtaken))
 
     def emit(self, decision: Decision) -> None:
         self._out.append(decision)

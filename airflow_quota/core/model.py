@@ -286,3 +286,5 @@ class Alert(Decision):
     reason: str
     position: int | None
     age_seconds: float | None = None
+    overtaken_by: int | None = None
+    """STARVING: how many placements of later jobs overtook it (quota-model.md 8)."""

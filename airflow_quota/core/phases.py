@@ -91,7 +91,7 @@ def _within_quota_of(life: Lifecycle, name: str, now: float, improved: set[str],
             add_type(instance_type, position)
 
     def keep(tag: Any, key: JobKey) -> bool:
-        return tag[1] <= bound(tag[0]) and not queue.held_back(key, tag[0])
+        return tag[1] <= bound(tag[0]) and not (snap.holds_share and queue.held_back(key, tag[0]))
 
     for instance_type in improved & queue.counts.keys():
         add_type(instance_type)
@@ -196,21 +196,31 @@ def _try_place(life: Lifecycle, job: Job, mode: Mode, now: float, waits: set[int
     return False
 
 
-def preemption(life: Lifecycle, now: float, improved: set[str], dirty: Dirty) -> None:
+def preemption(life: Lifecycle, now: float, improved: set[str], dirty: Dirty) -> bool:
     """Step 4: jobs still RUNNABLE at its start (not those preempted in it), visited as in
     step 2, try their entries in list order; the first entry for which a victim set exists
-    wins. Capacity a preemption frees beyond its need is seen by the jobs visited after it."""
+    wins. Capacity a preemption frees beyond its need is seen by the jobs visited after it.
+    True when anything was preempted (step 4b then runs)."""
     snap = life.snapshot
     preempted: set[int] = set()
+    victims = 0
+    if snap.starving_preempts:
+        for name, queue in snap.queues.items():  # a holder may preempt whatever its bucket says
+            key = queue.holder()
+            if key is not None and key not in dirty.setdefault(name, SortedList()):
+                dirty[name].add(key)
     for name in share_order(snap, list(snap.queues)):
         if name in dirty or not improved.isdisjoint(snap.queues[name].counts):
-            _preemption_of(life, name, now, improved, dirty, preempted)
+            victims += _preemption_of(life, name, now, improved, dirty, preempted)
+    return victims > 0
 
 
 def _preemption_of(
     life: Lifecycle, name: str, now: float, improved: set[str], dirty: Dirty, preempted: set[int]
-) -> None:
+) -> int:
+    """Step 4 for one share's queue; returns how many victims it preempted."""
     snap = life.snapshot
+    made = 0
     queue = snap.queues[name]
     streams = MergedStreams(_identity)
     streams.seen = preempted
@@ -241,20 +251,24 @@ def _preemption_of(
             if victims is None:
                 continue
             preempted.update(v.seq for v, _ in victims)
+            made += len(victims)
             life.preempt(job, entry, victims, now)
             improved |= snap.improved | snap.new_victims
             for instance_type in snap.improved & queue.counts.keys():
                 add_type(instance_type, key)  # buckets passed over before may fit now
             break
+    return made
 
 
 def may_preempt(snap: Snapshot, share: str, instance_type: str, count: int, job: Job | None, now: float) -> bool:
     """A necessary condition for a job of ``share`` asking ``count`` of the type to start in
     step 4. It fails for every job after a job it fails for in the same bucket (they have
     no higher priority and are behind the same starving jobs), so a bucket can be dropped."""
-    if job is not None and snap.queues[share].held_back(job.key, instance_type):
+    if job is not None and snap.holds_share and snap.queues[share].held_back(job.key, instance_type):
         return False
     if room_or_reclaim(snap, share, instance_type, count, now):
+        return True
+    if job is not None and snap.starving_preempts and snap.is_holder(job) and snap.types[instance_type].borrowed_total:
         return True
     running = snap.queues[share].running.get(instance_type)
     return (

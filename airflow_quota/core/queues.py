@@ -36,7 +36,7 @@ def victim_key(job: Job) -> tuple[int, float, float, int]:
 class ShareQueue:
     """The RUNNABLE and running jobs of one share, indexed for the cycle."""
 
-    __slots__ = ("buckets", "counts", "runnable", "running", "sizes", "starving")
+    __slots__ = ("buckets", "counts", "runnable", "running", "sizes", "starving", "starving_types")
 
     def __init__(self) -> None:
         self.runnable: SortedList = SortedList()
@@ -49,8 +49,9 @@ class ShareQueue:
         holds while the smallest fits under the share's limit)."""
         self.running: dict[str, SortedList] = {}
         """instance type → victim keys of jobs holding it that may be preempted."""
-        self.starving: dict[str, SortedList] = {}
-        """instance type → keys of starving RUNNABLE jobs asking for it (reservations)."""
+        self.starving: SortedList = SortedList()
+        """Keys of the share's starving RUNNABLE jobs; the first holds the share's reservation."""
+        self.starving_types: dict[JobKey, frozenset[str]] = {}
 
     def add_runnable(self, job: Job) -> None:
         key = job.key
@@ -79,23 +80,31 @@ class ShareQueue:
             self.remove_starving(job)
         return released
 
-    def add_starving(self, job: Job) -> None:
-        for entry in job.entries:
-            self.starving.setdefault(entry.instance_type, SortedList()).add(job.key)
-
-    def remove_starving(self, job: Job) -> None:
-        for entry in job.entries:
-            self.starving[entry.instance_type].remove(job.key)
-
     def smallest(self, instance_type: str) -> int | None:
         """The smallest count a RUNNABLE job of the share asks of the type, if any asks."""
         sizes = self.sizes.get(instance_type)
         return sizes[0] if sizes else None
 
+    def add_starving(self, job: Job) -> None:
+        self.starving.add(job.key)
+        self.starving_types[job.key] = job.instance_types
+
+    def remove_starving(self, job: Job) -> None:
+        self.starving.remove(job.key)
+        del self.starving_types[job.key]
+
+    def holder(self) -> JobKey | None:
+        """The key of the job holding the share's reservation: its first starving job in queue
+        order (quota-model.md 8: at most one reservation per share)."""
+        return self.starving[0] if self.starving else None
+
+    def reserves(self, instance_type: str) -> bool:
+        """Whether the share's reservation asks for the type (its share lends none of it)."""
+        return bool(self.starving) and instance_type in self.starving_types[self.starving[0]]
+
     def held_back(self, key: JobKey, instance_type: str) -> bool:
-        """Whether a starving job ahead of ``key`` reserves ``instance_type`` (quota-model.md 8)."""
-        starving = self.starving.get(instance_type)
-        return starving is not None and len(starving) > 0 and starving[0] < key
+        """Whether the share's reservation, held by a job ahead of ``key``, covers the type."""
+        return bool(self.starving) and self.starving[0] < key and self.reserves(instance_type)
 
     def add_running(self, job: Job, instance_type: str) -> None:
         self.running.setdefault(instance_type, SortedList()).add(victim_key(job))

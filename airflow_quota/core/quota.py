@@ -28,6 +28,7 @@ class Block(str, Enum):
     PLAN_FULL = "training plan fully used"
     NO_PROVIDER_CAPACITY = "provider has no capacity"
     HELD_FOR_STARVING = "held for a starving job"
+    BORROWING_HELD = "borrowing held for a starving job of another share"
     BACKING_OFF = "entry backing off after a capacity error"
 
 

@@ -14,6 +14,7 @@ from airflow_quota.core.catalogue import InstanceTypeSpec
 from airflow_quota.core.config import QuotaConfig, Share, instant_seconds
 from airflow_quota.core.measures import Meter, charge
 from airflow_quota.core.model import Entry, Job, Placement
+from airflow_quota.core.overtaking import OvertakeLog
 from airflow_quota.core.queues import ShareQueue
 from airflow_quota.core.quota import Block, Plan, TypeLedger, holding_cap
 
@@ -48,6 +49,8 @@ class Snapshot:
     """The latest job of each name, live or not."""
     backoff_until: dict[tuple[str, str | None], float] = field(default_factory=dict)
     meter: Meter = field(default_factory=Meter)
+    overtakes: OvertakeLog = field(default_factory=OvertakeLog)
+    """Who overtook each RUNNABLE job (quota-model.md 8)."""
     share_usage: dict[str, int] = field(default_factory=dict)
     """Instances each share holds, all types together (for usage/limit ordering)."""
     share_limit: dict[str, int] = field(default_factory=dict)
@@ -57,6 +60,14 @@ class Snapshot:
     Only preemption (step 4) can gain from a placement; steps 2 and 3 cannot."""
     """Types on which something got easier since the last look: capacity freed, a limit or
     the pool changed, a lender stopped protecting, a victim became available."""
+
+    # what a starving job's reservation does (quota-model.md 8); see the README's model section
+    holds_share = True
+    """Jobs behind the holder in its share may not take a type of its list."""
+    holds_borrowing = True
+    """For an entry larger than the holder's share's limit, later borrowers are held pool-wide."""
+    starving_preempts = False
+    """The holder may preempt later jobs that hold capacity above their share's limit."""
 
     def __post_init__(self) -> None:
         self.load_config(self.config, 0.0)
@@ -132,8 +143,7 @@ class Snapshot:
         Jobs that must borrow the type themselves protect nothing."""
         queue = self.queues[share]
         name = ledger.name
-        reserved = queue.starving.get(name)
-        if reserved:
+        if self.holds_share and queue.reserves(name):
             return True
         headroom = ledger.limit_of(share) - usage
         smallest = queue.smallest(name)
@@ -147,6 +157,36 @@ class Snapshot:
                 if self.source_block(entry, now) is None:
                     return True
         return False
+
+    def borrowing_holder(self, instance_type: str) -> Job | None:
+        """The starving job that holds borrowing of the type pool-wide (quota-model.md 8): of
+        the shares' reservations with an entry on the type larger than their share's limit
+        (which only borrowing can serve), the earliest in borrowing order."""
+        best: Job | None = None
+        for name, queue in self.queues.items():
+            key = queue.holder()
+            if key is None or not self.shares[name].borrows:
+                continue
+            holder = self.jobs[key[2]]
+            if best is not None and holder.seq > best.seq:
+                continue
+            if instance_type in holder.instance_types:
+                if holder.entry_on(instance_type).count > self.types[instance_type].limit_of(name):
+                    best = holder
+        return best
+
+    def borrowing_held(self, instance_type: str, job: Job) -> bool:
+        """Whether a starving job earlier than ``job`` in borrowing order holds borrowing of
+        the type: then ``job`` may not place anything that borrows it. Jobs ahead of the
+        holder in its own share's order come before it in borrowing order too."""
+        holder = self.borrowing_holder(instance_type)
+        if holder is None or holder is job or holder.seq > job.seq:
+            return False
+        return not (holder.share == job.share and job.key < holder.key)
+
+    def is_holder(self, job: Job) -> bool:
+        """Whether ``job`` holds its share's reservation (quota-model.md 8)."""
+        return job.starving and self.queues[job.share].holder() == job.key
 
     def borrowed_by(self, share: str, entry: Entry) -> int:
         """How many of the entry's own instances would be above the share's limit once placed,
@@ -174,7 +214,7 @@ class Snapshot:
         name, n = entry.instance_type, entry.count
         ledger = self.types[name]
         share = self.shares[job.share]
-        if self.queues[job.share].held_back(job.key, name):
+        if self.holds_share and self.queues[job.share].held_back(job.key, name):
             return Block.HELD_FOR_STARVING
         removed: dict[str, int] = {}
         freed = freed_plan = freed_on_demand = 0
@@ -196,6 +236,8 @@ class Snapshot:
             cap = holding_cap(share, limit)
             if cap is not None and own + n > cap:
                 return Block.BORROW_LIMIT if share.borrows else Block.SHARE_LIMIT
+            if own + n > limit and self.holds_borrowing and self.borrowing_held(name, job):
+                return Block.BORROWING_HELD
         if ledger.used - freed + ledger.draining + n > ledger.capacity:
             return Block.POOL_FULL
         after_usage = {s: ledger.usage_of(s) - r for s, r in removed.items()}
@@ -237,6 +279,7 @@ class Snapshot:
         lendable, and a starving job's reservation is lifted."""
         if job.starving:
             self.improved |= job.instance_types
+        self.overtakes.forget(job)
         queue = self.queues[job.share]
         for name in queue.remove_runnable(job):
             ledger = self.types[name]
@@ -287,5 +330,6 @@ class Snapshot:
 
     def final_jobs_forget(self, job: Job) -> None:
         """A finished job frees its name for a new submission."""
+        self.overtakes.drop(job)
         if self.live_names.get(job.name) == job.seq:
             del self.live_names[job.name]

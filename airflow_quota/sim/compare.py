@@ -117,10 +117,7 @@ def resolve_policies(names: list[str], config: QuotaConfig) -> list[Policy]:
             if not path.suffix and not path.exists():
                 problems.append(f"{given!r} is not a policy ({', '.join(BUILTIN)}) nor a quota file")
                 continue
-            try:
-                other = load_config(path)
-            except InvalidInput as exc:
-                raise exc.prefixed(str(path)) from None
+            other = load_config(path)  # its problems name the file
             policy = Policy(path.stem, f"the quota configuration of {path}", other)
         if policy.name in seen:
             problems.append(f"{given!r}: a policy named {policy.name!r} is already compared")

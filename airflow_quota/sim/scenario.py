@@ -17,9 +17,11 @@ from airflow_quota.core.config import (
     ShareState,
     Strategy,
     TrainingPlan,
+    load_config,
+    load_file,
+    not_a_mapping,
     parse_config,
     pydantic_problems,
-    read_yaml,
 )
 from airflow_quota.core.model import JobRequest
 from airflow_quota.exceptions import InvalidInput, Problem
@@ -133,15 +135,21 @@ class LoadedScenario(_Model):
     events: list[Event]
 
 
+SCENARIO_KEYS = "scenario keys (quota or quota_file, events, start, provider, expect)"
+"""What the top level of a scenario file maps: see ``core.config.not_a_mapping``."""
+
+
 def load_scenario(path: Path) -> LoadedScenario:
-    """Read, validate and resolve a scenario file; InvalidInput lists every problem."""
-    return parse_scenario(read_yaml(path), path.parent)
+    """Read, validate and resolve a scenario file; InvalidInput names the file and lists every
+    problem."""
+    return load_file(path, SCENARIO_KEYS, lambda raw: parse_scenario(raw, path.parent))
 
 
 def parse_scenario(raw: Any, base: Path) -> LoadedScenario:
-    """Validate a scenario; every problem of every part is reported, not only the first."""
+    """Validate a scenario; every problem of every part is reported, not only the first. The
+    problems of a ``quota_file`` are reported at ``quota_file``, each naming that file."""
     if not isinstance(raw, Mapping):
-        raise InvalidInput.single("", "a scenario must be a mapping with quota and events")
+        raise not_a_mapping(raw, SCENARIO_KEYS)
     problems: list[Problem] = [Problem(str(k), "unknown key") for k in raw if k not in Scenario.model_fields]
     header = {k: raw[k] for k in ("start", "provider", "quota_file") if k in raw}
     try:
@@ -152,14 +160,16 @@ def parse_scenario(raw: Any, base: Path) -> LoadedScenario:
     config: QuotaConfig | None = None
     if ("quota" in raw) == ("quota_file" in raw):
         problems.append(Problem("quota", "give exactly one of quota (inline) or quota_file"))
-    else:
+    elif "quota" in raw:
         try:
-            if "quota" in raw:
-                config = parse_config(raw["quota"], "quota")
-            else:
-                config = parse_config(read_yaml(base / str(raw["quota_file"])), "quota_file")
+            config = parse_config(raw["quota"], "quota")
         except InvalidInput as exc:
             problems.extend(exc.problems)
+    else:
+        try:
+            config = load_config(base / str(raw["quota_file"]))
+        except InvalidInput as exc:
+            problems.extend(exc.under("quota_file"))
     events: list[tuple[int, Event]] = []
     raw_events = raw.get("events", [])
     if not isinstance(raw_events, list):

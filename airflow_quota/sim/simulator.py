@@ -1,8 +1,10 @@
 """The discrete-event simulator of simulate.md: a SimPy-style heap of timed happenings driving
 the same ``QuotaScheduler`` the service runs, on a simulated clock.
 
-At each time t: first jobs that finish or fail at t release their capacity, then the scenario's
-events at t apply in file order, then exactly one scheduling cycle runs.
+At each time t when something happens: first jobs that finish or fail at t release their
+capacity, then the scenario's events at t apply in file order, then exactly one scheduling cycle
+runs. A time when nothing happens (only a stale finish of a preempted attempt, a timer made
+moot) gets no cycle.
 """
 
 from __future__ import annotations
@@ -67,6 +69,7 @@ class Simulator:
         now = 0.0
         scheduler = self.scheduler
         while True:
+            self._drop_stale()
             candidates = []
             if next_event < len(events):
                 candidates.append(events[next_event].at)
@@ -101,6 +104,21 @@ class Simulator:
         self._order += 1
         heapq.heappush(self._happenings, (at, what, self._order, job.seq, attempt))
 
+    def _stale(self, what: int, seq: int, attempt: int) -> bool:
+        """A happening of an attempt that was preempted or cancelled: nothing happens then."""
+        job = self.scheduler.snapshot.jobs[seq]
+        return what != _STOPPED and (job.attempts != attempt or not job.state.holds_capacity or job.stopping)
+
+    def _drop_stale(self) -> None:
+        """Forget stale happenings at the head of the heap, so that no cycle runs at a time
+        when nothing happens (quota-model.md 4: a finish the attempt would have had is not
+        something that happens)."""
+        while self._happenings:
+            _, what, _, seq, attempt = self._happenings[0]
+            if not self._stale(what, seq, attempt):
+                break
+            heapq.heappop(self._happenings)
+
     def _play_backend(self, now: float) -> None:
         """What the simulated training does at ``now``: starts, finishes, failures, stops."""
         scheduler = self.scheduler
@@ -110,8 +128,8 @@ class Simulator:
             if what == _STOPPED:
                 self._record(scheduler.victim_stopped(job, now))
                 continue
-            if job.attempts != attempt or not job.state.holds_capacity or job.stopping:
-                continue  # a stale happening of an attempt that was preempted or cancelled
+            if self._stale(what, seq, attempt):
+                continue
             if what == _RUNNING:
                 scheduler.job_running(job, now)
                 self._schedule_end(job, now)

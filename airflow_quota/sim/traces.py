@@ -39,9 +39,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from airflow_quota.core.config import NAME_PATTERN, QuotaConfig, read_yaml
+from airflow_quota.core.config import NAME_PATTERN, QuotaConfig, load_file
 from airflow_quota.core.model import PreferenceEntry
-from airflow_quota.exceptions import InvalidInput, Problem
+from airflow_quota.exceptions import InvalidInput, Problem, join_path
 from airflow_quota.sim.scenario import EPOCH, Event, LoadedScenario, ProviderState, SimJob
 
 FORMATS = ("itp", "csv")
@@ -124,32 +124,34 @@ def parse_spec(spec: str) -> tuple[str, Path]:
 
 
 def parse_columns(text: str) -> ColumnMap:
-    """A column mapping: ``field=column,...`` or ``@file.yaml``; every problem reported at once."""
-    where = "--columns"
-    raw: Any
+    """A column mapping: ``field=column,...`` or ``@file.yaml``; every problem reported at once
+    (those of a file in that file)."""
     if text.startswith("@"):
-        path = Path(text[1:])
-        where = str(path)
-        raw = read_yaml(path)
-        if not isinstance(raw, Mapping):
-            raise InvalidInput.single(where, "a column mapping must be a mapping of field: column")
-    else:
-        raw = {}
-        for part in filter(None, (p.strip() for p in text.split(","))):
-            field, sep, column = part.partition("=")
-            if not sep or not field.strip() or not column.strip():
-                raise InvalidInput.single(where, f"{part!r} must be field=column (e.g. gpus=num_gpu)")
-            raw[field.strip()] = column.strip()
+        return load_file(Path(text[1:]), "trace fields to column names (field: column)", lambda raw: _column_map(raw))
+    raw = {}
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        field, sep, column = part.partition("=")
+        if not sep or not field.strip() or not column.strip():
+            raise InvalidInput.single("--columns", f"{part!r} must be field=column (e.g. gpus=num_gpu)")
+        raw[field.strip()] = column.strip()
+    return _column_map(raw, "--columns")
+
+
+def _column_map(raw: Mapping[str, Any], where: str = "") -> ColumnMap:
     known = (*REQUIRED_FIELDS, *OPTIONAL_FIELDS)
     problems = [
-        Problem(f"{where}.{k}", f"unknown field; the fields are {', '.join(known)}") for k in raw if k not in known
+        Problem(join_path(where, str(k)), f"unknown field; the fields are {', '.join(known)}")
+        for k in raw
+        if k not in known
     ]
     problems += [
-        Problem(f"{where}.{k}", "required field is missing (the column that holds it)")
+        Problem(join_path(where, k), "required field is missing (the column that holds it)")
         for k in REQUIRED_FIELDS
         if k not in raw
     ]
-    problems += [Problem(f"{where}.{k}", "must be a column name") for k, v in raw.items() if not isinstance(v, str)]
+    problems += [
+        Problem(join_path(where, str(k)), "must be a column name") for k, v in raw.items() if not isinstance(v, str)
+    ]
     if problems:
         raise InvalidInput(problems)
     return ColumnMap(**{k: v for k, v in raw.items()})
