@@ -14,9 +14,9 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
-from airflow_quota.core.config import pydantic_problems, read_yaml
+from airflow_quota.core.config import QUOTA_SECTIONS, load_file, not_a_mapping, pydantic_problems
 from airflow_quota.core.model import JobRequest
-from airflow_quota.exceptions import InvalidInput, Problem
+from airflow_quota.exceptions import InvalidInput
 from airflow_quota.store.settings import airflow_home, database_url, redacted
 
 if TYPE_CHECKING:  # the store (SQLAlchemy, alembic) loads only for the commands that use it
@@ -123,7 +123,7 @@ def db_migrate(args: argparse.Namespace) -> int:
 
 def apply_config(args: argparse.Namespace) -> int:
     store = _store(args)
-    version = store.apply_config(read_yaml(Path(args.file)), source=str(args.file))
+    version = load_file(Path(args.file), QUOTA_SECTIONS, lambda raw: store.apply_config(raw, source=str(args.file)))
     print(f"{args.file}: stored as configuration version {version}; it takes effect at the next cycle")
     return 0
 
@@ -361,18 +361,9 @@ JOB_FILE_KEYS = {"backend", "training", "client_token", "dag_id", "task_id", "ru
 
 
 def submit_job(args: argparse.Namespace) -> int:
-    raw = read_yaml(Path(args.file))
-    if not isinstance(raw, dict):
-        raise InvalidInput.single(str(args.file), "a job file is a mapping of job fields")
-    fields = {k: v for k, v in raw.items() if k not in JOB_FILE_KEYS}
-    try:
-        request = JobRequest.model_validate(fields)
-    except ValidationError as exc:
-        raise InvalidInput(pydantic_problems(exc)) from None
+    request, raw = load_file(Path(args.file), "job fields", _job_file)
     backend = raw.get("backend", "local")
     training = raw.get("training") or {}
-    if not isinstance(training, dict):
-        raise InvalidInput([Problem("training", "must be a mapping")])
     job = _store(args).submit(
         request, backend, training, raw.get("client_token"), raw.get("dag_id"), raw.get("task_id"), raw.get("run_id")
     )
@@ -381,6 +372,18 @@ def submit_job(args: argparse.Namespace) -> int:
     else:
         print(f"submitted job {job.id} ({job.name}) to share {job.share}")
     return 0
+
+
+def _job_file(raw: dict[str, Any]) -> tuple[JobRequest, dict[str, Any]]:
+    """A job file's submission, and the file (for its other keys, ``JOB_FILE_KEYS``)."""
+    try:
+        request = JobRequest.model_validate({k: v for k, v in raw.items() if k not in JOB_FILE_KEYS})
+    except ValidationError as exc:
+        raise InvalidInput(pydantic_problems(exc)) from None
+    training = raw.get("training") or {}
+    if not isinstance(training, dict):
+        raise not_a_mapping(training, "training settings", "training")
+    return request, raw
 
 
 def set_priority(args: argparse.Namespace) -> int:

@@ -44,15 +44,11 @@ CAPACITY = 1200
 INSTANCE_TYPE = "ml.p3.2xlarge"
 
 
-NO_RESERVATION = 31536000
-"""starvation_after_seconds of examples/itp-quota.yaml: one year, no starvation reservation."""
-
-
 def itp_quota(
-    trace_dir: Path = TRACE, capacity: int = CAPACITY, starvation_after_seconds: float | None = NO_RESERVATION
+    trace_dir: Path = TRACE, capacity: int = CAPACITY, starvation_after_seconds: float | None = None
 ) -> dict[str, Any]:
     """One LEND_AND_BORROW share per cluster, limits proportional to its GPU-hours; with
-    ``starvation_after_seconds`` None, the quota model's default threshold (3600 s)."""
+    ``starvation_after_seconds`` None (as examples/itp-quota.yaml), the model's default."""
     from airflow_quota.sim.traces import read_trace
 
     trace = read_trace(f"itp:{trace_dir}")
@@ -129,18 +125,6 @@ def what_if(mode: str) -> None:
             Snapshot.protected_idle = lambda self, ledger, now, usage=None: 0  # type: ignore[method-assign]
         elif item == "no-preemption":
             phases.preemption = lambda *args, **kwargs: False
-        elif item == "no-share-hold":
-            Snapshot.holds_share = False
-        elif item == "no-borrowing-hold":
-            Snapshot.holds_borrowing = False
-        elif item == "share-hold":
-            Snapshot.holds_share = True
-        elif item == "borrowing-hold":
-            Snapshot.holds_borrowing = True
-        elif item == "starving-preempts":
-            Snapshot.starving_preempts = True
-        elif item == "no-starving-preempts":
-            Snapshot.starving_preempts = False
         else:
             raise SystemExit(f"unknown --what-if {item!r}")
 

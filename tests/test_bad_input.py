@@ -3,20 +3,23 @@ quota-model.md 1 and 2).
 
 A malformed scenario or quota.yaml is refused as a whole: exit status 2, nothing on standard
 output, no traceback, and every problem on standard error as a ``path: message`` line whose
-path names the field in the file that breaks the rule.
+path names the field in the file that breaks the rule. The file itself is named once, first:
+``FILE: message`` for the file as a whole (cannot be read, not YAML, empty, not a mapping),
+else a ``FILE:`` line with the problems under it.
 """
 
 from __future__ import annotations
 
 import copy
 import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
-from tests.conftest import Run, cli
+from tests.conftest import ROOT, Run, cli
 
 G5 = "ml.g5.xlarge"
 P4D = "ml.p4d.24xlarge"
@@ -96,12 +99,15 @@ def problem_lines(stderr: str) -> list[tuple[str, str]]:
 
 
 def assert_refused(run: Run, expected: Expected, file: Path, *, stdout_empty: bool = True) -> None:
-    """Exit 2, no traceback, (optionally) empty stdout, and each expected problem reported."""
+    """Exit 2, no traceback, (optionally) empty stdout, the file named once at the start of
+    standard error, and each expected problem reported."""
     shown = f"exit {run.code}\n--- stdout ---\n{run.stdout}\n--- stderr ---\n{run.stderr}"
     assert "Traceback" not in run.stderr, shown
     assert run.code == 2, shown
     if stdout_empty:
         assert run.stdout == "", shown
+    assert run.stderr.startswith(f"{file}:"), shown
+    assert run.stderr.count(str(file)) == 1, shown
     lines = problem_lines(run.stderr)
     missing = []
     for path, pattern in expected:
@@ -341,6 +347,147 @@ def test_a_missing_file_is_a_clear_error(tmp_path: Path, command: str) -> None:
     args = (command, str(path), "--json") if command == "simulate" else (command, str(path))
     run = cli(*args)
     assert_refused(run, [(str(path), r"no such file|not found|does not exist|cannot read")], path)
+
+
+# --------------------------------------------------------------------------- a file as a whole
+
+TOP_LEVEL = r"^the top level must be a mapping of .+, got "
+ITP_EXCERPT = f"itp:{ROOT / 'examples' / 'traces' / 'itp-excerpt'}"
+
+
+def assert_file_refused(run: Run, file: Path, message: str) -> None:
+    """Exit 2, no traceback, nothing on stdout, and one line on stderr: the file and a colon,
+    then what matches ``message`` (a regex)."""
+    shown = f"exit {run.code}\n--- stdout ---\n{run.stdout}\n--- stderr ---\n{run.stderr}"
+    assert "Traceback" not in run.stderr, shown
+    assert run.code == 2, shown
+    assert run.stdout == "", shown
+    lines = run.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"{file}:"), shown
+    assert re.search(message, lines[0].removeprefix(f"{file}:").lstrip()), shown
+
+
+# (what the quota file is, its content or None for no file, what follows "FILE:" as a regex)
+QUOTA_FILE_CASES: list[tuple[str, str | None, str]] = [
+    (
+        "a quota file that is a YAML list",
+        "- pool: {capacity: {ml.g5.xlarge: 1}}\n- shares: []\n",
+        TOP_LEVEL + "a list$",
+    ),
+    ("a quota file that is a number", "42\n", TOP_LEVEL + "a number$"),
+    ("a quota file that is a string", "pool capacity 3\n", TOP_LEVEL + "a string$"),
+    ("an empty quota file", "", r"^the file is empty$"),
+    ("a quota file of comments only", "# shares to come\n", r"^the file is empty$"),
+    ("a quota file that is not valid YAML", "pool:\n  capacity: [1, 2\nshares: []\n", r"^3:7: not valid YAML: "),
+    ("a quota file that does not exist", None, r"^cannot read the file: No such file"),
+]
+
+# (the command, its arguments given the quota file and a folder for outputs)
+QUOTA_COMMANDS: list[tuple[str, Callable[[str, Path], list[str]]]] = [
+    ("validate QUOTA", lambda quota, out: ["validate", quota]),
+    ("simulate --trace with --quota QUOTA", lambda quota, out: ["simulate", "--trace", ITP_EXCERPT, "--quota", quota]),
+    (
+        "compare --quota QUOTA with a report",
+        lambda quota, out: ["compare", "--trace", ITP_EXCERPT, "--quota", quota, "--report", f"{out}/report.html"],
+    ),
+    (
+        "compare --policy QUOTA",
+        lambda quota, out: [
+            "compare",
+            "--trace",
+            ITP_EXCERPT,
+            "--quota",
+            str(ROOT / "examples" / "itp-quota.yaml"),
+            "--policy",
+            quota,
+        ],
+    ),
+]
+
+
+@pytest.mark.parametrize("command", [pytest.param(args, id=name) for name, args in QUOTA_COMMANDS])
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [pytest.param(content, message, id=name) for name, content, message in QUOTA_FILE_CASES],
+)
+def test_a_quota_file_refused_as_a_whole_is_named(
+    tmp_path: Path, command: Callable[[str, Path], list[str]], content: str | None, message: str
+) -> None:
+    path = tmp_path / "quota.yaml" if content is None else write(tmp_path, content, "quota.yaml")
+    out = tmp_path / "out"
+    assert_file_refused(cli(*command(str(path), out)), path, message)
+    assert not out.exists()  # nothing written
+
+
+# (what the scenario file is, its content, what follows "FILE:" as a regex)
+SCENARIO_FILE_CASES: list[tuple[str, str, str]] = [
+    ("a scenario file that is a YAML list", yaml.safe_dump([scenario(submit(0))]), TOP_LEVEL + "a list$"),
+    ("a scenario file that is a string", "just some words\n", TOP_LEVEL + "a string$"),
+    ("an empty scenario file", "", r"^the file is empty$"),
+    ("a scenario file that is not valid YAML", "quota: {pool: [\nevents: []\n", r"^\d+:\d+: not valid YAML: "),
+]
+
+
+@pytest.mark.parametrize("command", ["simulate", "validate"], ids=["simulate SCENARIO", "validate SCENARIO"])
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [pytest.param(content, message, id=name) for name, content, message in SCENARIO_FILE_CASES],
+)
+def test_a_scenario_file_refused_as_a_whole_is_named(tmp_path: Path, command: str, content: str, message: str) -> None:
+    path = write(tmp_path, content)
+    assert_file_refused(cli(command, str(path)), path, message)
+
+
+# (what the scenario's quota is, the scenario, the quota.yaml next to it or None, the problem:
+# in the path, "{file}" is the scenario; in the message, "{quota}" is the quota.yaml)
+SCENARIO_QUOTA_CASES: list[tuple[str, dict[str, Any], str | None, Expected]] = [
+    (
+        "a scenario whose quota is a list",
+        {"quota": [BASE_QUOTA], "events": [submit(0)]},
+        None,
+        [("quota", r"^must be a mapping of quota sections .+, got a list$")],
+    ),
+    (
+        "a scenario whose quota is a string",
+        {"quota": "quota.yaml", "events": [submit(0)]},
+        None,
+        [("quota", r"^must be a mapping of quota sections .+, got a string$")],
+    ),
+    (
+        "a scenario whose quota_file is a YAML list",
+        {"quota_file": "quota.yaml", "events": [submit(0)]},
+        "- shares: []\n",
+        [("quota_file", r"^{quota}: the top level must be a mapping of quota sections .+, got a list$")],
+    ),
+    (
+        "a scenario whose quota_file does not exist",
+        {"quota_file": "quota.yaml", "events": [submit(0)]},
+        None,
+        [("quota_file", r"^{quota}: cannot read the file: No such file")],
+    ),
+    (
+        "a scenario whose quota_file breaks a rule",
+        {"quota_file": "quota.yaml", "events": [submit(0)]},
+        yaml.safe_dump(share(1, borrow_limit=50)),
+        [("quota_file", r"^{quota}: shares\[1\]\.borrow_limit: .*LEND_AND_BORROW")],
+    ),
+]
+
+
+@pytest.mark.parametrize("command", ["simulate", "validate"], ids=["simulate SCENARIO", "validate SCENARIO"])
+@pytest.mark.parametrize(
+    ("content", "quota_file", "expected"),
+    [pytest.param(*case, id=name) for name, *case in SCENARIO_QUOTA_CASES],
+)
+def test_a_problem_of_a_scenarios_quota_names_the_scenario(
+    tmp_path: Path, command: str, content: dict[str, Any], quota_file: str | None, expected: Expected
+) -> None:
+    path = write(tmp_path, content)
+    quota_path = tmp_path / "quota.yaml"
+    if quota_file is not None:
+        write(tmp_path, quota_file, quota_path.name)
+    named = [(where, pattern.replace("{quota}", re.escape(str(quota_path)))) for where, pattern in expected]
+    assert_refused(cli(command, str(path)), named, path)
 
 
 # --------------------------------------------------------------------------- validate

@@ -35,7 +35,7 @@ class GuaranteeWatch:
                 for count in queue.counts[instance_type]:
                     if count <= headroom:
                         for key in queue.buckets[(instance_type, count)]:
-                            if snap.holds_share and queue.held_back(key, instance_type):
+                            if queue.held_back(key, instance_type):
                                 break  # so are all the jobs behind it
                             suspects.setdefault(key[2], (instance_type, count))
         still: dict[int, tuple[str, int, int]] = {}

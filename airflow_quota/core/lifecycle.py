@@ -126,7 +126,6 @@ class Lifecycle:
         job.starving = False
         snap.take(job, entry, now)
         job.placement = Placement(entry, borrowed, now)
-        self.overtake(job, entry, borrowed, now)
         self.start_held(job, now, why)
 
     def start_held(self, job: Job, now: float, why: str = "its victims have stopped") -> None:
@@ -153,6 +152,7 @@ class Lifecycle:
             self.timer(now + protection, TYPE, ledger.name)
         borrowing = f", borrowing {placement.borrowed}" if placement.borrowed else ""
         self.emit(Placed(now, job.name, job.share, placement.entry, placement.borrowed, job.attempts, why + borrowing))
+        self.overtake(job, placement.entry, placement.borrowed, now)
 
     def preempt(self, job: Job, entry: Entry, victims: list[tuple[Job, PreemptionKind]], now: float) -> None:
         snap = self.snapshot
@@ -200,7 +200,6 @@ class Lifecycle:
         snap.dequeue(job)
         snap.take(job, entry, now)
         job.placement = Placement(entry, borrowed, now, waiting)
-        self.overtake(job, entry, borrowed, now)
         job.placement.draining = max(0, stopping - entry.count)
         ledger.draining += job.placement.draining
 

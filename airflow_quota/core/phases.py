@@ -91,7 +91,7 @@ def _within_quota_of(life: Lifecycle, name: str, now: float, improved: set[str],
             add_type(instance_type, position)
 
     def keep(tag: Any, key: JobKey) -> bool:
-        return tag[1] <= bound(tag[0]) and not (snap.holds_share and queue.held_back(key, tag[0]))
+        return tag[1] <= bound(tag[0]) and not queue.held_back(key, tag[0])
 
     for instance_type in improved & queue.counts.keys():
         add_type(instance_type)
@@ -204,11 +204,6 @@ def preemption(life: Lifecycle, now: float, improved: set[str], dirty: Dirty) ->
     snap = life.snapshot
     preempted: set[int] = set()
     victims = 0
-    if snap.starving_preempts:
-        for name, queue in snap.queues.items():  # a holder may preempt whatever its bucket says
-            key = queue.holder()
-            if key is not None and key not in dirty.setdefault(name, SortedList()):
-                dirty[name].add(key)
     for name in share_order(snap, list(snap.queues)):
         if name in dirty or not improved.isdisjoint(snap.queues[name].counts):
             victims += _preemption_of(life, name, now, improved, dirty, preempted)
@@ -264,11 +259,9 @@ def may_preempt(snap: Snapshot, share: str, instance_type: str, count: int, job:
     """A necessary condition for a job of ``share`` asking ``count`` of the type to start in
     step 4. It fails for every job after a job it fails for in the same bucket (they have
     no higher priority and are behind the same starving jobs), so a bucket can be dropped."""
-    if job is not None and snap.holds_share and snap.queues[share].held_back(job.key, instance_type):
+    if job is not None and snap.queues[share].held_back(job.key, instance_type):
         return False
     if room_or_reclaim(snap, share, instance_type, count, now):
-        return True
-    if job is not None and snap.starving_preempts and snap.is_holder(job) and snap.types[instance_type].borrowed_total:
         return True
     running = snap.queues[share].running.get(instance_type)
     return (

@@ -13,9 +13,6 @@ from airflow_quota.core.model import Entry, Job, PreemptionKind
 from airflow_quota.core.queues import victim_key
 from airflow_quota.core.snapshot import Mode, Snapshot
 
-STARVATION = None
-"""The group of a starving job's candidates: later jobs above their share's limit, of any share."""
-
 
 def _candidates(snapshot: Snapshot, job: Job, entry: Entry, now: float) -> Iterator[tuple[Job, PreemptionKind]]:
     """Victim candidates in order: reclaim candidates (other shares above their limit on the
@@ -25,7 +22,7 @@ def _candidates(snapshot: Snapshot, job: Job, entry: Entry, now: float) -> Itera
     name, n = entry.instance_type, entry.count
     ledger = snapshot.types[name]
     share = snapshot.shares[job.share]
-    groups: list[tuple[PreemptionKind | None, list[Iterator[tuple[int, float, float, int]]]]] = []
+    groups: list[tuple[PreemptionKind, list[Iterator[tuple[int, float, float, int]]]]] = []
     if ledger.usage_of(job.share) + n <= ledger.limit_of(job.share):
         sources = [
             iter(snapshot.queues[other].running.get(name, ()))
@@ -35,14 +32,6 @@ def _candidates(snapshot: Snapshot, job: Job, entry: Entry, now: float) -> Itera
         groups.append((PreemptionKind.CROSS_SHARE, sources))
     if share.in_share_preemption:
         groups.append((PreemptionKind.IN_SHARE, [iter(snapshot.queues[job.share].running.get(name, ()))]))
-    starving = snapshot.starving_preempts and snapshot.is_holder(job)
-    if starving:
-        sources = [
-            iter(snapshot.queues[other].running.get(name, ()))
-            for other, usage in ledger.usage.items()
-            if usage > ledger.limit_of(other)
-        ]
-        groups.append((STARVATION, sources))
     for kind, sources in groups:
         pending: list[Job] = []
         for key in heapq.merge(*sources):
@@ -51,25 +40,18 @@ def _candidates(snapshot: Snapshot, job: Job, entry: Entry, now: float) -> Itera
             victim = snapshot.jobs[-key[3]]
             if victim.stopping or _protected(snapshot, victim, now):
                 continue
-            if kind is STARVATION and victim.seq < job.seq:
-                continue  # only jobs later than the starving one, which overtook it
             if pending and victim_key(pending[0])[:2] != key[:2]:
-                yield from _by_unsaved_work(pending, now, kind, job)
+                yield from _by_unsaved_work(pending, now, kind)
                 pending = []
             pending.append(victim)
-        yield from _by_unsaved_work(pending, now, kind, job)
+        yield from _by_unsaved_work(pending, now, kind)
 
 
-def _by_unsaved_work(
-    tied: list[Job], now: float, kind: PreemptionKind | None, job: Job
-) -> Iterator[tuple[Job, PreemptionKind]]:
+def _by_unsaved_work(tied: list[Job], now: float, kind: PreemptionKind) -> Iterator[tuple[Job, PreemptionKind]]:
     if len(tied) > 1:
         tied.sort(key=lambda v: (v.unsaved_work(now), -v.submitted_at, -v.seq))
     for victim in tied:
-        if kind is STARVATION:
-            yield victim, PreemptionKind.IN_SHARE if victim.share == job.share else PreemptionKind.CROSS_SHARE
-        else:
-            yield victim, kind
+        yield victim, kind
 
 
 def _protected(snapshot: Snapshot, victim: Job, now: float) -> bool:
@@ -90,7 +72,7 @@ def find_victims(snapshot: Snapshot, job: Job, entry: Entry, now: float) -> list
     ledger = snapshot.types[entry.instance_type]
     for victim, kind in _candidates(snapshot, job, entry, now):
         assert victim.placement is not None
-        if victim.share != job.share or kind is not PreemptionKind.IN_SHARE:
+        if kind is PreemptionKind.CROSS_SHARE:
             # a share stops being a source once its usage is back at its limit
             left = ledger.usage_of(victim.share) - removed_from.get(victim.share, 0)
             if left <= ledger.limit_of(victim.share):

@@ -36,7 +36,7 @@ def victim_key(job: Job) -> tuple[int, float, float, int]:
 class ShareQueue:
     """The RUNNABLE and running jobs of one share, indexed for the cycle."""
 
-    __slots__ = ("buckets", "counts", "runnable", "running", "sizes", "starving", "starving_types")
+    __slots__ = ("buckets", "counts", "reserving", "runnable", "running", "sizes", "starving", "starving_types")
 
     def __init__(self) -> None:
         self.runnable: SortedList = SortedList()
@@ -49,6 +49,8 @@ class ShareQueue:
         holds while the smallest fits under the share's limit)."""
         self.running: dict[str, SortedList] = {}
         """instance type → victim keys of jobs holding it that may be preempted."""
+        self.reserving = False
+        """Whether the share's starving jobs hold reservations (its ``starvation_reservation``)."""
         self.starving: SortedList = SortedList()
         """Keys of the share's starving RUNNABLE jobs; the first holds the share's reservation."""
         self.starving_types: dict[JobKey, frozenset[str]] = {}
@@ -86,12 +88,20 @@ class ShareQueue:
         return sizes[0] if sizes else None
 
     def add_starving(self, job: Job) -> None:
-        self.starving.add(job.key)
-        self.starving_types[job.key] = job.instance_types
+        if self.reserving:
+            self.starving.add(job.key)
+            self.starving_types[job.key] = job.instance_types
 
     def remove_starving(self, job: Job) -> None:
-        self.starving.remove(job.key)
-        del self.starving_types[job.key]
+        if self.starving_types.pop(job.key, None) is not None:
+            self.starving.remove(job.key)
+
+    def set_reserving(self, reserving: bool) -> None:
+        """The share's ``starvation_reservation`` changed: without it, nothing is reserved."""
+        self.reserving = reserving
+        if not reserving:
+            self.starving.clear()
+            self.starving_types.clear()
 
     def holder(self) -> JobKey | None:
         """The key of the job holding the share's reservation: its first starving job in queue

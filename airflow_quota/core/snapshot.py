@@ -61,14 +61,6 @@ class Snapshot:
     """Types on which something got easier since the last look: capacity freed, a limit or
     the pool changed, a lender stopped protecting, a victim became available."""
 
-    # what a starving job's reservation does (quota-model.md 8); see the README's model section
-    holds_share = True
-    """Jobs behind the holder in its share may not take a type of its list."""
-    holds_borrowing = True
-    """For an entry larger than the holder's share's limit, later borrowers are held pool-wide."""
-    starving_preempts = False
-    """The holder may preempt later jobs that hold capacity above their share's limit."""
-
     def __post_init__(self) -> None:
         self.load_config(self.config, 0.0)
 
@@ -82,7 +74,7 @@ class Snapshot:
         self.catalogue = config.catalogue()
         self.shares = {s.name: s for s in config.shares}
         for name, share in self.shares.items():
-            self.queues.setdefault(name, ShareQueue())
+            self.queues.setdefault(name, ShareQueue()).set_reserving(share.starvation_reservation)
             self.share_usage.setdefault(name, 0)
             self.share_limit[name] = sum(share.capacity_limits.values())
         names = set(config.pool.capacity) | set(self.types)
@@ -143,7 +135,7 @@ class Snapshot:
         Jobs that must borrow the type themselves protect nothing."""
         queue = self.queues[share]
         name = ledger.name
-        if self.holds_share and queue.reserves(name):
+        if queue.reserves(name):
             return True
         headroom = ledger.limit_of(share) - usage
         smallest = queue.smallest(name)
@@ -170,9 +162,11 @@ class Snapshot:
             holder = self.jobs[key[2]]
             if best is not None and holder.seq > best.seq:
                 continue
-            if instance_type in holder.instance_types:
-                if holder.entry_on(instance_type).count > self.types[instance_type].limit_of(name):
-                    best = holder
+            only_borrowing = instance_type in holder.instance_types and (
+                holder.entry_on(instance_type).count > self.types[instance_type].limit_of(name)
+            )
+            if only_borrowing:
+                best = holder
         return best
 
     def borrowing_held(self, instance_type: str, job: Job) -> bool:
@@ -183,10 +177,6 @@ class Snapshot:
         if holder is None or holder is job or holder.seq > job.seq:
             return False
         return not (holder.share == job.share and job.key < holder.key)
-
-    def is_holder(self, job: Job) -> bool:
-        """Whether ``job`` holds its share's reservation (quota-model.md 8)."""
-        return job.starving and self.queues[job.share].holder() == job.key
 
     def borrowed_by(self, share: str, entry: Entry) -> int:
         """How many of the entry's own instances would be above the share's limit once placed,
@@ -214,7 +204,7 @@ class Snapshot:
         name, n = entry.instance_type, entry.count
         ledger = self.types[name]
         share = self.shares[job.share]
-        if self.holds_share and self.queues[job.share].held_back(job.key, name):
+        if self.queues[job.share].held_back(job.key, name):
             return Block.HELD_FOR_STARVING
         removed: dict[str, int] = {}
         freed = freed_plan = freed_on_demand = 0
@@ -236,7 +226,7 @@ class Snapshot:
             cap = holding_cap(share, limit)
             if cap is not None and own + n > cap:
                 return Block.BORROW_LIMIT if share.borrows else Block.SHARE_LIMIT
-            if own + n > limit and self.holds_borrowing and self.borrowing_held(name, job):
+            if own + n > limit and self.borrowing_held(name, job):
                 return Block.BORROWING_HELD
         if ledger.used - freed + ledger.draining + n > ledger.capacity:
             return Block.POOL_FULL
@@ -294,7 +284,8 @@ class Snapshot:
         self.meter.touch(ledger, now)
         before = ledger.usage_of(job.share)
         ledger.change_usage(job.share, entry.count)
-        if ledger.lends.get(job.share, True) and self.protection_changed(job.share, ledger, before, before + entry.count):
+        lends = ledger.lends.get(job.share, True)
+        if lends and self.protection_changed(job.share, ledger, before, before + entry.count):
             self.improved.add(entry.instance_type)
         self.share_usage[job.share] += entry.count
         if entry.training_plan is not None:

@@ -115,6 +115,7 @@ def build_report(result: SimulationResult) -> dict[str, Any]:
             "share": d.share,
             "reason": d.reason,
             "position": d.position,
+            **({"overtaken_by": d.overtaken_by} if d.overtaken_by is not None else {}),
         }
         for d in result.decisions
         if isinstance(d, Alert)

@@ -127,7 +127,7 @@ def parse_columns(text: str) -> ColumnMap:
     """A column mapping: ``field=column,...`` or ``@file.yaml``; every problem reported at once
     (those of a file in that file)."""
     if text.startswith("@"):
-        return load_file(Path(text[1:]), "trace fields to column names (field: column)", lambda raw: _column_map(raw))
+        return load_file(Path(text[1:]), "trace fields to column names (field: column)", _column_map)
     raw = {}
     for part in filter(None, (p.strip() for p in text.split(","))):
         field, sep, column = part.partition("=")

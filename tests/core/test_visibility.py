@@ -85,11 +85,15 @@ def waiting_for_victims() -> tuple[QuotaScheduler, str, float]:
 
 
 def held_for_starving_job() -> tuple[QuotaScheduler, str, float]:
-    s = scheduler_for(share("team", {G5: 2}, "RESERVE", starvation_after_seconds=100))
+    s = scheduler_for(share("team", {G5: 2}, "RESERVE", starvation_after_seconds=100, starvation_reservation=True))
     submit(s, "holder", "team", 0)
     submit(s, "big", "team", 0, count=2)
     s.run_cycle(0)
+    submit(s, "early", "team", 10)  # placed beside "holder": it overtakes "big"
+    s.run_cycle(10)
     s.run_cycle(100)  # "big" starves: its type is reserved for it
+    s.job_finished(s.job("early"), 120, succeeded=True)
+    s.run_cycle(120)
     submit(s, "small", "team", 150)  # would fit on the free instance
     s.run_cycle(150)
     return s, "small", 150

@@ -356,10 +356,12 @@ def test_validate_exits_2_naming_the_notifier(tmp_path: Path) -> None:
     path.write_text(yaml.safe_dump(quota({"class": f"{HELPERS}.NotANotifier"})))
     run = cli("validate", str(path), cwd=Path(__file__).resolve().parents[2])
     assert run.code == 2 and run.stdout == "" and "Traceback" not in run.stderr
-    problems = [line for line in run.stderr.splitlines() if line.startswith("alerts.")]  # (Airflow may log as it loads)
+    # the file named once, the problem under it (Airflow may log as it loads)
+    problems = [line for line in run.stderr.splitlines() if line.startswith((f"{path}:", "  alerts."))]
     assert problems == [
-        f"alerts.notifiers[0].class: {HELPERS}.NotANotifier is not a notifier: it must subclass "
-        "airflow.sdk.BaseNotifier or airflow_quota.notifications.QuotaNotifier"
+        f"{path}:",
+        f"  alerts.notifiers[0].class: {HELPERS}.NotANotifier is not a notifier: it must subclass "
+        "airflow.sdk.BaseNotifier or airflow_quota.notifications.QuotaNotifier",
     ]
 
 

@@ -56,15 +56,23 @@ def write(path: Path, document: object) -> str:
     return str(path)
 
 
-def assert_problems(run: Run, *paths: str) -> list[str]:
-    """Exit 2, every line of stderr a ``path: message``, each of ``paths`` named, no traceback."""
+def assert_problems(run: Run, file: str, *paths: str) -> list[str]:
+    """Exit 2, no traceback, and on stderr ``file`` named once, first: ``FILE: message`` for the
+    file as a whole, else a ``FILE:`` line and under it a ``path: message`` line per problem,
+    each of ``paths`` named. Returns the problem lines."""
     assert run.code == 2, (run.code, run.stdout, run.stderr)
-    lines = run.stderr.strip().splitlines()
     assert "Traceback" not in run.stderr
-    assert all(PROBLEM.match(line) for line in lines), lines
+    lines = run.stderr.strip().splitlines()
+    assert lines[0].startswith(f"{file}:"), (file, lines)
+    if lines[0] == f"{file}:":
+        assert all(line.startswith("  ") for line in lines[1:]), lines
+        problems = [line.strip() for line in lines[1:]]
+    else:
+        problems = lines
+    assert problems and all(PROBLEM.match(line) for line in problems), lines
     for path in paths:
-        assert any(line.startswith(f"{path}: ") for line in lines), (path, lines)
-    return lines
+        assert any(line.startswith(f"{path}: ") for line in problems), (path, lines)
+    return problems
 
 
 @pytest.fixture
@@ -83,8 +91,10 @@ def test_apply_of_an_invalid_configuration_changes_nothing(migrated: tuple[str, 
     before = rows(engine)
     assert before == {"configs": 1, "requests": 1, "jobs": 0}
 
+    broken_quota = str(ROOT / "examples" / "broken-quota.yaml")
     broken = assert_problems(
-        cli("apply", str(ROOT / "examples" / "broken-quota.yaml"), "--db", url),
+        cli("apply", broken_quota, "--db", url),
+        broken_quota,
         "shares[1].borrow_limit",
         "pool.capacity.ml.g5.xlarge",
     )
@@ -96,15 +106,20 @@ def test_apply_of_an_invalid_configuration_changes_nothing(migrated: tuple[str, 
             {"name": "a", "capacity_limits": {"ml.g5.xlarge": 1}, "strategy": "RESERVE", "borrow_limit": 5},
         ],
     }
+    many_file = write(tmp_path / "many.yaml", many)
     lines = assert_problems(
-        cli("apply", write(tmp_path / "many.yaml", many), "--db", url),
+        cli("apply", many_file, "--db", url),
+        many_file,
         "pool.capacity.ml.nope.huge",
         "shares[0].capacity_limits.ml.g5.xlarge",
         "shares[0].strategy",
         "shares[1].borrow_limit",  # the second share's mistake, named by its own index
     )
     assert len(lines) >= 4, lines  # every mistake, not only the first
-    assert_problems(cli("apply", write(tmp_path / "syntax.yaml", "pool: [unclosed\n"), "--db", url))
+    syntax = write(tmp_path / "syntax.yaml", "pool: [unclosed\n")
+    assert_problems(cli("apply", syntax, "--db", url), f"{syntax}:2:1")
+    listed = write(tmp_path / "list.yaml", [QUOTA])
+    assert_problems(cli("apply", listed, "--db", url), listed)
     assert rows(engine) == before
     engine.dispose()
 
@@ -121,8 +136,10 @@ def test_an_invalid_job_submission_stores_nothing(migrated: tuple[str, Engine], 
         "retry_attempts": 99,
         "backend": "fake",
     }
+    bad_file = write(tmp_path / "bad.yaml", bad)
     lines = assert_problems(
-        cli("jobs", "submit", write(tmp_path / "bad.yaml", bad), "--db", url),
+        cli("jobs", "submit", bad_file, "--db", url),
+        bad_file,
         "name",
         "priority",
         "retry_attempts",

@@ -13,9 +13,11 @@ import pytest
 import yaml
 
 from airflow_quota.core.catalogue import builtin_catalogue
-from tests.conftest import CLI, SHARED, cli
+from tests.conftest import CLI, ROOT, SHARED, cli
 
 WALKTHROUGH = SHARED / "scenarios" / "aws-walkthrough.yaml"
+OVERTAKEN = ROOT / "tests" / "scenarios" / "s25_overtaken_by_borrowing.yaml"
+"""A scenario with a STARVING alert (the walkthrough raises none under the defaults)."""
 JOB_KEYS = {
     "state",
     "reason",
@@ -137,12 +139,13 @@ def test_share_and_pool_records_have_their_keys(walkthrough: dict[str, Any]) -> 
     assert {"gpu_hours", "utilization", "cost"} <= set(walkthrough["pool"])
 
 
-def test_alerts_have_their_keys_and_match_alert_events(walkthrough: dict[str, Any]) -> None:
-    alerts = walkthrough["alerts"]
-    assert alerts  # qs1-med and qs1-high wait long enough to starve
+def test_alerts_have_their_keys_and_match_alert_events() -> None:
+    report = json.loads(simulate_json(OVERTAKEN))
+    alerts = report["alerts"]
+    assert alerts  # big waits past its threshold and is overtaken by a borrower
     for alert in alerts:
-        assert {"t", "kind", "job", "share", "reason", "position"} <= set(alert), alert
-    events = [(e["t"], e["kind"], e["job"]) for e in walkthrough["events"] if e["type"] == "ALERT"]
+        assert {"t", "kind", "job", "share", "reason", "position", "overtaken_by"} <= set(alert), alert
+    events = [(e["t"], e["kind"], e["job"]) for e in report["events"] if e["type"] == "ALERT"]
     assert [(a["t"], a["kind"], a["job"]) for a in alerts] == events
 
 
@@ -243,8 +246,9 @@ def test_wait_statistics_of_uneven_waits(tmp_path: Path) -> None:
 # -- the human summary -------------------------------------------------------------------------
 
 
-def test_text_output_shows_shares_jobs_and_alerts(walkthrough: dict[str, Any]) -> None:
-    run = cli("simulate", str(WALKTHROUGH))
+def test_text_output_shows_shares_jobs_and_alerts() -> None:
+    walkthrough = json.loads(simulate_json(OVERTAKEN))
+    run = cli("simulate", str(OVERTAKEN))
     assert run.code == 0, run.stderr
     text = run.stdout
     with pytest.raises(ValueError):
