@@ -295,12 +295,9 @@ class QuotaService:
             return
         with self.sessions() as session:
             open_attempts = session.scalars(
-                select(Attempt)
-                .where(Attempt.ended_at.is_(None), Attempt.action.is_(None))
-                .order_by(Attempt.job_id, Attempt.number)
+                select(Attempt).where(Attempt.ended_at.is_(None), Attempt.action.is_(None))
             ).all()
             rows = _rows_by_id(session, {a.job_id for a in open_attempts})
-        reports: list[tuple[Attempt, AttemptReport]] = []
         for attempt in open_attempts:
             row = rows[attempt.job_id]
             assert row is not None
@@ -308,12 +305,10 @@ class QuotaService:
             if backend is None:
                 continue
             try:
-                reports.append((attempt, backend.poll(self._spec(row, attempt))))
+                report = backend.poll(self._spec(row, attempt))
             except BackendError as exc:
                 log.warning("could not poll attempt %s-%s: %s", attempt.job_id, attempt.number, exc)
-        # what happened at one instant, in the simulator's order: starts, finishes, failures, stops
-        reports.sort(key=lambda item: _REPORT_ORDER.get(item[1].status, len(_REPORT_ORDER)))
-        for attempt, report in reports:
+                continue
             self._ingest(gathered, attempt, report, now)
 
     def _ingest(self, gathered: _Step, attempt: Attempt, report: AttemptReport, now: float) -> None:
@@ -525,14 +520,6 @@ class QuotaService:
             checkpoint_uri=row.request.get("checkpoint_uri"),
             training=row.training,
         )
-
-
-_REPORT_ORDER = {
-    AttemptStatus.RUNNING: 0,
-    AttemptStatus.SUCCEEDED: 1,
-    AttemptStatus.FAILED: 2,
-    AttemptStatus.STOPPED: 3,
-}
 
 
 def _rows_by_id(session: Session, ids: set[int]) -> dict[int, JobRow | None]:

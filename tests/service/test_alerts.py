@@ -39,6 +39,7 @@ from tests.service.alert_notifiers import calls, sent
 
 HELPERS = "tests.service.alert_notifiers"
 G5 = [{"instance_type": "ml.g5.xlarge", "count": 1}]
+G5_PAIR = [{"instance_type": "ml.g5.xlarge", "count": 2}]
 
 OPS: dict[str, Any] = {
     "class": f"{HELPERS}.RecordingNotifier",
@@ -52,10 +53,10 @@ OPS: dict[str, Any] = {
 
 
 def quota(*notifiers: dict[str, Any]) -> dict[str, Any]:
-    """One g5 for one share; a job waiting 60 s starves."""
+    """Two g5 for one share; a job waiting 60 s, overtaken by a later one, starves."""
     return {
-        "pool": {"capacity": {"ml.g5.xlarge": 1}},
-        "shares": [{"name": "research", "capacity_limits": {"ml.g5.xlarge": 1}, "starvation_after_seconds": 60}],
+        "pool": {"capacity": {"ml.g5.xlarge": 2}},
+        "shares": [{"name": "research", "capacity_limits": {"ml.g5.xlarge": 2}, "starvation_after_seconds": 60}],
         "alerts": {"notifiers": list(notifiers)},
     }
 
@@ -68,7 +69,8 @@ def with_kwargs(entry: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
 
 class World:
     """A quota database with ``quota`` applied, the real scheduler on a manual clock, and a job
-    (``late``) that waits behind ``hog`` from t=1001: it starves at t=1061."""
+    (``late``, 2 instances) that waits behind ``hog`` from t=1001 while ``small``, submitted after
+    it, is placed beside ``hog`` (an overtaking): it starves at t=1061."""
 
     def __init__(self, engine: Engine, config: dict[str, Any], **service: Any) -> None:
         self.engine = engine
@@ -80,7 +82,8 @@ class World:
         self.service = self.restart(recover=False)
         self.store.submit(JobRequest(name="hog", share="research", preferences=G5), "fake", {"duration": 1000})
         self.step(1000)
-        self.late = self.store.submit(JobRequest(name="late", share="research", preferences=G5), "fake", {})
+        self.late = self.store.submit(JobRequest(name="late", share="research", preferences=G5_PAIR), "fake", {})
+        self.store.submit(JobRequest(name="small", share="research", preferences=G5), "fake", {"duration": 10})
         self.step(1001)
 
     def restart(self, recover: bool = True) -> QuotaService:
@@ -123,20 +126,20 @@ def test_a_starving_job_raises_one_alert_sent_once_through_the_notifier(
             "key": "ops",
             "subject": "[quota] STARVING late",
             "message": f"quota alert STARVING: job {job} (late) in share research: RUNNABLE for 60 s, "
-            "position 1 in its share (waiting 60 s)",
+            "overtaken by 1 later placement, position 1 in its share (waiting 60 s)",
             "alert": {
                 "id": 1,
                 "kind": "STARVING",
                 "job_id": job,
                 "job_name": "late",
                 "share": "research",
-                "reason": "RUNNABLE for 60 s",
+                "reason": "RUNNABLE for 60 s, overtaken by 1 later placement",
                 "age_seconds": 60.0,
                 "position": 1,
                 "at": "1970-01-01T00:17:41+00:00",
                 "timestamp": 1061.0,
                 "message": f"quota alert STARVING: job {job} (late) in share research: RUNNABLE for 60 s, "
-                "position 1 in its share",
+                "overtaken by 1 later placement, position 1 in its share",
                 "dag_id": None,
                 "task_id": None,
                 "run_id": None,
@@ -233,7 +236,8 @@ def test_without_notifiers_alerts_go_to_the_log(sqlite_engine: Engine, caplog: p
     world.step(1061)
     job = world.late.id
     assert lines(caplog, "quota alert") == [
-        f"quota alert STARVING: job {job} (late) in share research: RUNNABLE for 60 s, position 1 in its share"
+        f"quota alert STARVING: job {job} (late) in share research: RUNNABLE for 60 s, "
+        "overtaken by 1 later placement, position 1 in its share"
     ]
     assert [r.levelname for r in caplog.records if r.getMessage().startswith("quota alert")] == ["WARNING"]
 
@@ -276,7 +280,7 @@ def test_the_readme_sns_example_publishes_through_the_amazon_provider(
         (
             "[quota] STARVING: late in research",
             f"quota alert STARVING: job {world.late.id} (late) in share research: RUNNABLE for 60 s, "
-            "position 1 in its share",
+            "overtaken by 1 later placement, position 1 in its share",
         )
     ]
 
