@@ -54,6 +54,9 @@ class Snapshot:
     share_usage: dict[str, int] = field(default_factory=dict)
     """Instances each share holds, all types together (for usage/limit ordering)."""
     share_limit: dict[str, int] = field(default_factory=dict)
+    reserving_shares: tuple[str, ...] = ()
+    """LEND_AND_BORROW shares whose starving jobs hold reservations: only they can hold
+    borrowing pool-wide (none under the defaults, so the check costs nothing then)."""
     improved: set[str] = field(default_factory=set)
     new_victims: set[str] = field(default_factory=set)
     """Types with a newly placed job: a new candidate for in-share preemption or reclaim.
@@ -77,6 +80,7 @@ class Snapshot:
             self.queues.setdefault(name, ShareQueue()).set_reserving(share.starvation_reservation)
             self.share_usage.setdefault(name, 0)
             self.share_limit[name] = sum(share.capacity_limits.values())
+        self.reserving_shares = tuple(s.name for s in config.shares if s.starvation_reservation and s.borrows)
         names = set(config.pool.capacity) | set(self.types)
         for share in config.shares:
             names |= set(share.capacity_limits)
@@ -155,9 +159,9 @@ class Snapshot:
         the shares' reservations with an entry on the type larger than their share's limit
         (which only borrowing can serve), the earliest in borrowing order."""
         best: Job | None = None
-        for name, queue in self.queues.items():
-            key = queue.holder()
-            if key is None or not self.shares[name].borrows:
+        for name in self.reserving_shares:
+            key = self.queues[name].holder()
+            if key is None:
                 continue
             holder = self.jobs[key[2]]
             if best is not None and holder.seq > best.seq:
