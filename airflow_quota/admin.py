@@ -45,8 +45,8 @@ def add_commands(commands: Any) -> None:
     scheduler.add_argument(
         "--cycle-seconds",
         type=float,
-        default=float("inf"),
-        help="a cycle at least this often even when nothing happens (default: never; quota-model.md 4)",
+        default=1.0,
+        help="a cycle at least this often, also when nothing happened (it decides nothing then)",
     )
     scheduler.add_argument("--poll-seconds", type=float, default=0.2)
     scheduler.add_argument("--lease-seconds", type=float, default=10.0, help="SQLite leader lease")

@@ -92,7 +92,7 @@ class QuotaService:
         backends: Mapping[str, Backend],
         clock: Clock | None = None,
         holder: str | None = None,
-        cycle_seconds: float = float("inf"),
+        cycle_seconds: float = 1.0,
         poll_seconds: float = 0.2,
         lease_seconds: float = 10.0,
         capacity_backoff_seconds: float = 600.0,

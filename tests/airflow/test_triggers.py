@@ -208,10 +208,12 @@ def test_the_task_log_shows_each_alert_of_its_job_once(world: QuotaWorld, capsys
 
     starving_soon = {**QUOTA, "shares": [{**QUOTA["shares"][0], "starvation_after_seconds": 60}, QUOTA["shares"][1]]}
     world.store.apply_config(starving_soon)
-    world.submit("hog1", {"duration": 1000})
+    world.submit("hog1", {"duration": 30})
     world.submit("hog2", {"duration": 1000}, share="prod")
     world.step()
-    late = world.submit("late", {"duration": 10})
+    pair = [{"instance_type": "ml.g5.xlarge", "count": 2}]
+    late = world.submit("late", {"duration": 10}, preferences=pair)
+    world.submit("small", {"duration": 10})  # placed when hog1 ends: it overtakes late
     trigger = QuotaJobTrigger(job_id=late.id, quota_conn_id="quota_default", poll_interval=0.01)
     events = asyncio.run(_follow(world, trigger, [1001.0, 1062.0, 1063.0, 1500.0, 2001.0, 2002.0, 2020.0]))
     assert _payload(events[0])["status"] == "success"
@@ -222,7 +224,8 @@ def test_the_task_log_shows_each_alert_of_its_job_once(world: QuotaWorld, capsys
         if "[warning" in line and "QuotaJobTrigger]" in line
     ]
     assert warnings == [
-        f"quota alert STARVING: job {late.id} (late) in share research: RUNNABLE for 61 s, position 1 in its share"
+        f"quota alert STARVING: job {late.id} (late) in share research: RUNNABLE for 61 s, "
+        "overtaken by 1 later placement, position 1 in its share"
     ]
 
 

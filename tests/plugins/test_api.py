@@ -15,15 +15,16 @@ import pytest
 
 from airflow_quota.core.config import read_yaml
 from tests.plugins.conftest import UNTIL, Served, serve
-from tests.plugins.walkthrough import DAG_ID, QUOTA
+from tests.plugins.walkthrough import DAG_ID, QUOTA, starving_in_an_hour
 
 MAX_PRIORITY = 10
 """qs1's max_priority in these tests (the walkthrough's priorities are 1-4)."""
 
 
 def _quota() -> dict[str, Any]:
-    """examples/quota.yaml with a max_priority on qs1, to show its refusal."""
-    raw: dict[str, Any] = read_yaml(QUOTA)
+    """examples/quota.yaml with a max_priority on qs1, to show its refusal (and the 1-hour
+    starvation threshold of ``starving_in_an_hour``)."""
+    raw: dict[str, Any] = starving_in_an_hour(read_yaml(QUOTA))
     raw["shares"][0]["max_priority"] = MAX_PRIORITY
     return raw
 
@@ -231,7 +232,7 @@ def test_alerts_and_which_are_still_open(viewer: Any) -> None:
         ("STARVING", "qs1-high", False, "RUNNING"),  # placed again at 7800 s: closed
         ("STARVING", "qs1-med", True, "RUNNABLE"),
     ]
-    assert alerts[1]["reason"] == "RUNNABLE for 3600 s" and alerts[1]["position"] == 2
+    assert alerts[1]["reason"] == "RUNNABLE for 3600 s, overtaken by 1 later placement" and alerts[1]["position"] == 2
     opened = viewer.get("/quota/api/alerts", params={"open": "true"}).json()["alerts"]
     assert [a["job"] for a in opened] == ["qs1-med"]
     assert viewer.get("/quota/api/alerts", params={"share": "qs2"}).json()["alerts"] == []

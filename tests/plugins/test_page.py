@@ -195,7 +195,7 @@ def test_preemption_history_and_open_alerts(browser: WebDriver) -> None:
     ]
     alerts = browser.find_elements(By.CSS_SELECTOR, "#alerts tbody tr")
     assert [[c.text for c in row.find_elements(By.TAG_NAME, "td")][:4] for row in alerts] == [
-        ["STARVING", "qs1-med", "qs1", "RUNNABLE for 3600 s"]
+        ["STARVING", "qs1-med", "qs1", "RUNNABLE for 3600 s, overtaken by 1 later placement"]
     ]
     browser.switch_to.default_content()
     screenshot(browser, "quotas-page.png")

@@ -62,6 +62,14 @@ class World:
         return self.ids[name]
 
 
+def starving_in_an_hour(document: dict[str, Any]) -> dict[str, Any]:
+    """The walkthrough's quota with quota-model v2's 3,600 s starvation threshold on every share
+    (the default is 48 h): qs1-med and qs1-high, overtaken by qs1-low's raised priority, starve
+    within the walkthrough's two hours, so the page has alerts to show."""
+    shares = [{**share, "starvation_after_seconds": 3600} for share in document["shares"]]
+    return {**document, "shares": shares}
+
+
 def play(url: str, until: float, quota: dict[str, Any] | None = None, state_dir: Path | None = None) -> World:
     """Migrate the database at ``url``, apply the walkthrough's quota (or ``quota``), and play the
     walkthrough's events up to ``until`` seconds after its start, which is ``until`` seconds
@@ -82,7 +90,7 @@ def play(url: str, until: float, quota: dict[str, Any] | None = None, state_dir:
     fake = FakeBackend(clock.now, state_dir=state_dir, remaining=remaining)
     service = QuotaService(engine, {"fake": fake}, clock=clock, cycle_seconds=float("inf"), refresh_views_seconds=0.0)
     service.wall_clock = True  # the manual clock runs on wall time: log instants as ISO, as a real service does
-    store.apply_config(quota if quota is not None else read_yaml(QUOTA), source=str(QUOTA))
+    store.apply_config(quota if quota is not None else starving_in_an_hour(read_yaml(QUOTA)), source=str(QUOTA))
     world = World(store, service, clock, fake, origin)
     events = scenario.events
     index = 0

@@ -543,16 +543,18 @@ def test_finishes_while_no_scheduler_runs_are_taken_in_once(
 
 def mixed_workload(rng: random.Random, prefix: str, n: int) -> list[tuple[JobRequest, float]]:
     """Jobs that borrow, reclaim and preempt: the first third are low-priority research jobs
-    (research borrows what prod lends), then prod, critical and higher-priority research jobs
-    arrive (reclaim, in-share preemption). Durations 0.3 to 3 s."""
+    (research borrows what prod lends) that run 6 to 10 s, long enough to be still running when
+    prod, critical and higher-priority research jobs arrive (reclaim, in-share preemption) even
+    if a scheduler takes seconds to start; those run 0.3 to 3 s."""
     jobs = []
     for i in range(n):
         if i < n // 3:
-            share, priority = "research", 1
+            share, priority, duration = "research", 1, rng.uniform(6.0, 10.0)
         else:
             share, priority = rng.choice(["research", "prod", "prod", "critical"]), rng.randint(2, 6)
+            duration = rng.uniform(0.3, 3.0)
         types = rng.choice([{"ml.g5.xlarge": 1}, {"ml.g5.xlarge": 2}, {"ml.g5.2xlarge": 1, "ml.g5.xlarge": 1}])
-        jobs.append((request(f"{prefix}-{i}", share, types, priority), round(rng.uniform(0.3, 3.0), 2)))
+        jobs.append((request(f"{prefix}-{i}", share, types, priority), round(duration, 2)))
     return jobs
 
 
@@ -579,7 +581,6 @@ def test_repeated_sigkills_at_random_moments(
     workload = mixed_workload(rng, "mixed", jobs)
     watcher = Watcher(postgres_url, store.latest_config()[1]).start()  # type: ignore[index]
     submitter = threading.Thread(target=submit_over_time, args=(postgres_url, workload, random.Random(seed), 0.13))
-    submitter.start()
     kills = 0
     done = all_final(engine, jobs)
     deadline = time.monotonic() + 120
@@ -588,6 +589,8 @@ def test_repeated_sigkills_at_random_moments(
         scheduler = Scheduler(env)
         schedulers.append(scheduler)
         scheduler.wait_for_log("recovered from")
+        if kills == 0 and not submitter.is_alive():
+            submitter.start()  # jobs arrive while a scheduler runs, not all before the first one leads
         time.sleep(rng.uniform(0.1, 1.6))
         if not submitter.is_alive() and done():
             break

@@ -92,8 +92,8 @@ def received(listener: socket.socket) -> list[tuple[str, float, str]]:
 
 
 def run_story(service: QuotaService, store: QuotaStore, clock: ManualClock) -> None:
-    """Placements (one borrowing), a cross-share preemption, a starving job and its alert, a
-    cancelled job."""
+    """Placements (one borrowing), a cross-share preemption, a starving job (overtaken by a
+    higher-priority job of its share) and its alert, a cancelled job."""
 
     def submit(name: str, share: str) -> int:
         return store.submit(JobRequest(name=name, share=share, preferences=G5), "fake", {"duration": 1000}).id
@@ -102,14 +102,16 @@ def run_story(service: QuotaService, store: QuotaStore, clock: ManualClock) -> N
         clock.advance_to(at)
         service.step()
 
-    submit("r1", "research")
+    store.submit(JobRequest(name="r1", share="research", preferences=G5), "fake", {"duration": 20})
     r2 = submit("r2", "research")
     step(1000)  # r1 within the limit, r2 borrowing prod's instance
     step(1001)
     submit("p1", "prod")
     step(1010)  # p1 reclaims: r2 preempted, RUNNABLE again
+    store.submit(JobRequest(name="r3", share="research", priority=5, preferences=G5), "fake", {"duration": 1000})
     step(1011)
-    step(1071)  # r2 has waited 61 s: STARVING
+    step(1020)  # r1 ends: r3 (later, higher priority) takes research's instance, overtaking r2
+    step(1071)  # r2 has waited 61 s and was overtaken: STARVING
     store.cancel(r2)
     step(1080)  # FAILED CANCELLED
 
@@ -139,7 +141,7 @@ def test_a_statsd_listener_receives_the_quota_metrics(
         if kind == "c":
             counters[name] += value
     assert dict(counters) == {
-        "airflow.quota.placements.research.ml_g5_xlarge": 2,
+        "airflow.quota.placements.research.ml_g5_xlarge": 3,
         "airflow.quota.placements.prod.ml_g5_xlarge": 1,
         "airflow.quota.preemptions.research.CROSS_SHARE": 1,
         "airflow.quota.alerts.research.STARVING": 1,
@@ -196,6 +198,7 @@ def test_backends_that_keep_tags_get_one_name_per_metric_with_tags(engine: Engin
         ("quota.placements", {"share": "research", "instance_type": "ml.g5.xlarge"}),
         ("quota.preemptions", {"share": "research", "kind": "CROSS_SHARE"}),
         ("quota.placements", {"share": "prod", "instance_type": "ml.g5.xlarge"}),
+        ("quota.placements", {"share": "research", "instance_type": "ml.g5.xlarge"}),
         ("quota.notifications.sent", {"notifier": "log"}),
         ("quota.alerts", {"share": "research", "kind": "STARVING"}),
         ("quota.failures", {"share": "research", "reason": "CANCELLED"}),

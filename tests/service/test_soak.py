@@ -83,6 +83,10 @@ def test_soak(postgres_url: str, tmp_path: Path, schedulers: list[Scheduler]) ->
 
     live = [Scheduler(env), Scheduler(env)]
     schedulers.extend(live)
+    started = time.monotonic()
+    while not any(s.leads() for s in live):  # jobs arrive while a leader runs, not all before it leads
+        assert time.monotonic() - started < 60, [s.log()[-2000:] for s in live]
+        time.sleep(0.05)
     pythonpath = os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])
     submitters = [
         subprocess.Popen(
