@@ -198,6 +198,7 @@ class Lifecycle:
             self.place(job, entry, borrowed, now, why)
             return
         snap.dequeue(job)
+        job.starving = False
         snap.take(job, entry, now)
         job.placement = Placement(entry, borrowed, now, waiting)
         job.placement.draining = max(0, stopping - entry.count)

@@ -482,6 +482,24 @@ def test_starving_only_after_an_overtaking_placement_by_a_preemptor_with_grace()
     assert not problems, report(problems) + "\n" + lines(trace.decisions)
 
 
+
+def test_a_starving_preemptor_waiting_for_its_victims_is_no_longer_starving() -> None:
+    """Hypothesis found it for property 3: a starving job that preempts in-share with a grace
+    leaves its queue while its victims stop; it no longer starves (nor reserves) then."""
+    a = builders.share(
+        "A", {"ml.g5.xlarge": 2}, in_share_preemption=True, preemption_grace_seconds=60, starvation_after_seconds=900
+    )
+    loaded = builders.scenario(
+        builders.quota({"ml.g5.xlarge": 4}, a),
+        builders.job("long", "A", ("ml.g5.xlarge", 1), at=0, duration=1900, priority=1),
+        builders.job("wide", "A", ("ml.g5.xlarge", 4), at=0, duration=100, priority=1),
+        builders.job("mid", "A", ("ml.g5.xlarge", 3), at=0, duration=5000, priority=0),
+    )
+    trace = run_traced(loaded)
+    assert any(isinstance(d, Alert) and d.kind is AlertKind.STARVING and d.job == "wide" for d in trace.decisions)
+    assert any(isinstance(d, Preempted) and d.by == "wide" for d in trace.decisions), lines(trace.decisions)
+    assert not trace.reservation_problems, report(trace.reservation_problems) + "\n" + lines(trace.decisions)
+
 # -- the checks can fail -----------------------------------------------------------------
 
 

@@ -491,7 +491,8 @@ def test_killed_between_committing_preemptions_and_stopping_victims(
     first = Scheduler(env)
     schedulers.append(first)
     for i in range(10):
-        store.submit(request(f"low-{i}", "research", {"ml.g5.xlarge": 1}, 1), "fake", {"duration": 30})
+        # they run far longer than the test (a loaded machine must not let one finish first)
+        store.submit(request(f"low-{i}", "research", {"ml.g5.xlarge": 1}, 1), "fake", {"duration": 600})
     wait_for(lambda: counts(engine)["running_attempts"] == 10, 30, "10 low-priority jobs running")
     watcher = Watcher(postgres_url, store.latest_config()[1]).start()  # type: ignore[index]
     for i in range(10):
@@ -501,7 +502,7 @@ def test_killed_between_committing_preemptions_and_stopping_victims(
 
     second = Scheduler(env)
     schedulers.append(second)
-    # the victims' second attempts run 30 s: cancel them once they are back, to end the test
+    # the victims' second attempts would run 600 s: cancel them once they are back, to end the test
     wait_for(lambda: counts(engine).get("SUCCEEDED", 0) == 10, 60, "the 10 preemptors to succeed")
     low = [store.job_by_name(f"low-{i}") for i in range(10)]
     assert all(j is not None and j.preemptions == 1 for j in low), [(j.name, j.preemptions) for j in low if j]
