@@ -10,6 +10,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from hypothesis import settings
+
+# CI replays the same examples on every run (a red build then means the change broke something,
+# not that a new example turned up); HYPOTHESIS_PROFILE=explore draws new ones on each run.
+settings.register_profile("ci", derandomize=True, print_blob=True)
+settings.register_profile("explore", derandomize=False, print_blob=True)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
 ROOT = Path(__file__).resolve().parent.parent
 SHARED = ROOT.parent / "shared"
 CLI = [sys.executable, "-m", "airflow_quota.cli"]
