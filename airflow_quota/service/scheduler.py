@@ -14,6 +14,14 @@ One step of the leader:
 A scheduler killed at any point recovers on restart: it replays the input log into a fresh core
 (the same state the last leader had), then finishes the backend actions it finds pending
 (starting an attempt is idempotent by its key) and asks the backends about the rest.
+
+Leadership is a fenced lease (``store/lock.py``): the leader renews it every step, and every
+transaction that commits decisions or marks a backend action done first checks that the lease
+is still its own (same epoch); when it is not, the transaction rolls back and the process steps
+down. Any database error (a dropped connection, a server restart, a failover) is logged in one
+line; the process forgets its in-memory state (it may be ahead of what was committed), waits
+(0.5 s, doubling to 5 s) and starts again from the committed log. Decision lines are logged
+once their transaction has committed, so a decision is never logged by two leaders.
 """
 
 from __future__ import annotations
@@ -27,7 +35,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import Engine, select, update
+from sqlalchemy import Engine, event, select, update
+from sqlalchemy.exc import DBAPIError, DisconnectionError, PendingRollbackError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.orm import Session
 
 from airflow_quota.core.cycle import QuotaScheduler
@@ -46,16 +56,40 @@ from airflow_quota.core.model import (
 from airflow_quota.core.visibility import pending_view
 from airflow_quota.exceptions import Refused
 from airflow_quota.service.alerts import AlertDelivery
-from airflow_quota.service.backends.base import AttemptReport, AttemptSpec, AttemptStatus, Backend, BackendError
+from airflow_quota.service.backends.base import (
+    STOPPED_BEFORE_START,
+    AttemptReport,
+    AttemptSpec,
+    AttemptStatus,
+    Backend,
+    BackendError,
+)
 from airflow_quota.service.clock import Clock, WallClock
 from airflow_quota.service.inputs import apply_input, replay
 from airflow_quota.service.metrics import QuotaMetrics
 from airflow_quota.store.engine import DatabaseUnavailable, migrate, reachable, session_factory
-from airflow_quota.store.lock import leader_lock
+from airflow_quota.store.lock import LeadershipLost, leader_lock
 from airflow_quota.store.models import AlertRow, Attempt, ConfigVersion, EventRow, Input, JobRow, Preemption, Request
 from airflow_quota.store.repository import NOTIFY_CHANNEL
 
 log = logging.getLogger("airflow_quota.scheduler")
+
+RETRY_FIRST_SECONDS = 0.5
+RETRY_MAX_SECONDS = 5.0
+"""Back-off after a database error: 0.5 s, doubling up to 5 s, reset by a step that works."""
+
+DATABASE_ERRORS = (DatabaseUnavailable, DBAPIError, PendingRollbackError, DisconnectionError, PoolTimeout)
+"""What a dropped connection, a restarted or failed-over server looks like through SQLAlchemy."""
+
+
+def database_error_line(exc: BaseException) -> str:
+    """A database error in one readable line: its kind and the driver's first line."""
+    if isinstance(exc, DatabaseUnavailable):
+        return str(exc)
+    orig = getattr(exc, "orig", None)
+    source = orig if orig is not None else exc
+    text = str(source).strip().splitlines()
+    return f"{type(source).__name__}: {text[0] if text else '(no message)'}"
 
 
 @dataclass
@@ -84,6 +118,9 @@ class QuotaService:
         Airflow's metrics as ``[metrics]`` configures them once ``run`` starts the process.
     :param alert_attempts: tries per alert and notifier before delivery gives up.
     :param alert_retry_seconds: the first retry's delay (doubling after each failure).
+    :param leader_lease_seconds: how long the leader's lease lasts without a heartbeat; a
+        standby takes over a leader that stopped beating this long (``--lease-seconds``).
+    :param lease_seconds: the same, under its older name (what the CLI passes).
     """
 
     def __init__(
@@ -94,12 +131,13 @@ class QuotaService:
         holder: str | None = None,
         cycle_seconds: float = 1.0,
         poll_seconds: float = 0.2,
-        lease_seconds: float = 10.0,
+        lease_seconds: float | None = None,
         capacity_backoff_seconds: float = 600.0,
         refresh_views_seconds: float = 5.0,
         metrics: QuotaMetrics | None = None,
         alert_attempts: int = 5,
         alert_retry_seconds: float = 5.0,
+        leader_lease_seconds: float = 10.0,
     ) -> None:
         self.engine = engine
         self.backends = dict(backends)
@@ -111,7 +149,11 @@ class QuotaService:
         self.capacity_backoff_seconds = capacity_backoff_seconds
         self.refresh_views_seconds = refresh_views_seconds
         self.sessions = session_factory(engine)
-        self.lock = leader_lock(engine, self.holder, lease_seconds, self.clock.now)
+        self.lock = leader_lock(engine, self.holder, leader_lease_seconds if lease_seconds is None else lease_seconds)
+        self._fencing = False
+        """True once ``run`` leads: then every decision transaction checks the lease's epoch."""
+        if engine.dialect.name == "postgresql":
+            _end_frozen_transactions(engine, self.lock.lease_seconds)
         self.scheduler: QuotaScheduler | None = None
         self._last_cycle = float("-inf")
         self._last_refresh = float("-inf")
@@ -123,14 +165,19 @@ class QuotaService:
     # -- the process ---------------------------------------------------------------------
 
     def run(self, stop: threading.Event, migrate_first: bool = True) -> None:
-        """Lead when possible, wait otherwise, until ``stop`` is set (SIGTERM). A database that
-        cannot be reached (at start, or later) is logged in one line and retried with back-off."""
-        backoff = 1.0
+        """Lead when possible, wait otherwise, until ``stop`` is set (SIGTERM).
+
+        A database error in the leader or a standby (at start or later: unreachable, connection
+        dropped, server restarted) is logged in one line and retried with back-off, never fatal;
+        a lost lease makes the leader step down and wait as a standby."""
+        backoff = RETRY_FIRST_SECONDS
         leading = False
         migrated = not migrate_first
+        standby_seconds = min(1.0, self.lock.lease_seconds / 4)
         if not self._metrics_given:
             self.metrics = self.alerts.metrics = QuotaMetrics.from_airflow()
         self.alerts.in_background()  # a slow notifier must not hold up cycles or the lease
+        self._fencing = True
         while not stop.is_set():
             try:
                 with reachable(str(self.engine.url)):
@@ -140,33 +187,52 @@ class QuotaService:
                     if not leading:
                         leading = self.lock.acquire()
                         if not leading:
-                            stop.wait(1.0)
+                            stop.wait(standby_seconds)
+                            backoff = RETRY_FIRST_SECONDS
                             continue
-                        log.info("%s leads the quota scheduler", self.holder)
+                        log.info(
+                            "%s leads the quota scheduler (lease epoch %s, %g s lease)",
+                            self.holder,
+                            self.lock.epoch,
+                            self.lock.lease_seconds,
+                        )
                         self.recover()
                     if not self.lock.still_leader():
-                        log.warning("%s lost the leadership; waiting", self.holder)
-                        leading = False
-                        self.scheduler = None
-                        continue
+                        raise LeadershipLost(f"{self.holder}: another scheduler took the leader lease")
                     worked = self.step()
                 if not worked:
                     self._wait(stop)
-                backoff = 1.0
-            except DatabaseUnavailable as exc:
-                log.error("%s; retrying in %.0f s", exc, backoff)
+                backoff = RETRY_FIRST_SECONDS
+            except LeadershipLost as exc:
+                log.warning(
+                    "%s lost the leadership (%s); what it had not committed is dropped; waiting", self.holder, exc
+                )
                 leading = False
                 self.scheduler = None
+            except DATABASE_ERRORS as exc:
+                role = "leader" if leading else "standby"
+                log.error(
+                    "%s (%s): database error: %s; retrying in %.1f s",
+                    self.holder,
+                    role,
+                    database_error_line(exc),
+                    backoff,
+                )
+                leading = False
+                self.scheduler = None  # it may be ahead of what committed: rebuilt from the log
+                self.lock.reset()
+                self.engine.dispose()  # every pooled connection may be dead (server restart)
                 stop.wait(backoff)
-                backoff = min(backoff * 2, 30.0)
+                backoff = min(backoff * 2, RETRY_MAX_SECONDS)
         self.alerts.close()
         if leading:
             try:
-                with reachable(str(self.engine.url)):
-                    self.lock.release()
-            except DatabaseUnavailable:
-                pass  # the lock went with the connection
-            log.info("%s stopped", self.holder)
+                self.lock.release()
+            except DATABASE_ERRORS as exc:
+                log.warning(
+                    "%s could not release the lease (%s): it runs out by itself", self.holder, database_error_line(exc)
+                )
+        log.info("%s stopped", self.holder)
 
     def _wait(self, stop: threading.Event) -> None:
         """Sleep until woken (PostgreSQL NOTIFY) or the poll interval passes."""
@@ -183,6 +249,12 @@ class QuotaService:
                     break
         except Exception:
             stop.wait(self.poll_seconds)
+
+    def _fence(self, session: Session) -> None:
+        """First thing in a transaction that commits decisions or backend outcomes: check (and
+        renew) the lease under this process's epoch; raises ``LeadershipLost`` if it is gone."""
+        if self._fencing:
+            self.lock.fence(session.connection())
 
     # -- recovery ------------------------------------------------------------------------
 
@@ -220,6 +292,8 @@ class QuotaService:
                 self._last_cycle = now
             if gathered.inputs or gathered.handled or gathered.ended or gathered.running:
                 self._commit(gathered, now)
+            for decision in gathered.decisions:  # committed: never logged by two leaders
+                log.info(describe(decision, wall_clock=self.wall_clock))
             self._act()
             self._report(gathered, now)
         return bool(gathered.decisions or gathered.handled)
@@ -244,9 +318,7 @@ class QuotaService:
         """Apply one input to the core and keep it for the log (refusals are not inputs)."""
         self.scheduler, decisions = apply_input(self.scheduler, kind, payload, now)
         gathered.inputs.append((kind, payload, now))
-        gathered.decisions.extend(decisions)
-        for decision in decisions:
-            log.info(describe(decision, wall_clock=self.wall_clock))
+        gathered.decisions.extend(decisions)  # logged by ``step`` once committed
         return decisions
 
     def _take_in_requests(self, gathered: _Step, now: float) -> None:
@@ -285,7 +357,6 @@ class QuotaService:
                         gathered.rejected_ids[row.name] = row.id
                     decision = Rejected(now, row.name if row else "?", row.share if row else "?", str(exc))
                     gathered.decisions.append(decision)
-                    log.info(describe(decision, wall_clock=self.wall_clock))
             if request.job_id is not None:
                 gathered.touched.add(request.job_id)
 
@@ -324,7 +395,7 @@ class QuotaService:
                     gathered, "running", {"job_id": attempt.job_id, "attempt": attempt.number, "since": since}, now
                 )
         if report.status is AttemptStatus.UNKNOWN and attempt.status == "NOT_STARTED":
-            report = AttemptReport(AttemptStatus.STOPPED, "preempted before it started")
+            report = AttemptReport(AttemptStatus.STOPPED, STOPPED_BEFORE_START)
         elif report.status is AttemptStatus.UNKNOWN:
             # never started (the backend refused it), or lost by the backend: a failed attempt
             reason = attempt.reason if attempt.status == "START_FAILED" else "BackendLost: no such attempt"
@@ -357,6 +428,7 @@ class QuotaService:
     def _commit(self, gathered: _Step, now: float) -> None:
         assert self.scheduler is not None or not gathered.decisions
         with self.sessions() as session, session.begin():
+            self._fence(session)
             session.add_all(Input(at=at, kind=kind, payload=payload) for kind, payload, at in gathered.inputs)
             for request_id, outcome, error in gathered.handled:
                 request = session.get(Request, request_id)
@@ -477,6 +549,8 @@ class QuotaService:
         for attempt in pending:
             row = rows[attempt.job_id]
             assert row is not None
+            if self._fencing and not self._still_pending(attempt):
+                continue  # a newer leader has dealt with it since it was read
             backend = self.backends.get(attempt.backend)
             spec = self._spec(row, attempt)
             status, reason = attempt.status, attempt.reason
@@ -493,9 +567,19 @@ class QuotaService:
                 if attempt.action == "START":  # the next poll reports it as a failed attempt
                     status, reason = "START_FAILED", f"BackendError: {exc}"
             with self.sessions() as session, session.begin():
+                self._fence(session)
                 fresh = session.get(Attempt, (attempt.job_id, attempt.number))
                 if fresh is not None:
                     fresh.action, fresh.status, fresh.reason = None, status, reason
+
+    def _still_pending(self, attempt: Attempt) -> bool:
+        """Just before a backend action: this process still leads (the lease is renewed under
+        its epoch) and the action is still the one recorded. A leader frozen after reading its
+        pending actions and resumed after a takeover does not act on what it read."""
+        with self.sessions() as session, session.begin():
+            self._fence(session)
+            fresh = session.get(Attempt, (attempt.job_id, attempt.number))
+            return fresh is not None and fresh.action == attempt.action
 
     def _spec(self, row: JobRow, attempt: Attempt) -> AttemptSpec:
         plan_arn = None
@@ -559,6 +643,23 @@ def _job_columns(job: Job, snap: Any, now: float) -> dict[str, Any]:
     if job.state is JobState.RUNNABLE:
         columns.update(pending_view(snap, job, now))
     return columns
+
+
+def _end_frozen_transactions(engine: Engine, lease_seconds: float) -> None:
+    """PostgreSQL: the server ends a session of this scheduler that sits inside a transaction
+    longer than a lease (``idle_in_transaction_session_timeout``). A leader frozen mid-transaction
+    (SIGSTOP, a long pause) would otherwise hold the lease row's lock, and its standby could never
+    take over; its steps' transactions last milliseconds."""
+    milliseconds = max(int(lease_seconds * 1000), 1000)
+
+    @event.listens_for(engine, "connect")
+    def _timeout(dbapi_connection: Any, _: Any) -> None:
+        autocommit = dbapi_connection.autocommit
+        dbapi_connection.autocommit = True
+        cursor = dbapi_connection.cursor()
+        cursor.execute(f"SET idle_in_transaction_session_timeout = {milliseconds}")
+        cursor.close()
+        dbapi_connection.autocommit = autocommit
 
 
 def run_forever(service: QuotaService) -> None:

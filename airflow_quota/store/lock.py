@@ -1,134 +1,206 @@
 """Leader election: exactly one quota scheduler acts; the others wait.
 
-PostgreSQL: a session-level advisory lock held on a dedicated connection. The server releases it
-the moment the leader's connection dies, so a leader killed with SIGKILL is replaced at once.
-SQLite: a lease row renewed every cycle; a dead leader's lease runs out after ``lease_seconds``.
-Both record who leads in ``quota_leader`` for people to see.
+Leadership is a *lease* in the row ``quota_leader(name, holder, epoch, expires_at, holder_pid)``,
+the same on PostgreSQL and SQLite:
+
+- the leader renews it (its heartbeat) every step, to ``now + lease_seconds``;
+- a standby takes it when it has run out (the leader stopped beating: killed, frozen by SIGSTOP,
+  a long pause), or at once on PostgreSQL when the leader's lease connection is gone from
+  ``pg_stat_activity`` (the leader died: failover in a second or two, not a whole lease);
+- every takeover adds one to ``epoch``. The leader's decision transactions run :meth:`fence`,
+  an ``UPDATE ... WHERE holder = me AND epoch = my epoch``: when it matches no row, another
+  scheduler took over, the transaction is rolled back and the stale leader steps down. So a
+  leader frozen past its lease and then resumed commits nothing.
+
+All times are the database's clock (``clock_timestamp()`` on PostgreSQL, ``julianday('now')``
+on SQLite, which is embedded and so shares the host's clock), never the schedulers' own, so
+clocks that disagree between hosts cannot make two leaders.
 """
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
-from typing import Protocol
+import logging
+from typing import Any
 
-from sqlalchemy import Connection, Engine, select, text, update
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy import Connection, Engine, text
+from sqlalchemy.exc import IntegrityError, OperationalError
 
 from airflow_quota.store.engine import session_factory
 from airflow_quota.store.models import Leader
 
-ADVISORY_KEY = 0x41515554  # "AQUT": the quota scheduler's lock
 LEADER = "scheduler"
 
-
-class LeaderLock(Protocol):
-    holder: str
-
-    def acquire(self) -> bool:
-        """Become the leader if nobody is; True when this process leads."""
-
-    def still_leader(self) -> bool:
-        """Renew the lease; False when leadership was lost (the caller must stop acting)."""
-
-    def release(self) -> None: ...
+log = logging.getLogger("airflow_quota.scheduler")
 
 
-def leader_lock(
-    engine: Engine, holder: str, lease_seconds: float = 10.0, clock: Callable[[], float] = time.time
-) -> LeaderLock:
-    if engine.dialect.name == "postgresql":
-        return AdvisoryLock(engine, holder, clock)
-    return LeaseLock(engine, holder, lease_seconds, clock)
+class LeadershipLost(Exception):
+    """Another scheduler holds the lease now (a newer epoch): stop acting and roll back."""
 
 
-class AdvisoryLock:
-    def __init__(self, engine: Engine, holder: str, clock: Callable[[], float]) -> None:
+def _now_sql(dialect: str) -> str:
+    """The database clock in epoch seconds, as an SQL expression."""
+    if dialect == "postgresql":
+        return "CAST(EXTRACT(EPOCH FROM clock_timestamp()) AS DOUBLE PRECISION)"
+    return "((julianday('now') - 2440587.5) * 86400.0)"
+
+
+class LeaderLease:
+    """The lease of one scheduler process (``holder``), with its fencing epoch once it leads.
+
+    On PostgreSQL it keeps one dedicated connection for the lease, whose backend pid is recorded
+    in the row: while it is open, standbys wait for the lease to run out; when it closes (the
+    process died), they take over at once. After any database error the caller calls
+    :meth:`reset`, which discards that connection (a broken one cannot be rolled back).
+    """
+
+    def __init__(self, engine: Engine, holder: str, lease_seconds: float = 10.0) -> None:
+        if lease_seconds <= 0:
+            raise ValueError(f"leader_lease_seconds must be positive, got {lease_seconds}")
         self.engine = engine
         self.holder = holder
-        self.clock = clock
+        self.lease_seconds = float(lease_seconds)
+        self.dialect = engine.dialect.name
+        self.now = _now_sql(self.dialect)
+        self.epoch: int | None = None
+        """The epoch this process leads under; None while it does not lead."""
         self._connection: Connection | None = None
 
-    def acquire(self) -> bool:
-        if self._connection is None:
-            self._connection = self.engine.connect().execution_options(isolation_level="AUTOCOMMIT")
-        got = bool(self._connection.scalar(text("SELECT pg_try_advisory_lock(:key)"), {"key": ADVISORY_KEY}))
-        if got:
-            _record(self.engine, self.holder, self.clock() + 3600 * 24 * 365)
-        return got
+    # -- connections ---------------------------------------------------------------------
 
-    def still_leader(self) -> bool:
+    def _conn(self) -> Connection:
+        """The lease connection: dedicated on PostgreSQL (its pid is the holder's liveness), a
+        fresh pooled one on SQLite (a file lock has no liveness to offer)."""
         if self._connection is None:
-            return False
-        try:
-            held = self._connection.scalar(
-                text(
-                    "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND objid = :key "
-                    "AND pid = pg_backend_pid() AND granted"
-                ),
-                {"key": ADVISORY_KEY},
-            )
-        except Exception:
+            self._connection = self.engine.connect()
+        return self._connection
+
+    def _done(self) -> None:
+        if self.dialect != "postgresql" and self._connection is not None:
+            self._connection.close()
             self._connection = None
-            return False
-        return bool(held)
 
-    def release(self) -> None:
-        if self._connection is not None:
+    def reset(self) -> None:
+        """Forget the lease connection after a database error: it is invalidated (not returned
+        to the pool), and the next call opens a new one. The epoch is kept: when this process
+        still holds the lease, it may take it again as itself."""
+        connection, self._connection = self._connection, None
+        if connection is not None:
             try:
-                self._connection.execute(text("SELECT pg_advisory_unlock(:key)"), {"key": ADVISORY_KEY})
-                self._connection.close()
-            finally:
-                self._connection = None
+                connection.invalidate()
+                connection.close()
+            except Exception as exc:  # the connection is already broken: nothing to clean up
+                log.debug("discarding the lease connection: %s", exc)
 
-
-class LeaseLock:
-    def __init__(self, engine: Engine, holder: str, lease_seconds: float, clock: Callable[[], float]) -> None:
-        self.engine = engine
-        self.holder = holder
-        self.lease_seconds = lease_seconds
-        self.clock = clock
-        self.sessions = session_factory(engine)
+    # -- the lease -----------------------------------------------------------------------
 
     def acquire(self) -> bool:
-        now = self.clock()
-        with self.sessions() as session, session.begin():
-            row = session.scalars(select(Leader).where(Leader.name == LEADER)).first()
-            if row is None:
-                try:
-                    with session.begin_nested():
-                        session.add(Leader(name=LEADER, holder=self.holder, expires_at=now + self.lease_seconds))
-                    return True
-                except IntegrityError:
-                    return False
-            taken = session.execute(
-                update(Leader)
-                .where(Leader.name == LEADER)
-                .where((Leader.holder == self.holder) | (Leader.expires_at < now))
-                .values(holder=self.holder, expires_at=now + self.lease_seconds)
-            )
-            return bool(taken.rowcount)  # type: ignore[attr-defined]
+        """Take the lease when it is free, has run out, its holder's connection is gone, or this
+        process holds it; True (and a new epoch) when this process now leads."""
+        connection = self._conn()
+        pid = "pg_backend_pid()" if self.dialect == "postgresql" else "NULL"
+        dead_holder = (
+            " OR (holder_pid IS NOT NULL AND NOT EXISTS (SELECT 1 FROM pg_stat_activity WHERE pid = holder_pid))"
+            if self.dialect == "postgresql"
+            else ""
+        )
+        try:
+            with connection.begin():
+                if self.dialect == "postgresql":
+                    # A frozen leader may hold the row lock inside its decision transaction: do
+                    # not queue behind it for ever (idle_in_transaction_session_timeout ends it).
+                    connection.execute(text("SET LOCAL lock_timeout = '1s'"))
+                params: dict[str, Any] = {"name": LEADER, "me": self.holder, "lease": self.lease_seconds}
+                epoch = connection.scalar(
+                    text(
+                        f"UPDATE quota_leader SET holder = :me, epoch = epoch + 1, "
+                        f"expires_at = {self.now} + :lease, holder_pid = {pid} "
+                        f"WHERE name = :name AND (expires_at < {self.now} OR holder = :me{dead_holder}) "
+                        "RETURNING epoch"
+                    ),
+                    params,
+                )
+                if epoch is None:
+                    exists = connection.execute(
+                        text("SELECT 1 FROM quota_leader WHERE name = :name"), {"name": LEADER}
+                    ).first()
+                    if exists is None:
+                        connection.execute(
+                            text(
+                                "INSERT INTO quota_leader (name, holder, epoch, expires_at, holder_pid) "
+                                f"VALUES (:name, :me, 1, {self.now} + :lease, {pid})"
+                            ),
+                            params,
+                        )
+                        epoch = 1
+        except IntegrityError:  # another scheduler inserted the row first: it leads
+            self._done()
+            return False
+        except OperationalError as exc:
+            if getattr(exc.orig, "sqlstate", None) == "55P03":  # lock_timeout: someone holds the row
+                self._done()
+                return False
+            raise
+        self._done()
+        self.epoch = None if epoch is None else int(epoch)
+        return self.epoch is not None
 
     def still_leader(self) -> bool:
-        return self.acquire()
+        """The heartbeat: renew the lease to now + ``lease_seconds``; False when another
+        scheduler has taken it (this process must stop acting)."""
+        if self.epoch is None:
+            return False
+        connection = self._conn()
+        with connection.begin():
+            renewed = self._renew(connection)
+        self._done()
+        if not renewed:
+            self.epoch = None
+        return renewed
+
+    def fence(self, connection: Connection) -> None:
+        """Inside a decision transaction: renew the lease only if this process still holds it
+        under its epoch, else raise :class:`LeadershipLost` (the caller rolls back). The row
+        stays locked until that transaction ends, so a takeover waits for it or wins before it."""
+        if self.epoch is None or not self._renew(connection):
+            held = self.epoch
+            self.epoch = None
+            raise LeadershipLost(f"{self.holder} no longer holds the leader lease (its epoch was {held})")
+
+    def _renew(self, connection: Connection) -> bool:
+        done = connection.execute(
+            text(
+                f"UPDATE quota_leader SET expires_at = {self.now} + :lease "
+                "WHERE name = :name AND holder = :me AND epoch = :epoch"
+            ),
+            {"lease": self.lease_seconds, "name": LEADER, "me": self.holder, "epoch": self.epoch},
+        )
+        return bool(done.rowcount)
 
     def release(self) -> None:
-        with self.sessions() as session, session.begin():
-            session.execute(
-                update(Leader).where(Leader.name == LEADER, Leader.holder == self.holder).values(expires_at=0.0)
-            )
+        """Give the lease up (a clean stop): the next standby takes it at once."""
+        if self.epoch is not None:
+            connection = self._conn()
+            with connection.begin():
+                connection.execute(
+                    text(
+                        "UPDATE quota_leader SET expires_at = 0, holder_pid = NULL "
+                        "WHERE name = :name AND holder = :me AND epoch = :epoch"
+                    ),
+                    {"name": LEADER, "me": self.holder, "epoch": self.epoch},
+                )
+            self.epoch = None
+        if self._connection is not None:
+            self._connection.close()
+            self._connection = None
 
 
-def _record(engine: Engine, holder: str, expires_at: float) -> None:
-    with session_factory(engine)() as session, session.begin():
-        row = session.get(Leader, LEADER)
-        if row is None:
-            session.add(Leader(name=LEADER, holder=holder, expires_at=expires_at))
-        else:
-            row.holder, row.expires_at = holder, expires_at
+def leader_lock(engine: Engine, holder: str, lease_seconds: float = 10.0) -> LeaderLease:
+    """The lease for the scheduler ``holder`` on ``engine``'s database."""
+    return LeaderLease(engine, holder, lease_seconds)
 
 
 def current_leader(engine: Engine) -> str | None:
+    """Who holds (or last held) the lease, for display."""
     with session_factory(engine)() as session:
         row = session.get(Leader, LEADER)
         return None if row is None else row.holder

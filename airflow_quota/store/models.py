@@ -195,10 +195,19 @@ class Input(Base):
 
 
 class Leader(Base):
-    """Who leads (for display on PostgreSQL; the lease itself on SQLite)."""
+    """The leader lease (``store/lock.py``): who leads, until when, and the fencing epoch.
+
+    ``expires_at`` is in the database's clock (epoch seconds). ``epoch`` grows by one at every
+    takeover; the leader's decision transactions update this row ``WHERE epoch = <its epoch>``,
+    so a leader that lost the lease (frozen, then resumed) commits nothing. ``holder_pid`` is the
+    PostgreSQL backend pid of the leader's lease connection: when it is gone from
+    ``pg_stat_activity`` (the leader died), a standby takes over without waiting for the lease.
+    """
 
     __tablename__ = "quota_leader"
 
     name: Mapped[str] = mapped_column(String(40), primary_key=True)
     holder: Mapped[str] = mapped_column(String(200))
     expires_at: Mapped[float] = mapped_column(Float)
+    epoch: Mapped[int] = mapped_column(Integer, default=0, server_default=text("0"))
+    holder_pid: Mapped[int | None] = mapped_column(Integer, nullable=True)

@@ -12,6 +12,10 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, Protocol
 
+STOPPED_BEFORE_START = "StoppedBeforeStart"
+"""The one reason for an attempt stopped (preempted or cancelled) before its training started,
+whichever backend and whether or not the backend had heard of it."""
+
 
 class AttemptStatus(str, Enum):
     UNKNOWN = "UNKNOWN"
