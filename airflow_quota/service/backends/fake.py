@@ -16,7 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from airflow_quota.service.backends.base import AttemptReport, AttemptSpec, AttemptStatus
+from airflow_quota.service.backends.base import STOPPED_BEFORE_START, AttemptReport, AttemptSpec, AttemptStatus
 
 
 class FakeBackend:
@@ -112,5 +112,6 @@ def _timeline(state: dict[str, Any]) -> tuple[float, float, AttemptStatus, str |
         outcome, reason = AttemptStatus.FAILED, str(failure.get("reason", "ExitCode:1"))
     stop_at = state["stop_at"]
     if stop_at is not None and float(stop_at) < ends:
-        ends, outcome, reason = float(stop_at), AttemptStatus.STOPPED, "stopped"
+        reason = STOPPED_BEFORE_START if float(stop_at) <= running_since else "stopped"
+        ends, outcome = float(stop_at), AttemptStatus.STOPPED
     return running_since, ends, outcome, reason

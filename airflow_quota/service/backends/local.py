@@ -13,6 +13,8 @@ How outcomes map to :class:`AttemptStatus`:
 - no directory: UNKNOWN; the runner launched but the command not yet started: PENDING;
 - the command runs: RUNNING, ``running_since`` when it was started;
 - it ended after a stop was requested (whatever its exit code): STOPPED, reason ``ExitCode:N``;
+  stopped before the command started: STOPPED, reason ``StoppedBeforeStart`` (the one reason
+  every backend and the scheduler give for that);
 - it exited 0: SUCCEEDED; any other exit: FAILED with reason ``ExitCode:N``. A command killed by
   a signal has N = minus the signal number (``ExitCode:-9`` for SIGKILL, ``ExitCode:-15`` for
   SIGTERM), as Python's ``subprocess`` reports it; a command that could not be started at all
@@ -23,7 +25,10 @@ How outcomes map to :class:`AttemptStatus`:
 
 Preemption: ``stop`` records the request (and its deadline, request time + grace) and sends
 SIGTERM to the command's process group; the first ``poll`` after the deadline sends SIGKILL if
-it is still alive. Since the deadline is on disk, the kill happens even if the scheduler
+it is still alive. Every process of the group gets the grace, not only the one the runner
+started: a string command runs under ``/bin/sh -c``, and the shell (dash) forks the training
+and dies of the SIGTERM at once, so the runner waits for the rest of the group to end (or the
+deadline) before it kills what is left. Since the deadline is on disk, the kill happens even if the scheduler
 restarted during the grace.
 """
 
@@ -44,7 +49,13 @@ from pathlib import Path
 from typing import Any
 
 from airflow_quota.service.backends import local_runner as files
-from airflow_quota.service.backends.base import AttemptReport, AttemptSpec, AttemptStatus, BackendError
+from airflow_quota.service.backends.base import (
+    STOPPED_BEFORE_START,
+    AttemptReport,
+    AttemptSpec,
+    AttemptStatus,
+    BackendError,
+)
 
 log = logging.getLogger(__name__)
 
@@ -281,7 +292,9 @@ class LocalBackend:
         if ended is not None:
             return _outcome(ended)
         if (directory / files.STOP).exists():
-            return AttemptReport(AttemptStatus.STOPPED, reason="RunnerLost")
+            # stopped before its command started (the runner went on the stop's SIGTERM), or lost
+            reason = STOPPED_BEFORE_START if command is None else "RunnerLost"
+            return AttemptReport(AttemptStatus.STOPPED, reason=reason)
         if runner is None:
             record = files.read_json(directory / files.ATTEMPT) or {}
             if self.clock() - float(record.get("launched_at", 0)) < self.launch_timeout:
@@ -355,6 +368,8 @@ def _outcome(ended: dict[str, Any]) -> AttemptReport:
     reason = None if returncode is None else f"ExitCode:{returncode}"
     started_at, ended_at = ended.get("started_at"), ended.get("ended_at")
     if ended.get("stopped"):
+        if started_at is None:  # the runner saw the stop and never started the command
+            reason = STOPPED_BEFORE_START
         return AttemptReport(AttemptStatus.STOPPED, reason=reason, running_since=started_at, ended_at=ended_at)
     if returncode == 0:
         return AttemptReport(AttemptStatus.SUCCEEDED, running_since=started_at, ended_at=ended_at)

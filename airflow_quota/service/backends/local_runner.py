@@ -109,6 +109,27 @@ def process_alive(pid: int, ticks: int | None) -> bool:
     return True
 
 
+def group_members(pgid: int) -> list[int]:
+    """The live (not zombie) processes of process group ``pgid``, from ``/proc`` (Linux; empty
+    elsewhere, where the group is killed at once as before)."""
+    members = []
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return []
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2 :].split()
+        if int(fields[2]) == pgid and fields[0] not in ("Z", "X"):
+            members.append(int(entry))
+    return members
+
+
 def record_process(path: Path, pid: int, **extra: Any) -> None:
     """Write a pid record (pid, start ticks and ``extra``) to ``path``."""
     write_json(path, {"pid": pid, "start_ticks": start_ticks(pid), **extra})
@@ -191,12 +212,17 @@ class Runner:
         """Wait for the command to end, then kill what is left of its process group.
 
         Children the command left behind (data loader workers, a backgrounded process) would
-        keep holding GPUs after the attempt is reported ended, so they go with it. The leader
-        is waited for without being reaped (``WNOWAIT``) so that its pid, which names the
-        group, cannot be reused before the group is killed.
+        keep holding GPUs after the attempt is reported ended, so they go with it. When a stop
+        was requested, they first get the rest of its grace: the process the runner started
+        may be only a shell (``/bin/sh -c`` forks the training) that died of the SIGTERM while
+        the training is still writing its checkpoint. The leader is waited for without being
+        reaped (``WNOWAIT``) so that its pid, which names the group, cannot be reused before
+        the group is killed.
         """
         if hasattr(os, "waitid"):
             os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOWAIT)
+            if self.stop_requested():
+                self.wait_for_group(proc.pid)
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(proc.pid, signal.SIGKILL)
             return proc.wait()
@@ -204,6 +230,15 @@ class Runner:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(proc.pid, signal.SIGKILL)
         return returncode
+
+    def wait_for_group(self, pgid: int, interval: float = 0.02) -> None:
+        """Until the stop's deadline (``stop.json``), wait for every live process of the group
+        ``pgid`` to end; the group's SIGTERM has been sent (or is sent now if it was not)."""
+        send_term_once(self.dir, pgid)
+        request = read_json(self.dir / STOP)
+        deadline = float(request["deadline"]) if request else time.time()
+        while group_members(pgid) and time.time() < deadline:
+            time.sleep(interval)
 
     def record_exit(self, returncode: int | None, started_at: float | None) -> None:
         """Write ``exit.json``: the outcome every later ``poll`` reports."""
