@@ -13,14 +13,49 @@ from pathlib import Path
 from typing import Annotated, Any, Literal, TypeVar
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from airflow_quota.core.catalogue import InstanceTypeSpec, builtin_catalogue
 from airflow_quota.exceptions import InvalidInput, Problem, join_path
 
-NAME_PATTERN = r"^[A-Za-z0-9_-]{1,128}$"
+NAME_CHARACTERS = "A-Za-z0-9_-"
+"""The name rule: letters, digits, ``_`` and ``-`` (share, job, plan and notifier names; with
+``.`` added, instance-type names). Nothing a page or a log line could misread: no spaces,
+markup or line breaks."""
+NAME_MAX_LENGTH = 128
+INSTANCE_TYPE_MAX_LENGTH = 64
+"""Instance-type names are shorter (the store's column): AWS's are at most 24 characters."""
+
+
+def name_pattern(max_length: int = NAME_MAX_LENGTH, dots: bool = False) -> str:
+    """The regex of the name rule (``NAME_CHARACTERS``, 1 to ``max_length`` of them); ``dots``
+    allows ``.`` too, as instance types have (``ml.g5.xlarge``)."""
+    return f"^[{'.' if dots else ''}{NAME_CHARACTERS}]{{1,{max_length}}}$"
+
+
+NAME_PATTERN = name_pattern()
+INSTANCE_TYPE_PATTERN = name_pattern(INSTANCE_TYPE_MAX_LENGTH, dots=True)
 PositiveInt = Annotated[int, Field(ge=1, strict=True)]
-Name = Annotated[str, Field(pattern=NAME_PATTERN)]
+Name = Annotated[str, Field(pattern=NAME_PATTERN, strict=True)]
+InstanceTypeName = Annotated[str, Field(pattern=INSTANCE_TYPE_PATTERN, strict=True)]
+"""An instance type: the name rule with dots; whether it is known is checked against the catalogue."""
+
+
+def at_most(limit: int) -> AfterValidator:
+    """A text of at most ``limit`` characters; longer is refused naming the limit and the
+    length (``at most 250 characters (got 300000)``), never echoing the text."""
+
+    def check(value: str) -> str:
+        if len(value) > limit:
+            raise ValueError(f"at most {limit} characters (got {len(value)})")
+        return value
+
+    return AfterValidator(check)
+
+
+URI_MAX_LENGTH = 2048
+"""``checkpoint_uri``, a plan's ``arn``: S3 keys are at most 1024 bytes, URLs in practice 2048."""
+Uri = Annotated[str, Field(strict=True), at_most(URI_MAX_LENGTH)]
 Instant = datetime | float
 """A point in time: an aware datetime, or seconds from the scheduler's origin."""
 
@@ -37,15 +72,18 @@ class ShareState(str, Enum):
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    """Configuration models: unknown keys refused; no infinite or NaN numbers (a
+    configuration is stored as JSON, which has neither)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class TrainingPlan(_Model):
     """Reserved capacity, usable only by preference entries that name the plan, in its window."""
 
     name: Name
-    arn: str | None = None
-    instance_type: str
+    arn: Uri | None = None
+    instance_type: InstanceTypeName
     count: PositiveInt
     starts_at: Instant
     ends_at: Instant
@@ -55,7 +93,7 @@ class TrainingPlan(_Model):
 class Pool(_Model):
     """What may run at once (AWS: the service environment)."""
 
-    capacity: dict[str, PositiveInt] = Field(min_length=1)
+    capacity: dict[InstanceTypeName, PositiveInt] = Field(min_length=1)
     training_plans: list[TrainingPlan] = Field(default_factory=list)
 
 
@@ -63,7 +101,7 @@ class Share(_Model):
     """A quota share: a guaranteed limit per instance type and how idle capacity is shared."""
 
     name: Name
-    capacity_limits: dict[str, PositiveInt] = Field(min_length=1, max_length=5)
+    capacity_limits: dict[InstanceTypeName, PositiveInt] = Field(min_length=1, max_length=5)
     strategy: Strategy = Strategy.RESERVE
     borrow_limit: int | None = Field(default=None, ge=-1, strict=True)
     in_share_preemption: bool = False
@@ -157,7 +195,7 @@ class AlertsConfig(_Model):
 class QuotaConfig(_Model):
     """One quota configuration: instance types, the pool, and the shares."""
 
-    instance_types: dict[str, InstanceTypeSpec] = Field(default_factory=dict)
+    instance_types: dict[InstanceTypeName, InstanceTypeSpec] = Field(default_factory=dict)
     pool: Pool
     shares: list[Share] = Field(min_length=1)
     alerts: AlertsConfig = Field(default_factory=AlertsConfig)
@@ -278,10 +316,10 @@ def pydantic_problems(error: ValidationError, prefix: str = "") -> list[Problem]
         for part in item["loc"]:
             if isinstance(part, int):
                 path += f"[{part}]"
-            elif part in ("function-after[", "tagged-union"):
+            elif part in ("function-after[", "tagged-union", "[key]"):
                 continue
             else:
-                path = f"{path}.{part}" if path else str(part)
+                path = join_path(path, path_key(str(part)))
         message = item["msg"].removeprefix("Value error, ")
         if item["type"] == "extra_forbidden":
             message = "unknown key"
@@ -289,6 +327,19 @@ def pydantic_problems(error: ValidationError, prefix: str = "") -> list[Problem]
             message = "required field is missing"
         problems.append(Problem(path, message))
     return problems
+
+
+_PLAIN_KEY = re.compile(name_pattern(dots=True))
+
+
+def path_key(key: str) -> str:
+    """A mapping key as a part of an error path: as it is when it follows the name rule (with
+    dots: ``pool.capacity.ml.g5.xlarge``), else quoted and cut to 40 characters
+    (``pool.capacity['<b>x</b>\\n']``), so that a path is one short line whatever the input."""
+    if _PLAIN_KEY.match(key):
+        return key
+    shown = repr(key[:40]) if len(key) <= 40 else repr(key[:40])[:-1] + "...'"
+    return f"[{shown}]"
 
 
 def parse_config(raw: Any, prefix: str = "") -> QuotaConfig:
@@ -384,16 +435,21 @@ def read_yaml(path: Path) -> Any:
     InvalidInput in the file (with the line and column of a parse error). Input files are
     loaded with ``load_file``, which checks the top level too."""
     try:
-        text = path.read_text()
+        text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise InvalidInput([Problem("", f"cannot read the file: {exc.strerror}")], str(path)) from None
-    if text.lstrip().startswith("{"):
-        try:
-            return json.loads(text)  # JSON is YAML too, and generated workloads load much faster
-        except ValueError:
-            pass
+    except UnicodeDecodeError as exc:  # YAML and JSON files are UTF-8 text
+        message = f"not UTF-8 text: byte 0x{exc.object[exc.start]:02x} at offset {exc.start} is not UTF-8"
+        raise InvalidInput([Problem("", message)], str(path)) from None
     try:
+        if text.lstrip().startswith("{"):
+            try:
+                return json.loads(text)  # JSON is YAML too, and generated workloads load much faster
+            except ValueError:
+                pass
         return yaml.load(text, Loader=_LOADER)
+    except RecursionError:
+        raise InvalidInput([Problem("", "nested too deeply to be read")], str(path)) from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else str(path)

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Annotated
+from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from airflow_quota.core.config import NAME_PATTERN
+from airflow_quota.core.config import NAME_PATTERN, InstanceTypeName, Name, Uri, at_most
 
 
 class JobState(str, Enum):
@@ -75,30 +76,47 @@ class Entry:
         return f"{self.count}x {self.instance_type}{plan}"
 
 
+AIRFLOW_ID_MAX_LENGTH = 250
+"""``dag_id``, ``task_id`` and ``run_id``: Airflow's own limit (``ID_LEN`` in ``airflow.models.base``)."""
+CLIENT_TOKEN_MAX_LENGTH = 256
+"""The operator's tokens are at most 209 characters (``operators.training.client_token``)."""
+TRAINING_MAX_BYTES = 64 * 1024
+"""The training request (command, environment, a SageMaker CreateTrainingJob request) as
+JSON: it is stored with the job and read by every attempt."""
+RETRY_ON_MAX_ITEMS = 20
+RETRY_PATTERN_MAX_LENGTH = 256
+MAX_SECONDS = 10 * 366 * 86400.0
+"""The longest duration a job field takes (ten years): a bound, not a policy."""
+Seconds = Annotated[float, Field(gt=0, le=MAX_SECONDS, allow_inf_nan=False)]
+RetryPattern = Annotated[str, Field(strict=True), at_most(RETRY_PATTERN_MAX_LENGTH)]
+AirflowId = Annotated[str, Field(strict=True), at_most(AIRFLOW_ID_MAX_LENGTH)]
+
+
 class PreferenceEntry(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    instance_type: str
-    count: int = Field(ge=1, strict=True)
-    training_plan: str | None = None
+    instance_type: InstanceTypeName
+    count: int = Field(ge=1, le=1_000_000, strict=True)
+    training_plan: Name | None = None
 
 
 class JobRequest(BaseModel):
-    """A submission: the job fields of quota-model.md 2 (the table's static rules)."""
+    """A submission: the job fields of quota-model.md 2 (the table's static rules), each
+    bounded (README, "Limits")."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
-    name: Annotated[str, Field(pattern=NAME_PATTERN)]
-    share: str
+    name: Annotated[str, Field(pattern=NAME_PATTERN, strict=True)]
+    share: Name
     priority: int = Field(default=0, ge=0, le=9999, strict=True)
     preferences: list[PreferenceEntry] = Field(min_length=1, max_length=5)
-    max_pending_seconds: float | None = Field(default=None, gt=0)
-    preemption_retries: int | None = Field(default=None, ge=0, strict=True)
+    max_pending_seconds: Seconds | None = None
+    preemption_retries: int | None = Field(default=None, ge=0, le=1000, strict=True)
     retry_attempts: int = Field(default=1, ge=1, le=10, strict=True)
-    retry_on: list[str] | None = None
-    checkpoint_uri: str | None = None
-    checkpoint_interval: float | None = Field(
-        default=None, gt=0, description="seconds of work between checkpoints; estimates lost work"
+    retry_on: list[RetryPattern] | None = Field(default=None, max_length=RETRY_ON_MAX_ITEMS)
+    checkpoint_uri: Uri | None = None
+    checkpoint_interval: Seconds | None = Field(
+        default=None, description="seconds of work between checkpoints; estimates lost work"
     )
     wait_for_capacity: bool = False
 
@@ -114,6 +132,42 @@ class JobRequest(BaseModel):
 
     def entries(self) -> tuple[Entry, ...]:
         return tuple(Entry(p.instance_type, p.count, p.training_plan) for p in self.preferences)
+
+
+class JobFields(BaseModel):
+    """What is stored with a submission beside its ``JobRequest``: the backend that runs it,
+    what it runs (``training``), its idempotency token and the Airflow task that submitted it.
+    Every field is bounded (README, "Limits") so that no submission, from the CLI or the hook,
+    stores more than a few tens of kB; whether the backend exists is the store's rule."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    backend: Name = "local"
+    training: dict[str, Any] | None = None
+    client_token: Annotated[str, Field(strict=True), at_most(CLIENT_TOKEN_MAX_LENGTH)] | None = None
+    dag_id: AirflowId | None = None
+    task_id: AirflowId | None = None
+    run_id: AirflowId | None = None
+
+    @field_validator("training")
+    @classmethod
+    def _training_stored_as_json(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        """The training request is stored as JSON: it must be JSON (no dates, no NaN) and at
+        most ``TRAINING_MAX_BYTES`` of it."""
+        if value is None:
+            return None
+        try:
+            size = len(json.dumps(value, allow_nan=False, ensure_ascii=False).encode())
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"must be JSON (strings, numbers, lists, mappings): {exc}") from None
+        if size > TRAINING_MAX_BYTES:
+            raise ValueError(f"at most {TRAINING_MAX_BYTES} bytes as JSON (got {size})")
+        return value
+
+    @classmethod
+    def keys(cls) -> frozenset[str]:
+        """The keys of a job file that are these fields, not the request's."""
+        return frozenset(cls.model_fields)
 
 
 @dataclass(slots=True)

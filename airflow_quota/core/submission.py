@@ -4,10 +4,46 @@ current configuration and the live jobs, beyond the static field rules of ``JobR
 
 from __future__ import annotations
 
-from airflow_quota.core.model import JobRequest
+from collections.abc import Mapping
+from typing import Any
+
+from pydantic import ValidationError
+
+from airflow_quota.core.config import pydantic_problems
+from airflow_quota.core.model import JobFields, JobRequest
 from airflow_quota.core.quota import holding_cap
 from airflow_quota.core.snapshot import Snapshot
-from airflow_quota.exceptions import SubmissionRejected
+from airflow_quota.exceptions import InvalidInput, Problem, SubmissionRejected
+
+
+def parse_submission(raw: Mapping[str, Any]) -> tuple[JobRequest, JobFields]:
+    """A submission as one mapping (a job file): its ``JobRequest`` and its ``JobFields``
+    (``JobFields.keys()``), or InvalidInput with every problem of both, each naming its field
+    and the rule or limit it breaks. The CLI and the hook (``job_fields``) go through here."""
+    keys = JobFields.keys()
+    problems: list[Problem] = []
+    request: JobRequest | None = None
+    fields: JobFields | None = None
+    try:
+        request = JobRequest.model_validate({k: v for k, v in raw.items() if k not in keys})
+    except ValidationError as exc:
+        problems.extend(pydantic_problems(exc))
+    try:
+        fields = job_fields({k: v for k, v in raw.items() if k in keys})
+    except InvalidInput as exc:
+        problems.extend(exc.problems)
+    if problems or request is None or fields is None:
+        raise InvalidInput(problems)
+    return request, fields
+
+
+def job_fields(raw: Mapping[str, Any]) -> JobFields:
+    """Validate what is stored beside a request (backend, training, client_token, dag_id,
+    task_id, run_id); InvalidInput names each field and its limit."""
+    try:
+        return JobFields.model_validate(dict(raw))
+    except ValidationError as exc:
+        raise InvalidInput(pydantic_problems(exc)) from None
 
 
 def check_submission(snapshot: Snapshot, request: JobRequest) -> None:
