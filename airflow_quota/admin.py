@@ -8,15 +8,14 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import re
 import sys
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pydantic import ValidationError
-
-from airflow_quota.core.config import QUOTA_SECTIONS, load_file, not_a_mapping, pydantic_problems
-from airflow_quota.core.model import JobRequest
-from airflow_quota.exceptions import InvalidInput
+from airflow_quota.core.config import NAME_PATTERN, QUOTA_SECTIONS, load_file, parse_config
+from airflow_quota.exceptions import ChangeRefused, InvalidInput, Problem
 from airflow_quota.store.settings import airflow_home, database_url, redacted
 
 if TYPE_CHECKING:  # the store (SQLAlchemy, alembic) loads only for the commands that use it
@@ -79,6 +78,13 @@ def add_commands(commands: Any) -> None:
     priority = job_commands.add_parser("set-priority", help="change a job's priority")
     priority.add_argument("job", help="job id or name")
     priority.add_argument("priority", type=int)
+    priority.add_argument(
+        "--wait",
+        type=float,
+        default=PRIORITY_WAIT_SECONDS,
+        metavar="SECONDS",
+        help="wait this long for the scheduler to take the change in (default %(default)g; 0: only ask)",
+    )
     _db_option(priority)
     _json_option(priority)
     priority.set_defaults(run=set_priority)
@@ -122,10 +128,26 @@ def db_migrate(args: argparse.Namespace) -> int:
 
 
 def apply_config(args: argparse.Namespace) -> int:
+    """Store a configuration; a notifier whose package cannot be imported here is stored (the
+    scheduler's host may have it) with a warning on standard error."""
+    from airflow_quota.notifications.loader import check_notifiers
+
     store = _store(args)
-    version = load_file(Path(args.file), QUOTA_SECTIONS, lambda raw: store.apply_config(raw, source=str(args.file)))
+
+    def stored(raw: dict[str, Any]) -> tuple[int, list[Problem]]:
+        warnings = check_notifiers(parse_config(raw))
+        return store.apply_config(raw, source=str(args.file)), warnings
+
+    version, warnings = load_file(Path(args.file), QUOTA_SECTIONS, stored)
+    warn(warnings, args.file)
     print(f"{args.file}: stored as configuration version {version}; it takes effect at the next cycle")
     return 0
+
+
+def warn(problems: list[Problem], file: str) -> None:
+    """Print warnings on standard error, as problems are printed (``FILE: warning: path: message``)."""
+    for problem in problems:
+        print(f"{file}: warning: {problem}", file=sys.stderr)
 
 
 def run_scheduler(args: argparse.Namespace) -> int:
@@ -269,11 +291,31 @@ def list_jobs(args: argparse.Namespace) -> int:
     return 0
 
 
+JOB_ID_MAX = 2**63 - 1
+"""The largest job id the quota database holds (a signed 64-bit integer)."""
+
+
 def _find(store: QuotaStore, key: str) -> JobRow:
-    job = store.job(int(key)) if key.isdigit() else store.job_by_name(key)
+    """The job ``key`` names: an id, else a name (the live job of that name, else the latest)."""
+    job_id = job_id_of(key)
+    job = store.job(job_id) if job_id is not None else store.job_by_name(key)
     if job is None:
         raise InvalidInput.single("job", f"no job {key!r}")
     return job
+
+
+def job_id_of(key: str) -> int | None:
+    """The job id ``key`` is (ASCII digits), None when it is a job name; InvalidInput when it is
+    neither (an id out of 1 to ``JOB_ID_MAX``, or text that breaks the name rule)."""
+    if key.isascii() and key.isdigit():
+        digits = key.lstrip("0") or "0"
+        if len(digits) > len(str(JOB_ID_MAX)) or not 1 <= int(digits) <= JOB_ID_MAX:
+            shown = digits if len(digits) <= 30 else f"a {len(digits)}-digit number"
+            raise InvalidInput.single("job", f"a job id is 1 to {JOB_ID_MAX} (got {shown})")
+        return int(digits)
+    if not re.match(NAME_PATTERN, key):
+        raise InvalidInput.single("job", f"neither a job id (1 to {JOB_ID_MAX}) nor a job name ({NAME_PATTERN})")
+    return None
 
 
 def show_job(args: argparse.Namespace) -> int:
@@ -357,15 +399,18 @@ def show_job(args: argparse.Namespace) -> int:
     return 0
 
 
-JOB_FILE_KEYS = {"backend", "training", "client_token", "dag_id", "task_id", "run_id"}
-
-
 def submit_job(args: argparse.Namespace) -> int:
-    request, raw = load_file(Path(args.file), "job fields", _job_file)
-    backend = raw.get("backend", "local")
-    training = raw.get("training") or {}
+    from airflow_quota.core.submission import parse_submission
+
+    request, fields = load_file(Path(args.file), "job fields", parse_submission)
     job = _store(args).submit(
-        request, backend, training, raw.get("client_token"), raw.get("dag_id"), raw.get("task_id"), raw.get("run_id")
+        request,
+        fields.backend,
+        fields.training or {},
+        fields.client_token,
+        fields.dag_id,
+        fields.task_id,
+        fields.run_id,
     )
     if args.json:
         _print_json(_job_record(job))
@@ -374,27 +419,49 @@ def submit_job(args: argparse.Namespace) -> int:
     return 0
 
 
-def _job_file(raw: dict[str, Any]) -> tuple[JobRequest, dict[str, Any]]:
-    """A job file's submission, and the file (for its other keys, ``JOB_FILE_KEYS``)."""
-    try:
-        request = JobRequest.model_validate({k: v for k, v in raw.items() if k not in JOB_FILE_KEYS})
-    except ValidationError as exc:
-        raise InvalidInput(pydantic_problems(exc)) from None
-    training = raw.get("training") or {}
-    if not isinstance(training, dict):
-        raise not_a_mapping(training, "training settings", "training")
-    return request, raw
+PRIORITY_WAIT_SECONDS = 5.0
+"""How long ``jobs set-priority`` waits for the scheduler by default: a few of its cycles."""
 
 
 def set_priority(args: argparse.Namespace) -> int:
+    """Ask for a new priority, then wait (``--wait``) until the scheduler has taken it in: a
+    job that ends first is refused (exit 2), not answered "requested" for a change that never
+    happens. Without a scheduler answering in time it stays "requested" (exit 0)."""
+    if not 0 <= args.priority <= 9999:
+        raise InvalidInput.single("priority", f"0 to 9999 (got {args.priority})")
+    if not 0 <= args.wait <= 3600:
+        raise InvalidInput.single("--wait", f"0 to 3600 seconds (got {args.wait:g})")
     store = _store(args)
     job = _find(store, args.job)
     store.set_priority(job.id, args.priority)
+    status = _priority_outcome(store, job, args.priority, args.wait)
     if args.json:
-        _print_json({"job": job.id, "name": job.name, "priority": args.priority, "status": "requested"})
+        _print_json({"job": job.id, "name": job.name, "priority": args.priority, "status": status})
+    elif status == "set":
+        print(f"job {job.id} ({job.name}): priority {args.priority} set")
     else:
         print(f"job {job.id} ({job.name}): priority {args.priority} asked; it takes effect at the next cycle")
     return 0
+
+
+def _priority_outcome(store: QuotaStore, job: JobRow, priority: int, wait: float) -> str:
+    """``set`` once the job's row shows the priority, ``requested`` when ``wait`` runs out
+    first; ChangeRefused when the job ends before the change was taken in."""
+    from airflow_quota.store.models import LIVE_STATES
+
+    deadline = time.monotonic() + wait
+    while True:
+        row = store.job(job.id)
+        if row is not None and row.priority == priority:
+            return "set"
+        if row is None or row.state not in LIVE_STATES:
+            state = row.state if row is not None else "gone"
+            raise ChangeRefused(
+                f"job: {job.name!r} ended ({state}) before its new priority was taken in; nothing changed"
+            )
+        if time.monotonic() >= deadline:
+            return "requested"
+        time.sleep(min(0.2, max(0.0, deadline - time.monotonic())))
 
 
 def cancel_job(args: argparse.Namespace) -> int:

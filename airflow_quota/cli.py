@@ -28,17 +28,21 @@ EXIT_UNAVAILABLE = 1
 
 
 def _validate(args: argparse.Namespace) -> int:
+    from airflow_quota.admin import warn
     from airflow_quota.core.config import QUOTA_SECTIONS, load_file
     from airflow_quota.sim.scenario import SCENARIO_KEYS
 
     path = Path(args.file)
-    for text in load_file(path, f"{QUOTA_SECTIONS} or of {SCENARIO_KEYS}", lambda raw: _validated(raw, path)):
+    lines, warnings = load_file(path, f"{QUOTA_SECTIONS} or of {SCENARIO_KEYS}", lambda raw: _validated(raw, path))
+    warn(warnings, str(path))
+    for text in lines:
         print(text)
     return 0
 
 
-def _validated(raw: dict[str, Any], path: Path) -> list[str]:
-    """What ``validate`` prints of a valid scenario (it has events) or quota configuration."""
+def _validated(raw: dict[str, Any], path: Path) -> tuple[list[str], list[Problem]]:
+    """What ``validate`` prints of a valid scenario (it has events) or quota configuration,
+    and its warnings (notifiers that cannot be imported here)."""
     from airflow_quota.core.config import parse_config
     from airflow_quota.core.summary import config_summary
 
@@ -46,13 +50,14 @@ def _validated(raw: dict[str, Any], path: Path) -> list[str]:
         from airflow_quota.sim.scenario import parse_scenario
 
         scenario = parse_scenario(raw, path.parent)
-        return [f"{path}: a valid scenario with {len(scenario.events)} events", config_summary(scenario.config)]
+        return [f"{path}: a valid scenario with {len(scenario.events)} events", config_summary(scenario.config)], []
     config = parse_config(raw)
+    warnings: list[Problem] = []
     if config.alerts.notifiers:
         from airflow_quota.notifications.loader import check_notifiers
 
-        check_notifiers(config)
-    return [f"{path}: valid", config_summary(config)]
+        warnings = check_notifiers(config)
+    return [f"{path}: valid", config_summary(config)], warnings
 
 
 def _simulate(args: argparse.Namespace) -> int:

@@ -79,22 +79,32 @@ def build_notifiers(alerts: AlertsConfig) -> tuple[list[Notifier], list[Problem]
     return (built or default_notifiers()), problems
 
 
-def check_notifiers(config: QuotaConfig) -> None:
+def check_notifiers(config: QuotaConfig) -> list[Problem]:
     """Raise ``InvalidInput`` with every notifier problem that can be known in this process
     (for ``validate`` and ``apply``). An entry whose package is not installed here is not
-    checked: the quota scheduler's host may have it, and checks it when it takes the
-    configuration in."""
+    refused: the quota scheduler's host may have it, and checks it when it takes the
+    configuration in; it is returned as a warning (``alerts.notifiers[i].class: ...``) for
+    the command to show, since a missing package is more often a typo or a forgotten
+    install than a different host."""
     problems: list[Problem] = []
+    warnings: list[Problem] = []
     names = config.alerts.notifier_names()
     for i, entry in enumerate(config.alerts.notifiers):
         try:
             load_notifier(entry, i, names[i], installed_only=True)
         except InvalidInput as exc:
             problems.extend(exc.problems)
-        except _NotInstalledHere:
-            continue
+        except _NotInstalledHere as exc:
+            warnings.append(
+                Problem(
+                    f"alerts.notifiers[{i}].class",
+                    f"cannot import {entry.class_path}: {exc.args[1]!r} is not installed here; "
+                    "the quota scheduler's host must have it, or its alerts go to the log",
+                )
+            )
     if problems:
         raise InvalidInput(problems)
+    return warnings
 
 
 def load_notifier(entry: NotifierEntry, index: int, name: str, installed_only: bool = False) -> Notifier:
@@ -128,7 +138,7 @@ def _import_class(path: str, where: str, installed_only: bool) -> type:
             module = importlib.import_module(module_name)
     except ModuleNotFoundError as exc:
         if installed_only and _not_installed(exc.name or "", module_name):
-            raise _NotInstalledHere(path) from None
+            raise _NotInstalledHere(path, exc.name) from None
         raise InvalidInput.single(where, f"cannot import module {module_name!r}: {exc}") from None
     except Exception as exc:  # a module that fails while importing: its error, in one line
         message = f"importing module {module_name!r} failed: {type(exc).__name__}: {exc}"
