@@ -6,29 +6,51 @@ what names them are filtered to the DAGs the user may read, and changes need the
 the job's DAG. Times are epoch seconds on the quota scheduler's clock; every answer carries
 ``now`` on that clock so ages can be computed without trusting the browser's.
 
-Refusals: an unknown job is 404; a change to a job that is already final is 409; a priority
-outside 0-9999 or above the share's ``max_priority`` is 422, in FastAPI's validation-error
-shape (``detail[].loc`` names the field, ``detail[].msg`` the rule). Changes are requests to
-the quota scheduler (202): they take effect at its next cycle.
+Refusals: an unknown job is 404, and so is an id outside the database's integer range
+(1..2^63-1); a change to a job that is already final is 409; a priority outside 0-9999 or
+above the share's ``max_priority``, and a number that is not finite (``NaN``, ``Infinity``),
+are 422, in FastAPI's validation-error shape (``detail[].loc`` names the field,
+``detail[].msg`` the rule). Changes are requests to the quota scheduler (202): they take
+effect at its next cycle.
+
+A change is checked in this order, so a request nobody may make costs the api-server nothing:
+a login with the right to read DAGs (401/403, ``app.py``), a same-origin JSON request (403,
+``security.same_origin_json``), the job (404) and the right to edit its DAG (403), and only
+then the body: read up to ``MAX_BODY_BYTES`` (413 beyond, without reading the rest), parsed,
+validated (422); then the job's state (409). The body is therefore not a FastAPI body
+parameter (FastAPI reads and validates those before any dependency runs); its schema is
+given to OpenAPI by hand.
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+import dataclasses
+import json
+import math
+import re
+from collections.abc import Iterable
+from typing import Annotated, Any, Literal, TypeVar
 from urllib.parse import quote
 
 from fastapi import APIRouter, Depends, HTTPException, Query, Request, Response, status
-from pydantic import BaseModel, ConfigDict, Field
+from fastapi.exceptions import RequestValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from airflow_quota.core.model import JobState
 from airflow_quota.exceptions import ChangeRefused
 from airflow_quota.plugins import URL_PREFIX
-from airflow_quota.plugins.security import DagAccess, DagAccessDep
+from airflow_quota.plugins.security import ANOTHER_JOB, DagAccess, DagAccessDep, SameOriginJson
 from airflow_quota.store import dashboard
 from airflow_quota.store.models import LIVE_STATES, JobRow
 from airflow_quota.store.repository import QuotaStore
 
 MAX_HISTORY_HOURS = 24 * 31
+MAX_JOB_ID = 2**63 - 1
+"""The largest id the quota database can hold (a signed 64-bit integer); larger ids are 404."""
+MAX_BODY_BYTES = 4096
+"""The largest request body a change may carry; a priority needs a dozen bytes."""
+
+ModelT = TypeVar("ModelT", bound=BaseModel)
 
 StateName = Literal["SUBMITTED", "RUNNABLE", "SCHEDULED", "STARTING", "RUNNING", "SUCCEEDED", "FAILED"]
 
@@ -156,6 +178,12 @@ class PriorityBody(BaseModel):
     priority: int = Field(ge=0, le=9999, strict=True, description="0-9999, at most the share's max_priority")
 
 
+class CancelBody(BaseModel):
+    """A cancellation carries nothing: an empty body or ``{}``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
 class ChangeResponse(BaseModel):
     job_id: int
     name: str
@@ -202,10 +230,12 @@ def get_jobs(
 
 @router.get("/jobs/{job_id}", response_model=JobDetailResponse, summary="One job: attempts, preemptions, cost, story")
 def get_job(request: Request, job_id: int, store: StoreDep, access: DagAccessDep) -> JobDetailResponse:
-    detail = dashboard.job_detail(store, job_id)
+    detail = dashboard.job_detail(store, bounded_id(job_id))
     if detail is None:
         raise HTTPException(status.HTTP_404_NOT_FOUND, f"no quota job {job_id}")
     access.require_read(detail.job)
+    preemptions = hide_preemptors(store, access, detail.preemptions)
+    caused = access.readable(detail.caused, lambda p: p.dag_id)
     return JobDetailResponse(
         now=store.clock(),
         job=job_model(
@@ -216,11 +246,55 @@ def get_job(request: Request, job_id: int, store: StoreDep, access: DagAccessDep
             dashboard.running_charges(store, [detail.job]).get(job_id),
         ),
         attempts=[AttemptModel.model_validate(a) for a in detail.attempts],
-        preemptions=list(detail.preemptions),
-        caused=access.readable(detail.caused, lambda p: p.dag_id),
+        preemptions=preemptions,
+        caused=caused,
         alerts=list(detail.alerts),
-        story=detail.story,
+        story=hide_in_story(detail.story, detail.job.name, detail.preemptions, preemptions, detail.caused, caused),
     )
+
+
+def changeable_job(job_id: int, store: StoreDep, access: DagAccessDep) -> JobRow:
+    """FastAPI dependency of the change routes: the job, once it is known (404) and the user
+    may edit its DAG (403); the body is read only after this."""
+    job = store.job(bounded_id(job_id))
+    if job is None:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, f"no quota job {job_id}")
+    access.require_read(job)
+    access.require_edit(job)
+    return job
+
+
+ChangeableJob = Annotated[JobRow, Depends(changeable_job)]
+
+
+async def priority_body(request: Request, job: ChangeableJob) -> PriorityBody:
+    """The priority route's body, read after the edit right is checked (``job``)."""
+    return validated(PriorityBody, await read_json(request))
+
+
+async def cancel_body(request: Request, job: ChangeableJob) -> CancelBody:
+    """The cancel route's body (nothing, or ``{}``), read after the edit right is checked."""
+    raw = await read_json(request, required=False)
+    return validated(CancelBody, {} if raw is None else raw)
+
+
+CHANGE_RESPONSES: dict[int | str, dict[str, Any]] = {
+    403: {"description": "a cross-site request, or no edit access to the job's DAG"},
+    404: {"description": "no such job"},
+    409: {"description": "the job is already final"},
+    413: {"description": f"a body larger than {MAX_BODY_BYTES} bytes"},
+    422: {"description": "a body that is not JSON, or breaks a rule of a field"},
+}
+
+
+def json_body_schema(model: type[BaseModel], required: bool) -> dict[str, Any]:
+    """The OpenAPI ``requestBody`` of a body read by hand (see the module's docstring)."""
+    return {
+        "requestBody": {
+            "required": required,
+            "content": {"application/json": {"schema": model.model_json_schema()}},
+        }
+    }
 
 
 @router.put(
@@ -228,12 +302,16 @@ def get_job(request: Request, job_id: int, store: StoreDep, access: DagAccessDep
     status_code=status.HTTP_202_ACCEPTED,
     response_model=ChangeResponse,
     summary="Ask for a new priority (AWS UpdateServiceJob)",
-    responses={403: {"description": "no edit access to the job's DAG"}, 404: {}, 409: {}, 422: {}},
+    dependencies=[SameOriginJson],
+    responses=CHANGE_RESPONSES,
+    openapi_extra=json_body_schema(PriorityBody, required=True),
 )
-def put_priority(job_id: int, body: PriorityBody, store: StoreDep, access: DagAccessDep) -> ChangeResponse:
-    job = _job_to_change(store, job_id, access)
+def put_priority(
+    job: ChangeableJob, body: Annotated[PriorityBody, Depends(priority_body)], store: StoreDep
+) -> ChangeResponse:
+    require_live(job)
     try:
-        store.set_priority(job_id, body.priority)
+        store.set_priority(job.id, body.priority)
     except ChangeRefused as exc:
         raise _refusal(exc, field="priority") from exc
     return ChangeResponse(
@@ -250,12 +328,16 @@ def put_priority(job_id: int, body: PriorityBody, store: StoreDep, access: DagAc
     status_code=status.HTTP_202_ACCEPTED,
     response_model=ChangeResponse,
     summary="Cancel a job (it ends FAILED with CANCELLED)",
-    responses={403: {"description": "no edit access to the job's DAG"}, 404: {}, 409: {}},
+    dependencies=[SameOriginJson],
+    responses=CHANGE_RESPONSES,
+    openapi_extra=json_body_schema(CancelBody, required=False),
 )
-def post_cancel(job_id: int, store: StoreDep, access: DagAccessDep) -> ChangeResponse:
-    job = _job_to_change(store, job_id, access)
+def post_cancel(
+    job: ChangeableJob, body: Annotated[CancelBody, Depends(cancel_body)], store: StoreDep
+) -> ChangeResponse:
+    require_live(job)
     try:
-        store.cancel(job_id)
+        store.cancel(job.id)
     except ChangeRefused as exc:
         raise _refusal(exc, field=None) from exc
     return ChangeResponse(
@@ -273,7 +355,7 @@ def get_preemptions(
     records = dashboard.preemption_history(store, share=share, limit=limit)
     return PreemptionsResponse(
         now=store.clock(),
-        preemptions=access.readable(records, lambda p: p.dag_id),
+        preemptions=hide_preemptors(store, access, access.readable(records, lambda p: p.dag_id)),
     )
 
 
@@ -374,15 +456,119 @@ def job_model(
     return JobModel(**values)
 
 
-def _job_to_change(store: QuotaStore, job_id: int, access: DagAccess) -> JobRow:
-    job = store.job(job_id)
-    if job is None:
+def bounded_id(job_id: int) -> int:
+    """``job_id`` if the database can hold it; 404 otherwise (never an overflow, never a 500)."""
+    if not 1 <= job_id <= MAX_JOB_ID:
         raise HTTPException(status.HTTP_404_NOT_FOUND, f"no quota job {job_id}")
-    access.require_read(job)
-    access.require_edit(job)
+    return job_id
+
+
+def require_live(job: JobRow) -> None:
+    """409 for a job that is already final: there is nothing left to change."""
     if JobState(job.state).is_final:
         raise HTTPException(status.HTTP_409_CONFLICT, f"quota job {job.id} ({job.name}) is already {job.state}")
-    return job
+
+
+def _invalid(loc: list[str | int], msg: str, kind: str) -> RequestValidationError:
+    return RequestValidationError([{"loc": ["body", *loc], "msg": msg, "type": kind}])
+
+
+async def read_json(request: Request, required: bool = True, limit: int = MAX_BODY_BYTES) -> Any:
+    """The request's JSON body, read at most ``limit`` bytes far: 413 as soon as it is larger
+    (by its ``Content-Length`` before reading anything, else while streaming); 422 for a body
+    that is missing (when ``required``), not JSON, or holds a number that is not finite.
+    ``None`` for an empty body that is not required."""
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.strip().isdigit() and int(declared) > limit:
+        raise HTTPException(status.HTTP_413_REQUEST_ENTITY_TOO_LARGE, f"the body is larger than {limit} bytes")
+    raw = bytearray()
+    async for chunk in request.stream():
+        raw += chunk
+        if len(raw) > limit:
+            raise HTTPException(status.HTTP_413_REQUEST_ENTITY_TOO_LARGE, f"the body is larger than {limit} bytes")
+    if not raw.strip():
+        if required:
+            raise _invalid([], "body: a JSON object is required", "missing")
+        return None
+    try:
+        value = json.loads(bytes(raw))
+    except (ValueError, RecursionError) as exc:  # JSONDecodeError, UnicodeDecodeError, too many digits
+        raise _invalid([], f"body: not JSON ({str(exc)[:200]})", "json_invalid") from exc
+    where = _non_finite(value)
+    if where is not None:
+        field = ".".join(str(part) for part in where) or "body"
+        raise _invalid(where, f"{field}: must be a finite number, not NaN or Infinity", "finite_number")
+    return value
+
+
+def _non_finite(value: Any) -> list[str | int] | None:
+    """The path to the first NaN or infinite number in parsed JSON, if any (walked without
+    recursion: nesting is bounded only by the body's size)."""
+    stack: list[tuple[list[str | int], Any]] = [([], value)]
+    while stack:
+        path, item = stack.pop()
+        if isinstance(item, float) and not math.isfinite(item):
+            return path
+        if isinstance(item, dict):
+            stack.extend(([*path, key], child) for key, child in item.items())
+        elif isinstance(item, list):
+            stack.extend(([*path, index], child) for index, child in enumerate(item))
+    return None
+
+
+def validated(model: type[ModelT], value: Any) -> ModelT:
+    """``value`` as ``model``, or 422 in FastAPI's shape with ``loc`` starting at ``body``."""
+    try:
+        return model.model_validate(value)
+    except ValidationError as exc:
+        errors = [
+            {"loc": ["body", *error["loc"]], "msg": error["msg"], "type": error["type"], "input": error.get("input")}
+            for error in exc.errors(include_url=False)
+        ]
+        raise RequestValidationError(errors) from exc
+
+
+# -- other jobs' names -------------------------------------------------------------------------
+
+
+def hide_preemptors(
+    store: QuotaStore, access: DagAccess, records: Iterable[dashboard.PreemptionRecord]
+) -> list[dashboard.PreemptionRecord]:
+    """The preemption records with each preemptor the user may not read (its DAG, or no job
+    known by that name at that instant) shown as ``ANOTHER_JOB``, without its id."""
+    known: dict[int, JobRow | None] = {}
+    shown = []
+    for record in records:
+        preemptor = None
+        if record.preemptor_id is not None:
+            if record.preemptor_id not in known:
+                known[record.preemptor_id] = store.job(record.preemptor_id)
+            preemptor = known[record.preemptor_id]
+        if preemptor is None or not access.allows("GET", preemptor.dag_id):
+            record = dataclasses.replace(record, preemptor=ANOTHER_JOB, preemptor_id=None)
+        shown.append(record)
+    return shown
+
+
+def hide_in_story(
+    story: list[str],
+    own_name: str,
+    preemptions: list[dashboard.PreemptionRecord],
+    shown_preemptions: list[dashboard.PreemptionRecord],
+    caused: list[dashboard.PreemptionRecord],
+    shown_caused: list[dashboard.PreemptionRecord],
+) -> list[str]:
+    """The job's story with the names of the other jobs it mentions (its preemptors, its
+    victims) replaced by ``ANOTHER_JOB`` where the user may not read them. A hidden name that
+    is also the job's own or a readable job's (names are reused once a job is final) stays."""
+    hidden = {p.preemptor for p in preemptions} - {p.preemptor for p in shown_preemptions}
+    hidden |= {p.job for p in caused} - {p.job for p in shown_caused}
+    hidden -= {own_name, ANOTHER_JOB}
+    if not hidden:
+        return story
+    names = "|".join(re.escape(name) for name in sorted(hidden, key=len, reverse=True))
+    pattern = re.compile(rf"(?<![\w.-])(?:{names})(?![\w.-])")
+    return [pattern.sub(ANOTHER_JOB, line) for line in story]
 
 
 def _refusal(exc: ChangeRefused, field: str | None) -> HTTPException:

@@ -42,8 +42,11 @@ DESCRIPTION = """Quota shares, their jobs, preemptions and alerts, from the quot
 Every route needs an Airflow login: a bearer token from `POST /auth/token` or the Airflow
 UI's session cookie. Reading needs the right to read DAGs; jobs are shown to users who may
 read their DAG. Changing a job's priority or cancelling it needs the right to edit the job's
-DAG, and a priority above the share's `max_priority` is refused (422). Times are epoch
-seconds on the quota scheduler's clock.
+DAG, and a priority above the share's `max_priority` is refused (422). Changes must be sent
+as `Content-Type: application/json` and, from a browser, from this api-server's own origin
+(cross-site requests are 403); their bodies are read only once the right to edit is checked,
+and at most 4096 bytes of them (413 beyond). Times are epoch seconds on the quota scheduler's
+clock.
 """
 
 
@@ -104,7 +107,7 @@ def create_app(store: Callable[[], QuotaStore] | None = None) -> FastAPI:
 
     @app.get("/jobs/{job_id}", response_class=HTMLResponse, include_in_schema=False)
     def job_page(request: Request, job_id: int) -> HTMLResponse:
-        return HTMLResponse(_render("job.html", request, job_id=job_id))
+        return HTMLResponse(_render("job.html", request, job_id=api.bounded_id(job_id)))
 
     @app.get("/static/{name}", include_in_schema=False)
     def static(name: str) -> Response:

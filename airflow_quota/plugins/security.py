@@ -11,7 +11,16 @@ A FastAPI app mounted by a plugin gets no authentication from Airflow, so every 
   who may read the job's DAG (a job submitted outside Airflow has no DAG: any DAG reader
   sees it);
 - **changing** a job (its priority, cancelling it) needs the right to edit the job's DAG
-  (``PUT``); for a job without a DAG, the right to edit DAGs in general.
+  (``PUT``); for a job without a DAG, the right to edit DAGs in general;
+- **other jobs' names**: a job named in what the user may read (the preemptor of a readable
+  job, a victim in its story) is shown as ``ANOTHER_JOB`` when its DAG is not readable;
+- **no cross-site changes**: every route that changes something carries ``same_origin_json``
+  (``SameOriginJson``): the request must say ``Content-Type: application/json`` (an HTML form
+  cannot, and a cross-site script cannot without a CORS preflight that the api-server does not
+  grant) and, when a browser says where it comes from (``Origin``, else ``Sec-Fetch-Site``),
+  come from the api-server itself. The login cookie alone is not enough: Airflow's UI sets it
+  without ``SameSite``. API clients (curl, scripts) send neither header and pass on the
+  content type alone.
 
 The rules of the quota itself (a priority above the share's ``max_priority``) are the
 store's; see ``api.py`` for how refusals are answered.
@@ -21,16 +30,21 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from typing import Annotated, Any, Literal, TypeVar
+from urllib.parse import urlsplit
 
 from airflow.api_fastapi.app import get_auth_manager
 from airflow.api_fastapi.auth.managers.models.resource_details import DagDetails
 from airflow.api_fastapi.core_api.security import GetUserDep, requires_access_dag
-from fastapi import Depends, HTTPException, status
+from fastapi import Depends, HTTPException, Request, status
 
 from airflow_quota.store.models import JobRow
 
 Method = Literal["GET", "PUT"]
 T = TypeVar("T")
+
+ANOTHER_JOB = "another job"
+"""What a job of a DAG the user may not read is called where another job names it."""
+DEFAULT_PORTS = {"http": 80, "https": 443}
 
 requires_login_and_dag_read = Depends(requires_access_dag("GET"))
 """The dependency every route carries: an Airflow login (401 without one) with the right to
@@ -63,6 +77,10 @@ class DagAccess:
     def readable(self, items: Iterable[T], dag_of: Callable[[T], str | None]) -> list[T]:
         """The items whose DAG the user may read."""
         return [item for item in items if self.allows("GET", dag_of(item))]
+
+    def name_of(self, name: str, dag_id: str | None) -> str:
+        """``name``, or ``ANOTHER_JOB`` when the user may not read the job's DAG ``dag_id``."""
+        return name if self.allows("GET", dag_id) else ANOTHER_JOB
 
     def require_read(self, job: JobRow) -> None:
         if not self.allows("GET", job.dag_id):
@@ -102,3 +120,77 @@ def dag_access(user: GetUserDep) -> DagAccess:
 
 
 DagAccessDep = Annotated[DagAccess, Depends(dag_access)]
+
+
+# -- cross-site requests ---------------------------------------------------------------------
+
+
+def _origin(url: str) -> tuple[str, str, int] | None:
+    """(scheme, host, port) of a URL or ``Origin`` value, ports made explicit; None when it
+    names no origin (``null``, garbage)."""
+    try:
+        parts = urlsplit(url.strip())
+        port = parts.port
+    except ValueError:
+        return None
+    scheme, host = parts.scheme.lower(), (parts.hostname or "").lower()
+    if scheme not in DEFAULT_PORTS or not host:
+        return None
+    return scheme, host, port if port is not None else DEFAULT_PORTS[scheme]
+
+
+def own_origins(request: Request) -> set[tuple[str, str, int]]:
+    """The origins the api-server answers as: the one the request was sent to (its scheme and
+    ``Host``) and the configured ``[api] base_url`` (what browsers see behind a proxy that
+    terminates TLS or rewrites ``Host``)."""
+    origins = set()
+    host = request.headers.get("host")
+    if host:
+        mine = _origin(f"{request.url.scheme}://{host}")
+        if mine:
+            origins.add(mine)
+    try:
+        from airflow.configuration import conf
+
+        base_url = conf.get("api", "base_url", fallback=None)
+    except Exception:  # outside a configured Airflow: only the request's own origin
+        base_url = None
+    configured = _origin(base_url) if base_url else None
+    if configured:
+        origins.add(configured)
+    return origins
+
+
+def same_origin_json(request: Request) -> None:
+    """FastAPI dependency of every route that changes something: 403 unless the request is a
+    JSON request from the api-server's own pages or from a client that is no browser.
+
+    Refused: a content type other than ``application/json`` (what forms and "simple" cross-site
+    requests send), an ``Origin`` other than the api-server's own, and, without ``Origin``, a
+    ``Sec-Fetch-Site`` other than ``same-origin`` or ``none`` (typed by the user). Only headers
+    are looked at: nothing of the body is read.
+    """
+    media_type = request.headers.get("content-type", "").split(";", 1)[0].strip().lower()
+    if media_type != "application/json":
+        shown = media_type or "none"
+        raise HTTPException(
+            status.HTTP_403_FORBIDDEN,
+            f"refused as a possible cross-site request: changes need Content-Type: application/json (got {shown})",
+        )
+    origin = request.headers.get("origin")
+    if origin is not None:
+        if _origin(origin) not in own_origins(request):
+            raise HTTPException(
+                status.HTTP_403_FORBIDDEN,
+                f"refused as a cross-site request: Origin {origin[:200]!r} is not this api-server's",
+            )
+        return
+    site = request.headers.get("sec-fetch-site")
+    if site is not None and site.strip().lower() not in ("same-origin", "none"):
+        raise HTTPException(
+            status.HTTP_403_FORBIDDEN, f"refused as a cross-site request: Sec-Fetch-Site is {site[:50]!r}"
+        )
+
+
+SameOriginJson = Depends(same_origin_json)
+"""The dependency every route that changes something lists first (``dependencies=[...]``)."""

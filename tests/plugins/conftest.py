@@ -11,8 +11,12 @@ in-process tests import Airflow's security module).
 
 from __future__ import annotations
 
+import contextlib
 import os
+import socket
 import tempfile
+import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +25,8 @@ from typing import Any
 os.environ.setdefault("AIRFLOW_HOME", tempfile.mkdtemp(prefix="airflow-quota-plugin-tests-"))
 os.environ.setdefault("AIRFLOW__CORE__LOAD_EXAMPLES", "False")
 os.environ.setdefault("AIRFLOW__CORE__UNIT_TEST_MODE", "True")
+
+from urllib.parse import urlsplit
 
 import httpx
 
@@ -72,3 +78,65 @@ def serve(root: Path, quota: dict[str, Any] | None = None) -> Iterator[Served]:
             yield Served(stack, world)
         finally:
             world.service.engine.dispose()
+
+
+@dataclass
+class RawAnswer:
+    """What a raw HTTP request got back, and when."""
+
+    status: int
+    head: str
+    seconds: float
+    """From the request's headers being sent to the answer's status line arriving."""
+    body_sent: int
+    """Bytes of the body the client had handed to the network when the answer arrived."""
+
+
+def raw_request(
+    url: str,
+    method: str,
+    path: str,
+    headers: dict[str, str],
+    body: bytes = b"",
+    content_length: int | None = None,
+    timeout: float = 20.0,
+) -> RawAnswer:
+    """Send a request on a plain socket: the headers (``Content-Length`` is ``content_length``,
+    by default the body's length), then the body from a second thread while this one waits
+    for the status line. A server that answers before reading the body answers even when the
+    body never comes (``content_length`` larger than ``body``); one that reads it first makes
+    this wait ``timeout`` and fail."""
+    target = urlsplit(url)
+    assert target.hostname is not None and target.port is not None
+    declared = len(body) if content_length is None else content_length
+    lines = [f"{method} {path} HTTP/1.1", f"Host: {target.netloc}", f"Content-Length: {declared}", "Connection: close"]
+    lines += [f"{name}: {value}" for name, value in headers.items()]
+    sent = 0
+    with socket.create_connection((target.hostname, target.port), timeout=timeout) as sock:
+        sock.sendall(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1"))
+        started = time.monotonic()
+
+        def send_body() -> None:
+            nonlocal sent
+            view = memoryview(body)
+            try:
+                while sent < len(body):
+                    sent += sock.send(view[sent : sent + 65536])
+            except OSError:  # the server answered and closed, or the socket was shut
+                pass
+
+        sender = threading.Thread(target=send_body, daemon=True)
+        sender.start()
+        received = b""
+        while b"\r\n\r\n" not in received:
+            chunk = sock.recv(65536)
+            if not chunk:
+                break
+            received += chunk
+        seconds, body_sent = time.monotonic() - started, sent
+        with contextlib.suppress(OSError):
+            sock.shutdown(socket.SHUT_RDWR)
+        sender.join(timeout)
+    head = received.split(b"\r\n\r\n", 1)[0].decode("latin-1")
+    assert head.startswith("HTTP/1.1 "), f"no HTTP answer: {received[:200]!r}"
+    return RawAnswer(int(head.split(" ", 2)[1]), head, seconds, body_sent)

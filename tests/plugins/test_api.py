@@ -7,14 +7,20 @@ The reading tests come first; the tests that change jobs run last, in file order
 
 from __future__ import annotations
 
+import json
+import threading
+import time
 import urllib.parse
 from collections.abc import Iterator
 from typing import Any
 
+import httpx
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from airflow_quota.core.config import read_yaml
-from tests.plugins.conftest import UNTIL, Served, serve
+from tests.plugins.conftest import UNTIL, Served, raw_request, serve
 from tests.plugins.walkthrough import DAG_ID, QUOTA, starving_in_an_hour
 
 MAX_PRIORITY = 10
@@ -273,7 +279,10 @@ def test_the_openapi_schema_documents_every_route(viewer: Any) -> None:
         "/api/shares/{share}/utilisation",
         "/api/shares/{share}/utilisation.svg",
     }
-    assert "max_priority" in schema["components"]["schemas"]["PriorityBody"]["properties"]["priority"]["description"]
+    change = schema["paths"]["/api/jobs/{job_id}/priority"]["put"]
+    body = change["requestBody"]["content"]["application/json"]["schema"]
+    assert "max_priority" in body["properties"]["priority"]["description"]
+    assert {"403", "404", "409", "413", "422"} <= set(change["responses"])
 
 
 def test_the_plugin_is_listed_with_its_navigation_entry(served: Served) -> None:
@@ -285,6 +294,160 @@ def test_the_plugin_is_listed_with_its_navigation_entry(served: Served) -> None:
     assert (view["destination"], view["nav_top_level"]) == ("nav", True)
 
 
+# -- hardening: cross-site requests, permission before the body, bounded inputs ----------------
+
+EVIL = "https://evil.example"
+MAX_ID = 2**63 - 1
+
+
+def still_running(served: Served, name: str) -> None:
+    """The job is as the walkthrough left it, and nobody asked the quota scheduler anything."""
+    job = served.world.store.job(ids(served)[name])
+    assert job is not None and job.state == "RUNNING", job
+    assert served.world.store.pending_requests() == 0
+
+
+def test_a_cross_site_form_post_to_cancel_is_refused_and_the_job_runs_on(served: Served) -> None:
+    """What an auto-submitting form on another site sends with an editor's login cookie."""
+    job = ids(served)["qs3-job"]
+    with served.client(cookies={"_token": served.stack.token("editor")}) as browser:
+        form = browser.post(
+            f"/quota/api/jobs/{job}/cancel",
+            content=b"",
+            headers={"Content-Type": "application/x-www-form-urlencoded", "Origin": EVIL},
+        )
+        assert form.status_code == 403, form.text
+        assert "Content-Type: application/json" in form.json()["detail"]
+        plain = browser.post(
+            f"/quota/api/jobs/{job}/cancel", content=b"{}", headers={"Content-Type": "text/plain", "Origin": EVIL}
+        )
+        assert plain.status_code == 403
+        foreign = browser.post(f"/quota/api/jobs/{job}/cancel", json={}, headers={"Origin": EVIL})
+        assert foreign.status_code == 403
+        assert foreign.json()["detail"] == f"refused as a cross-site request: Origin '{EVIL}' is not this api-server's"
+        fetched = browser.post(f"/quota/api/jobs/{job}/cancel", json={}, headers={"Sec-Fetch-Site": "cross-site"})
+        assert fetched.status_code == 403
+        sandboxed = browser.put(f"/quota/api/jobs/{job}/priority", json={"priority": 1}, headers={"Origin": "null"})
+        assert sandboxed.status_code == 403
+    still_running(served, "qs3-job")
+
+
+def test_a_same_origin_json_request_passes_the_cross_site_check(served: Served) -> None:
+    """The page's own requests: Origin is the api-server's (here a finished job, so 409)."""
+    done = ids(served)["qs2-job"]
+    with served.client(cookies={"_token": served.stack.token("editor")}) as browser:
+        headers = {"Origin": served.url, "Sec-Fetch-Site": "same-origin"}
+        answer = browser.post(f"/quota/api/jobs/{done}/cancel", content=b"{}", headers=headers | JSON)
+    assert answer.status_code == 409, answer.text
+
+
+JSON = {"Content-Type": "application/json"}
+
+
+def test_without_a_login_a_huge_body_is_refused_before_it_is_sent(served: Served) -> None:
+    """The headers announce 50 MB and no byte of the body follows: the 401 comes anyway."""
+    for method, path in (("PUT", "/quota/api/jobs/1/priority"), ("POST", "/quota/api/jobs/1/cancel")):
+        answer = raw_request(served.url, method, path, JSON, content_length=50 * 2**20, timeout=10)
+        assert answer.status == 401, answer.head
+        assert answer.seconds < 2
+
+
+def test_a_viewer_is_refused_before_the_body_is_read(served: Served) -> None:
+    """403 for a user who may not edit, with 8 MB announced and none of it sent."""
+    token = served.stack.token("viewer")
+    path = f"/quota/api/jobs/{ids(served)['qs1-med']}/priority"
+    answer = raw_request(served.url, "PUT", path, JSON | {"Authorization": f"Bearer {token}"}, content_length=8 << 20)
+    assert answer.status == 403, answer.head
+
+
+def attack_body(size: int) -> bytes:
+    """A valid JSON object of about ``size`` bytes with a priority and many extra keys (the
+    issue's 8.8 MB body had 500,000)."""
+    keys = size // 16
+    return ("{" + '"priority": 1, ' + ", ".join(f'"k{i:09d}": 0' for i in range(keys)) + "}").encode()
+
+
+def test_huge_bodies_do_not_stall_the_api_server(served: Served) -> None:
+    """A viewer's, an editor's and an anonymous 8 MB body to the priority route, sent in full
+    at the same time, while Airflow's ``/api/v2/version`` is asked again and again: every
+    answer comes within 200 ms, and the uploads are refused (403, 413, 401)."""
+    body = attack_body(8 << 20)
+    path = f"/quota/api/jobs/{ids(served)['qs1-med']}/priority"
+    senders = {
+        "viewer": {"Authorization": f"Bearer {served.stack.token('viewer')}"},
+        "editor": {"Authorization": f"Bearer {served.stack.token('editor')}"},
+        "anonymous": {},
+    }
+    answers: dict[str, Any] = {}
+
+    def upload(who: str, headers: dict[str, str]) -> None:
+        answers[who] = raw_request(served.url, "PUT", path, JSON | headers, body=body)
+
+    with httpx.Client(base_url=served.url, timeout=10) as probe:
+        assert probe.get("/api/v2/version").status_code == 200  # connected and warm
+        uploads = [threading.Thread(target=upload, args=item) for item in senders.items()]
+        for thread in uploads:
+            thread.start()
+        latencies = []
+        while any(thread.is_alive() for thread in uploads) or len(latencies) < 10:
+            started = time.monotonic()
+            assert probe.get("/api/v2/version").status_code == 200
+            latencies.append(time.monotonic() - started)
+        for thread in uploads:
+            thread.join()
+    assert max(latencies) < 0.2, sorted(latencies)[-5:]
+    assert {who: a.status for who, a in answers.items()} == {"viewer": 403, "editor": 413, "anonymous": 401}
+    assert all(a.body_sent < len(body) for a in answers.values())  # answered before the body was all sent
+    assert served.world.store.pending_requests() == 0
+
+
+def test_bodies_over_4096_bytes_are_413_even_without_a_length(served: Served, editor: Any) -> None:
+    path = f"/quota/api/jobs/{ids(served)['qs1-med']}/priority"
+    padded = b'{"priority": 3' + b" " * 4096 + b"}"
+    assert editor.put(path, content=padded, headers=JSON).status_code == 413
+    chunked = editor.put(path, content=iter([padded[:100], padded[100:]]), headers=JSON)  # no Content-Length
+    assert chunked.status_code == 413
+    assert chunked.json() == {"detail": "the body is larger than 4096 bytes"}
+    assert served.world.store.pending_requests() == 0
+
+
+@pytest.mark.parametrize("job_id", [MAX_ID + 1, 10**30, 0, -1, MAX_ID])
+def test_job_ids_outside_the_databases_range_are_404(served: Served, editor: Any, job_id: int) -> None:
+    assert editor.get(f"/quota/api/jobs/{job_id}").status_code == 404
+    if not 1 <= job_id <= MAX_ID:  # the page itself does not look the job up
+        assert editor.get(f"/quota/jobs/{job_id}").status_code == 404
+    assert editor.put(f"/quota/api/jobs/{job_id}/priority", json={"priority": 1}).status_code == 404
+    assert editor.post(f"/quota/api/jobs/{job_id}/cancel", json={}).status_code == 404
+
+
+@pytest.mark.parametrize("number", ["NaN", "Infinity", "-Infinity", "1e999"])
+def test_a_priority_that_is_not_a_finite_number_is_422_naming_the_field(
+    served: Served, editor: Any, number: str
+) -> None:
+    path = f"/quota/api/jobs/{ids(served)['qs1-med']}/priority"
+    refused = editor.put(path, content=f'{{"priority": {number}}}'.encode(), headers=JSON)
+    assert refused.status_code == 422, refused.text
+    assert refused.json()["detail"][0]["loc"] == ["body", "priority"]
+    assert refused.json()["detail"][0]["msg"] == "priority: must be a finite number, not NaN or Infinity"
+    assert served.world.store.pending_requests() == 0
+
+
+@pytest.mark.parametrize(
+    ("body", "kind"),
+    [
+        (b"", "missing"),
+        (b"{not json", "json_invalid"),
+        (b"[" * 3000, "json_invalid"),
+        (b'{"priority": 1, "x": 2}', "extra_forbidden"),
+    ],
+    ids=["empty", "not JSON", "deeply nested", "extra field"],
+)
+def test_bodies_that_are_not_a_priority_are_422(served: Served, editor: Any, body: bytes, kind: str) -> None:
+    refused = editor.put(f"/quota/api/jobs/{ids(served)['qs1-med']}/priority", content=body, headers=JSON)
+    assert refused.status_code == 422, refused.text
+    assert refused.json()["detail"][0]["type"] == kind
+
+
 # -- changing (these run last: they change the world) ---------------------------------------------
 
 
@@ -293,7 +456,7 @@ def test_a_viewer_may_read_but_not_change_a_job(served: Served, viewer: Any) -> 
     refused = viewer.put(f"/quota/api/jobs/{med}/priority", json={"priority": 5})
     assert refused.status_code == 403
     assert refused.json()["detail"] == f"changing quota job {med} (qs1-med) needs edit access to DAG '{DAG_ID}'"
-    assert viewer.post(f"/quota/api/jobs/{med}/cancel").status_code == 403
+    assert viewer.post(f"/quota/api/jobs/{med}/cancel", json={}).status_code == 403
     assert served.world.store.pending_requests() == 0
 
 
@@ -322,12 +485,12 @@ def test_a_priority_that_is_not_an_integer_0_to_9999_is_refused(served: Served, 
 
 def test_changes_to_unknown_or_finished_jobs_are_refused(served: Served, editor: Any) -> None:
     assert editor.put("/quota/api/jobs/999/priority", json={"priority": 1}).status_code == 404
-    assert editor.post("/quota/api/jobs/999/cancel").status_code == 404
+    assert editor.post("/quota/api/jobs/999/cancel", json={}).status_code == 404
     done = ids(served)["qs2-job"]
     finished = editor.put(f"/quota/api/jobs/{done}/priority", json={"priority": 1})
     assert finished.status_code == 409
     assert finished.json()["detail"] == f"quota job {done} (qs2-job) is already SUCCEEDED"
-    assert editor.post(f"/quota/api/jobs/{done}/cancel").status_code == 409
+    assert editor.post(f"/quota/api/jobs/{done}/cancel", json={}).status_code == 409
 
 
 def test_an_editor_changes_a_priority_and_the_quota_scheduler_applies_it(served: Served, editor: Any) -> None:
@@ -353,10 +516,81 @@ def test_an_editor_changes_a_priority_and_the_quota_scheduler_applies_it(served:
 
 def test_an_editor_cancels_a_job(served: Served, editor: Any) -> None:
     job_id = ids(served)["qs3-job"]
-    asked = editor.post(f"/quota/api/jobs/{job_id}/cancel")
+    asked = editor.post(f"/quota/api/jobs/{job_id}/cancel", json={})
     assert asked.status_code == 202
     assert asked.json()["change"] == "cancel"
     served.world.settle()
     job = editor.get(f"/quota/api/jobs/{job_id}").json()["job"]
     assert (job["state"], job["reason"], job["can_edit"]) == ("FAILED", "CANCELLED", False)
-    assert editor.post(f"/quota/api/jobs/{job_id}/cancel").status_code == 409
+    assert editor.post(f"/quota/api/jobs/{job_id}/cancel", json={}).status_code == 409
+
+
+# -- any input: only 2xx and 4xx (this runs last; it changes nothing) -----------------------------
+
+ROUTE_TEMPLATES = [
+    ("GET", "/quota/api/shares"),
+    ("GET", "/quota/api/jobs"),
+    ("GET", "/quota/api/jobs/{id}"),
+    ("GET", "/quota/api/preemptions"),
+    ("GET", "/quota/api/alerts"),
+    ("GET", "/quota/api/shares/{share}/utilisation"),
+    ("GET", "/quota/api/shares/{share}/utilisation.svg"),
+    ("PUT", "/quota/api/jobs/{id}/priority"),
+    ("POST", "/quota/api/jobs/{id}/cancel"),
+    ("GET", "/quota/jobs/{id}"),
+]
+QUERY_NAMES = ["share", "state", "dag_id", "limit", "hours", "open"]
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=12),
+    lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=8), children, max_size=4),
+    max_leaves=12,
+)
+bodies = st.one_of(
+    json_values.map(json.dumps),  # NaN and Infinity included: json.dumps writes them
+    st.fixed_dictionaries({"priority": json_values}).map(json.dumps),
+    st.binary(max_size=64).map(lambda raw: raw.decode("latin-1")),
+)
+no_digits = st.text(st.characters(blacklist_categories=("Nd", "Cs")), max_size=12)
+query_values = st.one_of(
+    st.integers().map(str), st.floats().map(str), no_digits, st.sampled_from(["RUNNING", "qs1", "true"])
+)
+
+
+def test_any_json_body_path_id_and_query_gets_2xx_or_4xx_never_500(served: Served, viewer: Any, editor: Any) -> None:
+    """Random JSON (and not-JSON) bodies, path ids and query values on every route, as a
+    viewer and as an editor. Ids of live jobs are left out, so nothing is changed: a valid
+    change meets a finished job (409) or none (404)."""
+    live = {job.id for job in served.world.store.jobs() if job.state not in ("SUCCEEDED", "FAILED")}
+    done = ids(served)["qs2-job"]
+    path_ids = st.one_of(
+        st.just(str(done)),
+        st.integers().filter(lambda n: n not in live).map(str),
+        no_digits.filter(lambda text: text.strip() != ""),
+    )
+    clients = {"viewer": viewer, "editor": editor}
+
+    @settings(
+        max_examples=150, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    )
+    @given(
+        route=st.sampled_from(ROUTE_TEMPLATES),
+        job_id=path_ids,
+        share=st.one_of(st.sampled_from(["qs1", "nope"]), no_digits.filter(bool)),
+        body=bodies,
+        query=st.dictionaries(st.sampled_from(QUERY_NAMES), query_values, max_size=3),
+        user=st.sampled_from(sorted(clients)),
+        content_type=st.sampled_from(["application/json", "application/json; charset=utf-8", "text/plain"]),
+    )
+    def probe(
+        route: tuple[str, str], job_id: str, share: str, body: str, query: dict[str, str], user: str, content_type: str
+    ) -> None:
+        method, template = route
+        path = template.format(id=urllib.parse.quote(job_id, safe=""), share=urllib.parse.quote(share, safe=""))
+        answer = clients[user].request(
+            method, path, params=query, content=body.encode(), headers={"Content-Type": content_type}
+        )
+        assert 200 <= answer.status_code < 500, (method, path, query, body, answer.status_code, answer.text[:500])
+
+    probe()
+    assert served.world.store.pending_requests() == 0

@@ -98,7 +98,7 @@ def test_only_jobs_of_dags_a_user_may_edit_can_be_changed(world: World, as_user:
 
     editable = {j["name"]: j["can_edit"] for j in bob.get("/api/jobs").json()["jobs"]}
     assert (editable["qs1-med"], editable["secret"], editable["outside"]) == (True, False, False)
-    refused = bob.post(f"/api/jobs/{outside}/cancel")
+    refused = bob.post(f"/api/jobs/{outside}/cancel", json={})
     assert refused.status_code == 403
     assert refused.json()["detail"] == (
         f"changing quota job {outside} (outside) needs edit access to DAGs (the job was submitted outside Airflow)"
@@ -117,3 +117,78 @@ def test_an_unreachable_quota_database_is_one_clear_503(monkeypatch: pytest.Monk
     assert answer.json()["detail"].startswith(
         "quota database postgresql+psycopg://nobody@127.0.0.1:9/quota is unreachable"
     )
+
+
+@pytest.fixture(scope="module")
+def names_world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
+    """The walkthrough at 7850 s, then two jobs of ``PRIVATE`` (which alice may not read):
+    ``hidden-reclaimer`` in qs2 takes back the instance qs1-high borrows (preempting it), and
+    ``hidden-top`` (priority 9) preempts qs1-low inside qs1; then qs1-med, raised to 10,
+    preempts ``hidden-top``. Alice may read qs1-high, qs1-low and qs1-med, whose preemptors or
+    victims she may not."""
+    world = play(f"sqlite:///{tmp_path_factory.mktemp('names') / 'quota.db'}", 7850)
+    walkthrough = world.fake.remaining
+    assert walkthrough is not None
+    world.fake.remaining = lambda spec: 3600.0 if spec.job_name.startswith("hidden-") else walkthrough(spec)
+    one = [{"instance_type": "ml.g5.xlarge", "count": 1}]
+    for name, share, priority in (("hidden-reclaimer", "qs2", 1), ("hidden-top", "qs1", 9)):
+        request = JobRequest(name=name, share=share, priority=priority, preferences=one)
+        world.ids[name] = world.store.submit(request, "fake", {}, dag_id=PRIVATE, task_id="t", run_id="r").id
+        world.settle()
+    world.store.set_priority(world.ids["qs1-med"], 10)
+    world.settle()
+    yield world
+    world.service.engine.dispose()
+
+
+@pytest.fixture
+def names_as_user(names_world: World, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+    manager = RightsPerDag()
+    monkeypatch.setattr(airflow_security, "get_auth_manager", lambda: manager)
+    monkeypatch.setattr(security, "get_auth_manager", lambda: manager)
+
+    def client(name: str) -> TestClient:
+        app = create_app(store=lambda: names_world.store)
+        app.dependency_overrides[airflow_security.get_user] = lambda: User(name)
+        return TestClient(app, root_path="/quota")
+
+    yield client
+
+
+def test_preemptors_in_dags_a_user_may_not_read_are_another_job(names_world: World, names_as_user: Any) -> None:
+    alice, bob = names_as_user("alice"), names_as_user("bob")
+    high, low = names_world.ids["qs1-high"], names_world.ids["qs1-low"]
+    seen = alice.get(f"/api/jobs/{high}").json()
+    assert [(p["kind"], p["preemptor"], p["preemptor_id"]) for p in seen["preemptions"]] == [
+        ("CROSS_SHARE", "another job", None),
+        ("IN_SHARE", "qs1-low", low),
+    ]
+    assert not any("hidden-" in line for line in seen["story"])
+    assert any("CROSS_SHARE by another job" in line for line in seen["story"]), seen["story"]
+    low_story = alice.get(f"/api/jobs/{low}").json()["story"]
+    assert any("IN_SHARE by another job" in line and "another job (qs1, priority 9)" in line for line in low_story)
+    assert not any("hidden-" in line for line in low_story)
+
+    history = alice.get("/api/preemptions").json()["preemptions"]
+    assert {p["preemptor"] for p in history} == {"another job", "qs1-low", "qs2-job"}
+    assert "hidden-top" not in {p["job"] for p in history}  # its own preemption: not shown at all
+
+    full = bob.get(f"/api/jobs/{high}").json()
+    reclaimer = names_world.ids["hidden-reclaimer"]
+    assert full["preemptions"][0]["preemptor"] == "hidden-reclaimer"
+    assert full["preemptions"][0]["preemptor_id"] == reclaimer
+    assert any("CROSS_SHARE by hidden-reclaimer" in line for line in full["story"])
+
+
+def test_victims_in_dags_a_user_may_not_read_are_another_job_in_the_story(
+    names_world: World, names_as_user: Any
+) -> None:
+    med = names_world.ids["qs1-med"]
+    seen = names_as_user("alice").get(f"/api/jobs/{med}").json()
+    assert seen["caused"] == []
+    placed = [line for line in seen["story"] if "PLACED qs1-med" in line]
+    assert any("after preempting another job" in line for line in placed), seen["story"]
+    assert not any("hidden-" in line for line in seen["story"])
+    full = names_as_user("bob").get(f"/api/jobs/{med}").json()
+    assert [p["job"] for p in full["caused"]] == ["hidden-top"]
+    assert any("after preempting hidden-top" in line for line in full["story"])
