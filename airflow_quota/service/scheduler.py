@@ -465,6 +465,7 @@ class QuotaService:
                 share=decision.share,
                 record=record,
                 line=describe(decision, wall_clock=self.wall_clock),
+                leader_epoch=self.lock.epoch if self._fencing else None,
             )
         )
         if job is None or job_id is None:

@@ -181,6 +181,9 @@ class EventRow(Base):
     share: Mapped[str] = mapped_column(String(128))
     record: Mapped[dict[str, Any]]
     line: Mapped[str] = mapped_column(Text)
+    leader_epoch: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    """The lease epoch of the leader that committed it (``store/lock.py``): an audit that no
+    stale leader committed decisions; None when recorded without the lease (``step`` alone)."""
 
 
 class Input(Base):
