@@ -12,13 +12,21 @@ from __future__ import annotations
 
 import copy
 import re
-from collections.abc import Callable
+import threading
+import time
+from collections.abc import Callable, Iterator
+from datetime import date
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from sqlalchemy import Engine, func, select, update
 
+from airflow_quota.core.model import JobRequest
+from airflow_quota.store.engine import make_engine, migrate
+from airflow_quota.store.models import JobRow, Request
+from airflow_quota.store.repository import QuotaStore
 from tests.conftest import ROOT, Run, cli
 
 G5 = "ml.g5.xlarge"
@@ -591,3 +599,245 @@ def test_validate_accepts_a_valid_scenario_file(tmp_path: Path) -> None:
     assert run.stderr == ""
     assert "valid" in run.stdout and "scenario" in run.stdout, run.stdout
     assert G5 in run.stdout and P4D in run.stdout, run.stdout
+
+
+# --------------------------------------------------------------------------- job files and the quota database
+# (issue 14, findings 3-6: wrong types, sizes, encodings and ids are `path: message`, exit 2,
+# nothing stored; set-priority on a job that ended; a notifier that cannot be imported)
+
+LIMIT_QUOTA: dict[str, Any] = {
+    "pool": {"capacity": {G5: 4}},
+    "shares": [{"name": "qs1", "capacity_limits": {G5: 2}, "strategy": "LEND_AND_BORROW"}],
+}
+
+
+@pytest.fixture
+def quota_db(tmp_path: Path) -> Iterator[tuple[str, Engine]]:
+    """A migrated SQLite quota database with ``LIMIT_QUOTA`` applied, and its engine."""
+    url = f"sqlite:///{tmp_path / 'quota.db'}"
+    engine = make_engine(url)
+    migrate(engine)
+    QuotaStore(engine).apply_config(LIMIT_QUOTA)
+    yield url, engine
+    engine.dispose()
+
+
+def stored_rows(engine: Engine) -> tuple[int, int]:
+    """How many jobs and requests the quota database holds."""
+    with engine.connect() as c:
+        return c.scalar(select(func.count()).select_from(JobRow)) or 0, c.scalar(
+            select(func.count()).select_from(Request)
+        ) or 0
+
+
+def job_file(**fields: Any) -> dict[str, Any]:
+    """A valid job file for ``jobs submit``; keyword arguments replace or add fields."""
+    raw: dict[str, Any] = {
+        "name": "j1",
+        "share": "qs1",
+        "preferences": [{"instance_type": G5, "count": 1}],
+        "backend": "fake",
+        "training": {"duration": 5},
+    }
+    raw.update(fields)
+    return raw
+
+
+# (what is wrong, the job file's fields, the problems expected: every one, in one run)
+SUBMIT_CASES: list[tuple[str, dict[str, Any], Expected]] = [
+    (
+        "dag_id is a list and client_token a mapping",
+        {"dag_id": ["a", "b"], "client_token": {"a": 1}},
+        [("dag_id", r"valid string"), ("client_token", r"valid string")],
+    ),
+    (
+        "every bounded field beyond its limit",
+        {
+            "dag_id": "d" * 300_000,
+            "task_id": "t" * 251,
+            "run_id": "r" * 251,
+            "client_token": "c" * 257,
+            "checkpoint_uri": "s3://bucket/" + "k" * 1_000_000,
+            "training": {"blob": "x" * 2_000_000},
+            "retry_on": ["ExitCode:1"] * 21,
+        },
+        [
+            ("dag_id", r"^at most 250 characters \(got 300000\)$"),
+            ("task_id", r"^at most 250 characters \(got 251\)$"),
+            ("run_id", r"^at most 250 characters \(got 251\)$"),
+            ("client_token", r"^at most 256 characters \(got 257\)$"),
+            ("checkpoint_uri", r"^at most 2048 characters \(got 1000012\)$"),
+            ("training", r"^at most 65536 bytes as JSON \(got 2000012\)$"),
+            ("retry_on", r"at most 20 items"),
+        ],
+    ),
+    ("a training that is not JSON (a date)", {"training": {"at": date(2026, 1, 1)}}, [("training", r"must be JSON")]),
+    (
+        "an instance type with markup, an infinite max_pending_seconds, a huge count",
+        {
+            "preferences": [{"instance_type": "<b>ml.g5</b>\n", "count": 10**30}],
+            "max_pending_seconds": float("inf"),
+        },
+        [
+            ("preferences[0].instance_type", r"should match pattern"),
+            ("preferences[0].count", r"less than or equal"),
+            ("max_pending_seconds", r"finite"),
+        ],
+    ),
+]
+
+
+@pytest.mark.parametrize(("fields", "expected"), [pytest.param(f, e, id=name) for name, f, e in SUBMIT_CASES])
+def test_jobs_submit_refuses_a_field_of_the_wrong_type_or_beyond_its_limit(
+    tmp_path: Path, quota_db: tuple[str, Engine], fields: dict[str, Any], expected: Expected
+) -> None:
+    url, engine = quota_db
+    path = write(tmp_path, job_file(**fields), "job.yaml")
+    assert_refused(cli("jobs", "submit", str(path), "--db", url), expected, path)
+    assert stored_rows(engine) == (0, 1)  # the configuration's request only: no job, no submit request
+
+
+def test_jobs_submit_accepts_fields_at_their_limits(tmp_path: Path, quota_db: tuple[str, Engine]) -> None:
+    """The limits are where they are documented: at the limit is accepted (so the tests above
+    refuse for the size, not for something else)."""
+    url, engine = quota_db
+    fields = job_file(
+        dag_id="d" * 250,
+        task_id="t" * 250,
+        run_id="r" * 250,
+        client_token="c" * 256,
+        checkpoint_uri="s3://" + "k" * 2043,
+        training={"blob": "x" * (64 * 1024 - 20)},
+        retry_on=["ExitCode:1"] * 20,
+    )
+    run = cli("jobs", "submit", str(write(tmp_path, fields, "job.yaml")), "--db", url)
+    assert run.code == 0 and "Traceback" not in run.stderr, run
+    assert stored_rows(engine) == (1, 2)
+
+
+@pytest.mark.parametrize(
+    "command",
+    [["jobs", "submit"], ["apply"], ["validate"], ["simulate"]],
+    ids=["jobs submit", "apply", "validate", "simulate"],
+)
+def test_a_file_that_is_not_utf8_is_named_with_the_offending_byte(
+    tmp_path: Path, quota_db: tuple[str, Engine], command: list[str]
+) -> None:
+    url, engine = quota_db
+    path = tmp_path / "latin1.yaml"
+    path.write_bytes("name: caf\u00e9\nshare: qs1\n".encode("latin-1"))
+    database = ["--db", url] if command[0] in ("jobs", "apply") else []
+    run = cli(*command, str(path), *database)
+    assert_file_refused(run, path, r"^not UTF-8 text: byte 0xe9 at offset 9")
+    assert stored_rows(engine) == (0, 1)
+
+
+@pytest.mark.parametrize(
+    ("command", "key"),
+    [(["jobs", "show"], str(2**63)), (["jobs", "cancel"], "0"), (["jobs", "set-priority"], "1" + "0" * 5000)],
+    ids=["show 2^63", "cancel 0", "set-priority a 5001-digit id"],
+)
+def test_a_job_id_out_of_the_databases_range_is_a_clear_error(
+    quota_db: tuple[str, Engine], command: list[str], key: str
+) -> None:
+    url, engine = quota_db
+    extra = ["1"] if command[1] == "set-priority" else []
+    run = cli(*command, key, *extra, "--db", url)
+    assert "Traceback" not in run.stderr and run.code == 2, run
+    assert re.fullmatch(r"job: a job id is 1 to 9223372036854775807 \(got [^\n]{1,40}\)\n", run.stderr), run
+    assert stored_rows(engine) == (0, 1)
+
+
+def test_set_priority_out_of_range_names_the_rule(quota_db: tuple[str, Engine]) -> None:
+    url, engine = quota_db
+    run = cli("jobs", "set-priority", "j1", "100000", "--db", url)
+    assert run.code == 2 and run.stderr == "priority: 0 to 9999 (got 100000)\n", run
+    assert stored_rows(engine) == (0, 1)
+
+
+def _submitted(engine: Engine) -> JobRow:
+    request = {k: v for k, v in job_file().items() if k not in ("backend", "training")}
+    return QuotaStore(engine).submit(JobRequest.model_validate(request), "fake", {"duration": 5})
+
+
+def _set_row(engine: Engine, job_id: int, **columns: Any) -> None:
+    """What the quota scheduler writes to a job's row (its state, its priority)."""
+    with engine.begin() as c:
+        c.execute(update(JobRow).where(JobRow.id == job_id).values(**columns))
+
+
+def test_set_priority_on_a_job_that_ended_says_so(quota_db: tuple[str, Engine]) -> None:
+    url, engine = quota_db
+    done = _submitted(engine)
+    _set_row(engine, done.id, state="SUCCEEDED")
+    run = cli("jobs", "set-priority", str(done.id), "3", "--db", url)
+    assert run.code == 2 and "Traceback" not in run.stderr, run
+    assert "already SUCCEEDED" in run.stderr and run.stdout == "", run
+    assert stored_rows(engine) == (1, 2)  # no set_priority request
+
+
+@pytest.mark.parametrize(
+    ("scheduler_writes", "code", "answer"),
+    [
+        ({"state": "SUCCEEDED"}, 2, r"^job: 'j1' ended \(SUCCEEDED\) before its new priority was taken in"),
+        ({"priority": 3}, 0, r"^job \d+ \(j1\): priority 3 set$"),
+        ({}, 0, r"^job \d+ \(j1\): priority 3 asked; it takes effect at the next cycle$"),
+    ],
+    ids=["the job ends first", "the scheduler takes it in", "no scheduler answers in time"],
+)
+def test_set_priority_waits_for_the_scheduler_and_reports_what_happened(
+    quota_db: tuple[str, Engine], scheduler_writes: dict[str, Any], code: int, answer: str
+) -> None:
+    """The job is live when asked; while the command waits, the scheduler (here: a write to the
+    job's row, as the scheduler makes) ends the job, or takes the change in, or does nothing."""
+    url, engine = quota_db
+    live = _submitted(engine)
+
+    def scheduler() -> None:
+        """Once the change is asked (its request stored), write as the scheduler would."""
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            with engine.connect() as c:
+                if c.scalar(select(func.count()).select_from(Request).where(Request.kind == "set_priority")):
+                    break
+            time.sleep(0.05)
+        if scheduler_writes:
+            _set_row(engine, live.id, **scheduler_writes)
+
+    writer = threading.Thread(target=scheduler)
+    writer.start()
+    try:
+        run = cli("jobs", "set-priority", str(live.id), "3", "--db", url, "--wait", "3")
+    finally:
+        writer.join()
+    assert run.code == code and "Traceback" not in run.stderr, run
+    assert re.search(answer, (run.stderr or run.stdout).strip()), run
+
+
+def test_apply_warns_of_a_notifier_that_cannot_be_imported(tmp_path: Path, quota_db: tuple[str, Engine]) -> None:
+    url, engine = quota_db
+    config = {**LIMIT_QUOTA, "alerts": {"notifiers": [{"class": "no_such_package.notify.Pager"}]}}
+    path = write(tmp_path, config, "quota.yaml")
+    run = cli("apply", str(path), "--db", url)
+    assert run.code == 0 and "Traceback" not in run.stderr, run
+    assert re.fullmatch(
+        rf"{re.escape(str(path))}: warning: alerts\.notifiers\[0\]\.class: "
+        r"cannot import no_such_package\.notify\.Pager: 'no_such_package' is not installed here; [^\n]+\n",
+        run.stderr,
+    ), run
+    assert "stored as configuration version 2" in run.stdout, run
+    assert QuotaStore(engine).latest_config() is not None
+    validated = cli("validate", str(path))
+    assert validated.code == 0 and "warning: alerts.notifiers[0].class: cannot import" in validated.stderr, validated
+
+
+def test_an_instance_type_name_follows_the_name_rule(tmp_path: Path, quota_db: tuple[str, Engine]) -> None:
+    url, engine = quota_db
+    config = {**LIMIT_QUOTA, "instance_types": {"<script>x</script>": {"gpus": 1}}}
+    path = write(tmp_path, config, "quota.yaml")
+    assert_refused(
+        cli("apply", str(path), "--db", url),
+        [("instance_types['<script>x</script>']", r"should match pattern '\^\[\.A-Za-z0-9_-\]\{1,64\}\$'")],
+        path,
+    )
+    assert stored_rows(engine) == (0, 1)
