@@ -31,6 +31,7 @@ from sqlalchemy.engine import URL
 from airflow_quota.core.cycle import EPOCH
 from airflow_quota.core.model import Job, JobRequest, JobState, PreferenceEntry
 from airflow_quota.core.snapshot import Mode, Snapshot
+from airflow_quota.core.submission import job_fields
 from airflow_quota.exceptions import ChangeRefused
 from airflow_quota.notifications.base import alert_message
 from airflow_quota.store.engine import make_engine, reachable
@@ -219,9 +220,22 @@ class QuotaHook(BaseHook):
         run_id: str | None = None,
     ) -> JobRow:
         """Store a submission for the quota scheduler (``QuotaStore.submit``): raises
-        ``SubmissionRejected`` when the current configuration could never accept it; with a
-        ``client_token`` already used, returns that job instead of submitting again."""
-        return self.store.submit(request, backend, training, client_token, dag_id, task_id, run_id)
+        ``InvalidInput`` for a field beyond its limit (``core.submission.job_fields``, as the
+        CLI), ``SubmissionRejected`` when the current configuration could never accept it; with
+        a ``client_token`` already used, returns that job instead of submitting again."""
+        fields = job_fields(
+            {
+                "backend": backend,
+                "training": training,
+                "client_token": client_token,
+                "dag_id": dag_id,
+                "task_id": task_id,
+                "run_id": run_id,
+            }
+        )
+        return self.store.submit(
+            request, fields.backend, fields.training, fields.client_token, fields.dag_id, fields.task_id, fields.run_id
+        )
 
     def get_job(self, job_id: int) -> JobRow | None:
         return self.store.job(job_id)

@@ -381,7 +381,7 @@ class QuotaTrainingOperator(BaseOperator):
                 task_id=task_id,
                 run_id=run_id,
             )
-        except SubmissionRejected as exc:
+        except (SubmissionRejected, InvalidInput) as exc:
             source = f" ({QUOTA_PRIORITY_PARAM}={override} from the run's conf)" if override is not None else ""
             raise AirflowFailException(f"quota job {name!r} was not submitted{source}: {exc}") from exc
         priority = f", priority {request.priority}" + (" (run conf override)" if override is not None else "")
