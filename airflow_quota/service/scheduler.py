@@ -68,7 +68,7 @@ from airflow_quota.service.clock import Clock, WallClock
 from airflow_quota.service.inputs import apply_input, replay
 from airflow_quota.service.metrics import QuotaMetrics
 from airflow_quota.store.engine import DatabaseUnavailable, migrate, reachable, session_factory
-from airflow_quota.store.lock import LeadershipLost, leader_lock
+from airflow_quota.store.lock import LeadershipLost, current_leader, leader_lock
 from airflow_quota.store.models import AlertRow, Attempt, ConfigVersion, EventRow, Input, JobRow, Preemption, Request
 from airflow_quota.store.repository import NOTIFY_CHANNEL
 
@@ -174,6 +174,7 @@ class QuotaService:
         leading = False
         migrated = not migrate_first
         standby_seconds = min(1.0, self.lock.lease_seconds / 4)
+        standing_by = False
         if not self._metrics_given:
             self.metrics = self.alerts.metrics = QuotaMetrics.from_airflow()
         self.alerts.in_background()  # a slow notifier must not hold up cycles or the lease
@@ -187,9 +188,13 @@ class QuotaService:
                     if not leading:
                         leading = self.lock.acquire()
                         if not leading:
+                            if not standing_by:
+                                log.info("%s waits as standby: %s leads", self.holder, current_leader(self.engine))
+                                standing_by = True
                             stop.wait(standby_seconds)
                             backoff = RETRY_FIRST_SECONDS
                             continue
+                        standing_by = False
                         log.info(
                             "%s leads the quota scheduler (lease epoch %s, %g s lease)",
                             self.holder,
