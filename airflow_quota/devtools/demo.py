@@ -5,12 +5,15 @@ embedded default), applies ``examples/quota.yaml``, starts Airflow and ``airflow
 scheduler`` with the local backend, triggers the ``quota_walkthrough`` DAG, shows the quota
 table while it runs, tells who ran where, who was preempted by whom, what resumed from which
 checkpoint, the waits and the cost, and keeps the UI serving until Ctrl-C (``--once``: stop
-after the story). A second run reuses the home, its databases and the UI login.
+after the story). A second run reuses the home, its databases and the UI login. The UI listens
+on 127.0.0.1 (this machine only) unless ``--host`` or ``$AIRFLOW_QUOTA_DEMO_HOST`` names
+another address.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import socket
 import sys
@@ -28,6 +31,8 @@ REPO = Path(__file__).resolve().parents[2]
 DAG_ID = "quota_walkthrough"
 RUN_TIMEOUT = 600.0
 RESUMED = re.compile(r"resumed from step (\d+)")
+HOST_VARIABLE = "AIRFLOW_QUOTA_DEMO_HOST"
+"""Where the demo's api-server listens when ``--host`` is not given (127.0.0.1 when unset)."""
 
 
 def port_or_free(preferred: int) -> int:
@@ -122,12 +127,23 @@ def watch(stack: AirflowStack, run_id: str, out: Callable[[str], None], timeout:
     return state
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def arguments() -> argparse.ArgumentParser:
+    """The demo's command line."""
     parser = argparse.ArgumentParser(prog="airflow-quota-demo", description=__doc__.split("\n\n")[0])
     parser.add_argument("--root", default=".demo", help="where the demo keeps Airflow's home and its databases")
     parser.add_argument("--port", type=int, default=8080, help="the UI's port (another free one if it is taken)")
+    parser.add_argument(
+        "--host",
+        default=os.environ.get(HOST_VARIABLE) or "127.0.0.1",
+        help=f"the address the UI listens on (default ${HOST_VARIABLE}, else 127.0.0.1: this machine only; "
+        "0.0.0.0 for every interface)",
+    )
     parser.add_argument("--once", action="store_true", help="stop after the story instead of serving the UI")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = arguments().parse_args(argv)
     stop_on_sigterm()
 
     def say(text: str) -> None:
@@ -143,6 +159,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         users={"admin": "admin"},
         wait_for_dags=[DAG_ID],
         api_port=port_or_free(args.port),
+        api_host=args.host,
     )
     stack = AirflowStack(settings)
     say(f"[1/4] {'reusing' if again else 'preparing'} the Airflow home in {root} (SQLite, LocalExecutor, 2 slots)")

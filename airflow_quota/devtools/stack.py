@@ -67,6 +67,14 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def connect_host(listen_host: str) -> str:
+    """Where to reach a server listening on ``listen_host``: this machine for a wildcard
+    address (``0.0.0.0``, ``::``), the address itself otherwise (IPv6 in brackets)."""
+    if listen_host in ("", "0.0.0.0", "::"):
+        return "127.0.0.1"
+    return f"[{listen_host}]" if ":" in listen_host else listen_host
+
+
 def tail(path: Path, lines: int = 25) -> str:
     """The last lines of a log file, or why it cannot be read."""
     try:
@@ -89,6 +97,9 @@ class StackSettings:
     :param components: the processes to start, out of ``COMPONENTS``.
     :param wait_for_dags: DAG ids that must be parsed before the stack counts as ready.
     :param api_port: the api-server's port; a free one when ``None``.
+    :param api_host: the address the api-server listens on: ``127.0.0.1`` (this machine only)
+        unless told otherwise (``0.0.0.0`` for every interface: anyone who can reach the
+        machine reaches the UI and its logins).
     :param extra_env: more environment for every process (e.g. ``AIRFLOW__METRICS__…``).
     """
 
@@ -102,6 +113,7 @@ class StackSettings:
     components: Sequence[str] = COMPONENTS
     wait_for_dags: Sequence[str] = ()
     api_port: int | None = None
+    api_host: str = "127.0.0.1"
     extra_env: dict[str, str] = field(default_factory=dict)
     start_timeout: float = 240.0
 
@@ -122,7 +134,7 @@ class AirflowStack:
         for folder in (self.home, self.logs, self.dags_folder, self.state_dir):
             folder.mkdir(parents=True, exist_ok=True)
         self.api_port = settings.api_port or free_port()
-        self.api_url = f"http://127.0.0.1:{self.api_port}"
+        self.api_url = f"http://{connect_host(settings.api_host)}:{self.api_port}"
         self.metadata_url = normalize(settings.metadata_url or f"sqlite:///{self.home / 'airflow.db'}")
         self.quota_url = settings.quota_url or f"sqlite:///{root / 'quota.db'}"
         self.env = self._environment(root)
@@ -161,6 +173,7 @@ class AirflowStack:
                 "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(self.home / "passwords.json"),
                 "AIRFLOW__API__BASE_URL": self.api_url,
                 "AIRFLOW__API__PORT": str(self.api_port),
+                "AIRFLOW__API__HOST": self.settings.api_host,
                 "AIRFLOW__API__SECRET_KEY": self._secret("api_secret", lambda: secrets.token_hex(16)),
                 "AIRFLOW__API_AUTH__JWT_SECRET": self._secret("jwt_secret", lambda: secrets.token_hex(32)),
                 "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(free_port()),
@@ -211,7 +224,7 @@ class AirflowStack:
         if component == "quota-scheduler":
             return [str(BIN / "airflow-quota"), "scheduler", "--db", self.quota_url, "--state-dir", str(self.state_dir)]
         if component == "api-server":
-            return [str(BIN / "airflow"), "api-server", "--port", str(self.api_port)]
+            return [str(BIN / "airflow"), "api-server", "--host", self.settings.api_host, "--port", str(self.api_port)]
         return [str(BIN / "airflow"), component]
 
     def start_process(self, name: str, command: Sequence[str]) -> subprocess.Popen[bytes]:
