@@ -8,6 +8,7 @@ The reading tests come first; the tests that change jobs run last, in file order
 from __future__ import annotations
 
 import json
+import math
 import threading
 import time
 import urllib.parse
@@ -448,6 +449,24 @@ def test_bodies_that_are_not_a_priority_are_422(served: Served, editor: Any, bod
     assert refused.json()["detail"][0]["type"] == kind
 
 
+def listening_addresses(port: int) -> set[str]:
+    """The local addresses of the TCP sockets listening on ``port`` (Linux's /proc/net)."""
+    found = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with open(table) as rows:
+            next(rows)
+            for row in rows:
+                local, state = row.split()[1], row.split()[3]
+                address, hex_port = local.split(":")
+                if state == "0A" and int(hex_port, 16) == port:  # 0A: LISTEN
+                    found.add(address)
+    return found
+
+
+def test_the_api_server_listens_on_this_machine_only(served: Served) -> None:
+    assert listening_addresses(served.stack.api_port) == {"0100007F"}  # 127.0.0.1, little-endian hex
+
+
 # -- changing (these run last: they change the world) ---------------------------------------------
 
 
@@ -538,9 +557,14 @@ ROUTE_TEMPLATES = [
     ("PUT", "/quota/api/jobs/{id}/priority"),
     ("POST", "/quota/api/jobs/{id}/cancel"),
     ("GET", "/quota/jobs/{id}"),
+    ("PUT", "/quota/api/jobs/{id}/priority"),  # the changes twice: they are where bodies are read
+    ("POST", "/quota/api/jobs/{id}/cancel"),
 ]
 QUERY_NAMES = ["share", "state", "dag_id", "limit", "hours", "open"]
+BOUNDARY_IDS = [0, -1, 2**63 - 1, 2**63, -(2**63) - 1, 10**30]
+"""Ids at and beyond the ends of the database's integer range (no job has them)."""
 
+NOT_FINITE = [math.nan, math.inf, -math.inf]
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=12),
     lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=8), children, max_size=4),
@@ -548,7 +572,9 @@ json_values = st.recursive(
 )
 bodies = st.one_of(
     json_values.map(json.dumps),  # NaN and Infinity included: json.dumps writes them
-    st.fixed_dictionaries({"priority": json_values}).map(json.dumps),
+    st.fixed_dictionaries({"priority": st.one_of(st.floats(), st.sampled_from(NOT_FINITE), json_values)}).map(
+        json.dumps
+    ),
     st.binary(max_size=64).map(lambda raw: raw.decode("latin-1")),
 )
 no_digits = st.text(st.characters(blacklist_categories=("Nd", "Cs")), max_size=12)
@@ -557,21 +583,29 @@ query_values = st.one_of(
 )
 
 
+def path_ids_but(live: set[int], done: int) -> st.SearchStrategy[str]:
+    """Path ids other than ``live`` ones: the finished job ``done`` (twice as likely: a change
+    to it reads the body), ids at the ends of the integer range, any integer, text."""
+    return st.one_of(
+        st.just(str(done)),
+        st.just(str(done)),
+        st.sampled_from(BOUNDARY_IDS).map(str),
+        st.integers().filter(lambda n: n not in live).map(str),
+        no_digits.filter(lambda text: text.strip() != ""),
+    )
+
+
 def test_any_json_body_path_id_and_query_gets_2xx_or_4xx_never_500(served: Served, viewer: Any, editor: Any) -> None:
     """Random JSON (and not-JSON) bodies, path ids and query values on every route, as a
     viewer and as an editor. Ids of live jobs are left out, so nothing is changed: a valid
     change meets a finished job (409) or none (404)."""
     live = {job.id for job in served.world.store.jobs() if job.state not in ("SUCCEEDED", "FAILED")}
     done = ids(served)["qs2-job"]
-    path_ids = st.one_of(
-        st.just(str(done)),
-        st.integers().filter(lambda n: n not in live).map(str),
-        no_digits.filter(lambda text: text.strip() != ""),
-    )
+    path_ids = path_ids_but(live, done)
     clients = {"viewer": viewer, "editor": editor}
 
     @settings(
-        max_examples=150, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.function_scoped_fixture]
+        max_examples=200, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.function_scoped_fixture]
     )
     @given(
         route=st.sampled_from(ROUTE_TEMPLATES),
