@@ -64,7 +64,7 @@ def _simulate(args: argparse.Namespace) -> int:
     from airflow_quota.sim.report import build_report, to_json, to_text
     from airflow_quota.sim.simulator import Simulator
 
-    if args.until is not None and args.until < 0:
+    if args.until is not None and not args.until >= 0:  # NaN too
         raise InvalidInput.single("--until", f"{args.until:g} must be ≥ 0")
     scenario = _load_simulation(args)
     show_progress = args.progress or (sys.stderr.isatty() and not args.log)
@@ -132,7 +132,7 @@ def _compare(args: argparse.Namespace) -> int:
     from airflow_quota.sim.compare import DEFAULT_POLICIES, compare, comparison_document, resolve_policies
     from airflow_quota.sim.report import to_json
 
-    if args.until is not None and args.until < 0:
+    if args.until is not None and not args.until >= 0:  # NaN too
         raise InvalidInput.single("--until", f"{args.until:g} must be ≥ 0")
     trace = _read_trace(args)
     config = load_config(Path(args.quota))

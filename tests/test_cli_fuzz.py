@@ -3,9 +3,9 @@
 
 The documents are random JSON values, and valid documents (a quota file, a scenario, a job
 file) with one node replaced by a random value, written as YAML, as JSON, or as random bytes;
-job keys are random text and priorities random numbers. The CLI's ``main`` runs in-process so
-that a few hundred examples take seconds: any exception it lets out fails the test with its
-traceback, as a user would have seen it.
+job keys are random text, priorities and ``--until`` random numbers. The CLI's ``main`` runs
+in-process so that a few hundred examples take seconds: any exception it lets out fails the
+test with its traceback, as a user would have seen it.
 """
 
 from __future__ import annotations
@@ -28,8 +28,10 @@ from airflow_quota.cli import main
 from airflow_quota.core.model import JobRequest
 from airflow_quota.store.engine import make_engine, migrate
 from airflow_quota.store.repository import QuotaStore
+from tests.conftest import ROOT
 
 G5 = "ml.g5.xlarge"
+WALKTHROUGH = ROOT / "examples" / "walkthrough.yaml"
 QUOTA: dict[str, Any] = {
     "pool": {"capacity": {G5: 4}, "training_plans": []},
     "shares": [
@@ -199,14 +201,20 @@ priorities = st.one_of(
 )
 
 
+waits = st.sampled_from(["-1", "nan", "inf", "-inf", "1e400", "3601", "0", "0.01", "", "x"])
+"""``--wait`` values: out of range, or short (a valid long one would wait for no scheduler)."""
+
+
 @SETTINGS
-@given(key=job_keys, priority=priorities)
+@given(key=job_keys, priority=priorities, wait=waits)
 def test_every_command_that_takes_a_job_answers_random_keys_with_exit_0_or_2(
-    quota_url: str, key: str, priority: str
+    quota_url: str, key: str, priority: str, wait: str
 ) -> None:
     for args in (
         ("jobs", "show", key, "--db", quota_url),
         ("jobs", "set-priority", key, priority, "--db", quota_url, "--wait", "0"),
+        ("jobs", "set-priority", "j1", "1", "--db", quota_url, "--wait", wait),
         ("jobs", "cancel", key, "--db", quota_url),
+        ("simulate", str(WALKTHROUGH), "--json", "--until", priority),
     ):
         assert_answered(*run(*args), args)
