@@ -165,7 +165,7 @@ def run_scheduler(args: argparse.Namespace) -> int:
     try:
         from airflow_quota.service.backends.local import LocalBackend
 
-        indices = json.loads(args.gpu_indices) if args.gpu_indices else None
+        indices = gpu_indices(args.gpu_indices) if args.gpu_indices else None
         backends["local"] = LocalBackend(state / "local", gpu_indices=indices)
     except ImportError:  # pragma: no cover - the local backend ships with the package
         pass
@@ -188,6 +188,21 @@ def run_scheduler(args: argparse.Namespace) -> int:
     )
     run_forever(service)
     return 0
+
+
+def gpu_indices(text: str) -> dict[str, list[int]]:
+    """``--gpu-indices``: a JSON mapping of instance type to GPU indices, else InvalidInput."""
+    try:
+        value = json.loads(text)
+    except ValueError as exc:
+        raise InvalidInput.single("--gpu-indices", f"not JSON: {exc}") from None
+    valid = isinstance(value, dict) and all(
+        isinstance(v, list) and all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in v)
+        for v in value.values()
+    )
+    if not valid:
+        raise InvalidInput.single("--gpu-indices", 'must map instance types to GPU indices: {"ml.g5.xlarge": [0]}')
+    return {str(name): [int(i) for i in listed] for name, listed in value.items()}
 
 
 def show_shares(args: argparse.Namespace) -> int:

@@ -841,3 +841,17 @@ def test_an_instance_type_name_follows_the_name_rule(tmp_path: Path, quota_db: t
         path,
     )
     assert stored_rows(engine) == (0, 1)
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [("{ml.g5: [0]", r"^--gpu-indices: not JSON: "), ('{"ml.g5.xlarge": "0"}', r"^--gpu-indices: must map")],
+    ids=["not JSON", "not a mapping of lists"],
+)
+def test_the_schedulers_gpu_indices_are_checked_before_it_starts(
+    tmp_path: Path, quota_db: tuple[str, Engine], value: str, message: str
+) -> None:
+    url, _ = quota_db
+    run = cli("scheduler", "--db", url, "--state-dir", str(tmp_path / "state"), "--gpu-indices", value)
+    assert run.code == 2 and "Traceback" not in run.stderr, run
+    assert re.search(message, run.stderr.splitlines()[-1]), run

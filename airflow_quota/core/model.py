@@ -9,7 +9,7 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from airflow_quota.core.config import NAME_PATTERN, InstanceTypeName, Name, Uri, at_most
+from airflow_quota.core.config import InstanceTypeName, Name, Uri, at_most
 
 
 class JobState(str, Enum):
@@ -106,7 +106,7 @@ class JobRequest(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
-    name: Annotated[str, Field(pattern=NAME_PATTERN, strict=True)]
+    name: Name
     share: Name
     priority: int = Field(default=0, ge=0, le=9999, strict=True)
     preferences: list[PreferenceEntry] = Field(min_length=1, max_length=5)
@@ -158,7 +158,7 @@ class JobFields(BaseModel):
             return None
         try:
             size = len(json.dumps(value, allow_nan=False, ensure_ascii=False).encode())
-        except (TypeError, ValueError) as exc:
+        except (TypeError, ValueError, RecursionError) as exc:
             raise ValueError(f"must be JSON (strings, numbers, lists, mappings): {exc}") from None
         if size > TRAINING_MAX_BYTES:
             raise ValueError(f"at most {TRAINING_MAX_BYTES} bytes as JSON (got {size})")
