@@ -12,7 +12,7 @@ from __future__ import annotations
 import shutil
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 from selenium import webdriver
@@ -29,6 +29,7 @@ from tests.plugins.conftest import Served, serve
 CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
 DOCS = ROOT / "docs"
 WIDE, NARROW = (1440, 1100), (390, 844)
+T = TypeVar("T")
 
 pytestmark = pytest.mark.skipif(
     not (Path(CHROMIUM).exists() and (Path(CHROMEDRIVER).exists() or shutil.which("chromedriver"))),
@@ -66,6 +67,24 @@ def wait_for(driver: WebDriver, condition: Callable[[WebDriver], Any], seconds: 
     return WebDriverWait(driver, seconds, poll_frequency=0.25).until(attempt, message=what)
 
 
+def steady(driver: WebDriver, read: Callable[[WebDriver], T]) -> T:
+    """What ``read`` reads, read again when a refresh replaced the elements under it (the page
+    re-renders every 5 seconds, and a loaded machine may land a refresh between finding an
+    element and reading it)."""
+    result: tuple[T] = wait_for(driver, lambda d: (read(d),), what="a reading not cut by a refresh")
+    return result[0]
+
+
+def texts(driver: WebDriver, selector: str) -> list[list[str]]:
+    """The cells' text of the rows ``selector`` finds."""
+    return steady(
+        driver,
+        lambda d: [
+            [c.text for c in row.find_elements(By.TAG_NAME, "td")] for row in d.find_elements(By.CSS_SELECTOR, selector)
+        ],
+    )
+
+
 def loaded(driver: WebDriver, after: str | None = None) -> str:
     """Wait until the page has rendered the API's answers (again, when ``after`` is given)."""
     return str(
@@ -93,19 +112,27 @@ def card(driver: WebDriver, share: str) -> WebElement:
 
 def bar(driver: WebDriver, share: str) -> dict[str, float]:
     """The segments of a share's ml.g5.xlarge bar: kind -> instances."""
-    segments = card(driver, share).find_elements(By.CSS_SELECTOR, '.type[data-type="ml.g5.xlarge"] .seg')
-    return {s.get_attribute("data-kind") or "": float(s.get_attribute("data-value") or 0) for s in segments}
+
+    def read(d: WebDriver) -> dict[str, float]:
+        segments = card(d, share).find_elements(By.CSS_SELECTOR, '.type[data-type="ml.g5.xlarge"] .seg')
+        return {s.get_attribute("data-kind") or "": float(s.get_attribute("data-value") or 0) for s in segments}
+
+    return steady(driver, read)
 
 
 def rows(driver: WebDriver, share: str, table: str) -> list[list[str]]:
     """The cells' text of a share's queue or running table (empty when it says nobody)."""
-    found = card(driver, share).find_elements(By.CSS_SELECTOR, f'[data-role="{table}"] tbody tr')
-    return [[cell.text.strip() for cell in row.find_elements(By.TAG_NAME, "td")] for row in found]
+
+    def read(d: WebDriver) -> list[list[str]]:
+        found = card(d, share).find_elements(By.CSS_SELECTOR, f'[data-role="{table}"] tbody tr')
+        return [[cell.text.strip() for cell in row.find_elements(By.TAG_NAME, "td")] for row in found]
+
+    return steady(driver, read)
 
 
 def priority_of(driver: WebDriver, job_id: int) -> str:
-    field = driver.find_element(By.CSS_SELECTOR, f'input[data-role="priority"][data-job-id="{job_id}"]')
-    return str(field.get_attribute("value"))
+    selector = f'input[data-role="priority"][data-job-id="{job_id}"]'
+    return steady(driver, lambda d: str(d.find_element(By.CSS_SELECTOR, selector).get_attribute("value")))
 
 
 def viewport(driver: WebDriver, width: int, height: int, mobile: bool = False) -> None:
@@ -187,14 +214,12 @@ def test_running_jobs_show_their_instances_and_a_borrowing_badge(browser: WebDri
 
 
 def test_preemption_history_and_open_alerts(browser: WebDriver) -> None:
-    history = browser.find_elements(By.CSS_SELECTOR, "#preemptions tbody tr")
-    cells = [[c.text for c in row.find_elements(By.TAG_NAME, "td")][1:5] for row in history]
+    cells = [row[1:5] for row in texts(browser, "#preemptions tbody tr")]
     assert cells == [
         ["qs1-high (qs1)", "IN_SHARE", "qs1-low (qs1)", "1× ml.g5.xlarge"],
         ["qs1-med (qs1)", "CROSS_SHARE", "qs2-job (qs2)", "1× ml.g5.xlarge"],
     ]
-    alerts = browser.find_elements(By.CSS_SELECTOR, "#alerts tbody tr")
-    assert [[c.text for c in row.find_elements(By.TAG_NAME, "td")][:4] for row in alerts] == [
+    assert [row[:4] for row in texts(browser, "#alerts tbody tr")] == [
         ["STARVING", "qs1-med", "qs1", "RUNNABLE for 3600 s, overtaken by 1 later placement"]
     ]
     browser.switch_to.default_content()
@@ -222,8 +247,7 @@ def test_changing_a_priority_reaches_the_store_and_the_page_shows_it_applied(
     assert priority_of(browser, med) == "5"
     assert [r[1] for r in rows(browser, "qs1", "running") if r[0] == "qs1-med"] == ["1× ml.g5.xlarge borrowing 1"]
     assert [r[1] for r in rows(browser, "qs1", "queue")] == ["qs1-high"]
-    newest = browser.find_element(By.CSS_SELECTOR, "#preemptions tbody tr")
-    assert [c.text for c in newest.find_elements(By.TAG_NAME, "td")][1:4] == [
+    assert texts(browser, "#preemptions tbody tr")[0][1:4] == [
         "qs1-high (qs1)",
         "IN_SHARE",
         "qs1-med (qs1)",
@@ -253,14 +277,8 @@ def test_a_job_page_tells_the_job_story(served: Served, browser: WebDriver) -> N
     browser.get(f"{served.url}/quota/jobs/{high}")
     loaded(browser)
     assert browser.find_element(By.CSS_SELECTOR, '[data-role="state"]').text == "RUNNABLE"
-    attempts = browser.find_elements(By.CSS_SELECTOR, "#attempts tbody tr")
-    assert [row.find_elements(By.TAG_NAME, "td")[3].text for row in attempts] == ["STOPPED", "STOPPED"]
-    suffered = [
-        [c.text for c in r.find_elements(By.TAG_NAME, "td")][1:3]
-        for r in browser.find_elements(By.CSS_SELECTOR, "#preempted table")[0].find_elements(
-            By.CSS_SELECTOR, "tbody tr"
-        )
-    ]
+    assert [row[3] for row in texts(browser, "#attempts tbody tr")] == ["STOPPED", "STOPPED"]
+    suffered = [row[1:3] for row in texts(browser, "#preempted > div:first-of-type tbody tr")]
     assert suffered == [["qs1-med", "IN_SHARE"], ["qs1-low", "IN_SHARE"]]
     assert "PREEMPTED qs1-high [qs1] IN_SHARE by qs1-med" in browser.find_element(By.ID, "story").text
     assert browser.find_element(By.CSS_SELECTOR, '[data-role="cancel"]').is_displayed()
