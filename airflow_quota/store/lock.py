@@ -20,6 +20,7 @@ clocks that disagree between hosts cannot make two leaders.
 from __future__ import annotations
 
 import logging
+import time
 from typing import Any
 
 from sqlalchemy import Connection, Engine, text
@@ -64,6 +65,8 @@ class LeaderLease:
         self.epoch: int | None = None
         """The epoch this process leads under; None while it does not lead."""
         self._connection: Connection | None = None
+        self._renewed = float("-inf")
+        """When (``time.monotonic``) the lease was last taken or renewed by this process."""
 
     # -- connections ---------------------------------------------------------------------
 
@@ -71,7 +74,15 @@ class LeaderLease:
         """The lease connection: dedicated on PostgreSQL (its pid is the holder's liveness), a
         fresh pooled one on SQLite (a file lock has no liveness to offer)."""
         if self._connection is None:
-            self._connection = self.engine.connect()
+            connection = self.engine.connect()
+            if self.dialect == "postgresql":
+                # each lease statement is one atomic UPDATE: no BEGIN/COMMIT round trips; a frozen
+                # leader may hold the row lock in its decision transaction: never queue behind it
+                # for long (idle_in_transaction_session_timeout ends that transaction)
+                connection = connection.execution_options(isolation_level="AUTOCOMMIT")
+                connection.exec_driver_sql("SET lock_timeout = '1s'")
+                connection.commit()  # ends SQLAlchemy's autobegun (no-op) transaction
+            self._connection = connection
         return self._connection
 
     def _done(self) -> None:
@@ -105,10 +116,6 @@ class LeaderLease:
         )
         try:
             with connection.begin():
-                if self.dialect == "postgresql":
-                    # A frozen leader may hold the row lock inside its decision transaction: do
-                    # not queue behind it for ever (idle_in_transaction_session_timeout ends it).
-                    connection.execute(text("SET LOCAL lock_timeout = '1s'"))
                 params: dict[str, Any] = {"name": LEADER, "me": self.holder, "lease": self.lease_seconds}
                 epoch = connection.scalar(
                     text(
@@ -142,13 +149,19 @@ class LeaderLease:
             raise
         self._done()
         self.epoch = None if epoch is None else int(epoch)
+        if self.epoch is not None:
+            self._renewed = time.monotonic()
         return self.epoch is not None
 
     def still_leader(self) -> bool:
         """The heartbeat: renew the lease to now + ``lease_seconds``; False when another
-        scheduler has taken it (this process must stop acting)."""
+        scheduler has taken it (this process must stop acting). Renewed at most every quarter
+        lease (each decision transaction renews it too): a busy loop does not load the database,
+        and a process frozen longer than that renews (or learns it lost the lease) on waking."""
         if self.epoch is None:
             return False
+        if time.monotonic() - self._renewed < self.lease_seconds / 4:
+            return True
         connection = self._conn()
         with connection.begin():
             renewed = self._renew(connection)
@@ -174,6 +187,8 @@ class LeaderLease:
             ),
             {"lease": self.lease_seconds, "name": LEADER, "me": self.holder, "epoch": self.epoch},
         )
+        if done.rowcount:
+            self._renewed = time.monotonic()
         return bool(done.rowcount)
 
     def release(self) -> None:
