@@ -17,9 +17,10 @@ ACCELERATED_FAMILIES = ("ml.p", "ml.g", "ml.trn", "ml.inf")
 
 
 class InstanceTypeSpec(BaseModel):
-    """What the scheduler needs to know of an instance type."""
+    """What the scheduler needs to know of an instance type (finite numbers: a configuration
+    is stored as JSON)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     gpus: int = Field(ge=0, strict=True, description="GPUs (or accelerator chips) per instance")
     accelerator: str | None = None
