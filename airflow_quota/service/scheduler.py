@@ -82,6 +82,20 @@ DATABASE_ERRORS = (DatabaseUnavailable, DBAPIError, PendingRollbackError, Discon
 """What a dropped connection, a restarted or failed-over server looks like through SQLAlchemy."""
 
 
+class _OneLine(logging.Filter):
+    """SQLAlchemy's pool logs a connection it could not reset or close (the server dropped it)
+    with a whole traceback; the scheduler has already logged the error in one line and retries,
+    so the pool's record becomes one line too (a warning, with the driver's first line)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.exc_info and record.exc_info[1] is not None:
+            reason = database_error_line(record.exc_info[1])
+            record.msg, record.args = f"{record.getMessage()}: {reason}", None
+            record.exc_info, record.exc_text = None, None
+            record.levelno, record.levelname = logging.WARNING, "WARNING"
+        return True
+
+
 def database_error_line(exc: BaseException) -> str:
     """A database error in one readable line: its kind and the driver's first line."""
     if isinstance(exc, DatabaseUnavailable):
@@ -179,6 +193,9 @@ class QuotaService:
             self.metrics = self.alerts.metrics = QuotaMetrics.from_airflow()
         self.alerts.in_background()  # a slow notifier must not hold up cycles or the lease
         self._fencing = True
+        pool_log = getattr(self.engine.pool, "logger", None)  # sqlalchemy.pool.impl.QueuePool
+        if isinstance(pool_log, logging.Logger) and not any(isinstance(f, _OneLine) for f in pool_log.filters):
+            pool_log.addFilter(_OneLine())
         while not stop.is_set():
             try:
                 with reachable(str(self.engine.url)):
