@@ -113,7 +113,8 @@ def bare_fifo(jobs: list[tuple[float, float, int]], capacity: int) -> tuple[list
 def what_if(mode: str) -> None:
     """Diagnostics, not options: switch off a rule of quota-model.md in this process to see
     what it costs (``no-lender-protection``: lenders lend even while their own jobs wait;
-    ``no-preemption``: no step 4, so guarantees go unmet), or ``measure-idle`` (see
+    ``no-preemption``: no step 4, so guarantees go unmet; ``borrowing-hold-only``: a starving
+    job's reservation holds only borrowing pool-wide, not its own share), or ``measure-idle`` (see
     ``IdleWhileWaiting``). Comma-separated."""
     from airflow_quota.core import phases
     from airflow_quota.core.snapshot import Snapshot
@@ -125,6 +126,10 @@ def what_if(mode: str) -> None:
             Snapshot.protected_idle = lambda self, ledger, now, usage=None: 0  # type: ignore[method-assign]
         elif item == "no-preemption":
             phases.preemption = lambda *args, **kwargs: False
+        elif item == "borrowing-hold-only":
+            from airflow_quota.core.queues import ShareQueue
+
+            ShareQueue.reserves = lambda self, instance_type: False  # type: ignore[method-assign]
         else:
             raise SystemExit(f"unknown --what-if {item!r}")
 

@@ -279,6 +279,12 @@ def main() -> None:
     parser.add_argument("--label", help="the row's label (default: the --set and --what-if given)")
     parser.add_argument("--open", action="store_true", help="also the open FIFO pool (cached) and the ratios to it")
     parser.add_argument("--json", action="store_true", help="also the figures as one JSON object (last line)")
+    parser.add_argument(
+        "--policy",
+        choices=["shares", "static"],
+        default="shares",
+        help="static: every share RESERVE at its limit, as airflow-quota compare's static policy",
+    )
     args = parser.parse_args()
     if args.jobs is not None and args.jobs < 1:
         parser.error("--jobs must be ≥ 1")
@@ -290,8 +296,8 @@ def main() -> None:
     label = args.label or " ".join([*(f"{k}={v}" for k, v in fields.items()), *filter(None, [args.what_if])])
     open_pool = open_figures(config, trace) if args.open else None
     what_if(args.what_if)
-    print(f"shares: replaying {len(trace.rows):,} jobs ({label or 'model defaults'})", file=sys.stderr)
-    run = replay(config, trace, "shares")
+    print(f"{args.policy}: replaying {len(trace.rows):,} jobs ({label or 'model defaults'})", file=sys.stderr)
+    run = replay(config, trace, args.policy)
     row = figures(label or "defaults", run, open_pool)
     row["total_s"] = round(time.perf_counter() - started, 1)
     print(f"done in {row['total_s']} s", file=sys.stderr)
