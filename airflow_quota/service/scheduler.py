@@ -35,7 +35,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import Engine, event, select, update
+from sqlalchemy import Engine, event, func, select, update
 from sqlalchemy.exc import DBAPIError, DisconnectionError, PendingRollbackError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.orm import Session
@@ -510,7 +510,12 @@ class QuotaService:
                 )
             )
         elif isinstance(decision, Preempted):
-            attempt = session.get(Attempt, (job_id, job.attempts))
+            # the attempt placed last *before* this decision: a victim preempted with no grace may
+            # be placed again (attempt n + 1) later in the same step, and then job.attempts, the
+            # state after the whole step, names the new attempt, not the one to stop
+            number = session.scalar(select(func.max(Attempt.number)).where(Attempt.job_id == job_id))
+            number = job.attempts if number is None else int(number)
+            attempt = session.get(Attempt, (job_id, number))
             if attempt is not None and attempt.ended_at is None:
                 if attempt.action == "START":  # placed and preempted before the backend heard of it
                     attempt.action, attempt.status = None, "NOT_STARTED"
@@ -519,7 +524,7 @@ class QuotaService:
             session.add(
                 Preemption(
                     job_id=job_id,
-                    attempt=job.attempts,
+                    attempt=number,
                     at=decision.at,
                     kind=decision.kind.value,
                     by_job=decision.by,
