@@ -48,7 +48,12 @@ def add_commands(commands: Any) -> None:
         help="a cycle at least this often, also when nothing happened (it decides nothing then)",
     )
     scheduler.add_argument("--poll-seconds", type=float, default=0.2)
-    scheduler.add_argument("--lease-seconds", type=float, default=10.0, help="SQLite leader lease")
+    scheduler.add_argument(
+        "--lease-seconds",
+        type=float,
+        default=10.0,
+        help="leader_lease_seconds: a leader that has not renewed its lease this long is replaced",
+    )
     scheduler.set_defaults(run=run_scheduler)
 
     shares = commands.add_parser("shares", help="per share and type: limit, used, borrowed, lent, RUNNABLE")
