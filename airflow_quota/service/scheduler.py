@@ -74,6 +74,17 @@ from airflow_quota.store.repository import NOTIFY_CHANNEL
 
 log = logging.getLogger("airflow_quota.scheduler")
 
+_REPORT_ORDER = {
+    AttemptStatus.PENDING: 0,
+    AttemptStatus.RUNNING: 0,
+    AttemptStatus.SUCCEEDED: 1,
+    AttemptStatus.FAILED: 2,
+    AttemptStatus.CAPACITY_ERROR: 2,
+    AttemptStatus.STOPPED: 3,
+}
+"""The order the simulator plays one instant's happenings in (sim/simulator.py): trainings that
+started, then finishes, then failures, then stops; each kind in the order of placement."""
+
 RETRY_FIRST_SECONDS = 0.5
 RETRY_MAX_SECONDS = 5.0
 """Back-off after a database error: 0.5 s, doubling up to 5 s, reset by a step that works."""
@@ -387,10 +398,20 @@ class QuotaService:
         if self.scheduler is None:
             return
         with self.sessions() as session:
+            # in the order they were placed: the step, then the PLACED decision's place in its log
+            placed = (
+                select(func.max(EventRow.id))
+                .where(EventRow.job_id == Attempt.job_id, EventRow.type == "PLACED")
+                .correlate(Attempt)
+                .scalar_subquery()
+            )
             open_attempts = session.scalars(
-                select(Attempt).where(Attempt.ended_at.is_(None), Attempt.action.is_(None))
+                select(Attempt)
+                .where(Attempt.ended_at.is_(None), Attempt.action.is_(None))
+                .order_by(Attempt.placed_at, placed, Attempt.job_id, Attempt.number)
             ).all()
             rows = _rows_by_id(session, {a.job_id for a in open_attempts})
+        polled: list[tuple[Attempt, AttemptReport]] = []
         for attempt in open_attempts:
             row = rows[attempt.job_id]
             assert row is not None
@@ -398,10 +419,12 @@ class QuotaService:
             if backend is None:
                 continue
             try:
-                report = backend.poll(self._spec(row, attempt))
+                polled.append((attempt, backend.poll(self._spec(row, attempt))))
             except BackendError as exc:
                 log.warning("could not poll attempt %s-%s: %s", attempt.job_id, attempt.number, exc)
-                continue
+        # what happened since the last poll, in the simulator's order of one instant
+        polled.sort(key=lambda pair: _REPORT_ORDER.get(pair[1].status, len(_REPORT_ORDER)))
+        for attempt, report in polled:
             self._ingest(gathered, attempt, report, now)
 
     def _ingest(self, gathered: _Step, attempt: Attempt, report: AttemptReport, now: float) -> None:

@@ -199,12 +199,6 @@ def _first_difference(expected: list[dict[str, Any]], served: list[dict[str, Any
     )
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="known disagreement (issue 13, left open): the service logs attempts that end at the same instant "
-    "in its rows' order, the simulator finishes before failures in scheduling order; the decisions of each "
-    "instant are the same, their order is not",
-)
 @pytest.mark.parametrize(
     ("seed", "reserving", "database"),
     CONGESTED,
@@ -234,18 +228,12 @@ def test_service_decides_as_the_simulator_on_congested_workloads(
     assert served == expected, _first_difference(expected, served)
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="known disagreement (issue 13, left open): the service logs attempts that end at the same instant "
-    "in its rows' order, the simulator finishes before failures in scheduling order; the decisions of each "
-    "instant are the same, their order is not",
-)
 def test_simultaneous_finish_and_failure_are_logged_in_the_same_order(sqlite_url: str, tmp_path: Path) -> None:
     """The smallest form of the congested workloads' disagreement: two attempts end at the
     same instant, one failing (placed first) and one succeeding. The simulator plays every
-    finish of an instant before its failures; the service ingests reports in the order its
-    query of open attempts returns them (no ORDER BY: row order, which PostgreSQL changes
-    once rows are updated)."""
+    finish of an instant before its failures, each kind in placement order; the service used
+    to ingest reports in the order its query of open attempts returned them (no ORDER BY: row
+    order, which PostgreSQL changes once rows are updated), and now sorts them the same way."""
     from airflow_quota.store.engine import make_engine, migrate
 
     path = tmp_path / "finish-and-failure.yaml"
