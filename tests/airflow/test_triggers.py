@@ -433,8 +433,9 @@ def test_each_event_loop_has_its_own_watch(world: QuotaWorld) -> None:
     async def follow() -> None:
         watch = JobWatch.for_url(world.url)
         subscription = watch.join(job.id, 0.05)
-        await asyncio.wait_for(subscription.next(), 1)
-        await asyncio.to_thread(barrier.wait, 5)  # both loops follow the job at the same time
+        # a bound, not a pace: the first read opens the database, slow on a loaded machine
+        await asyncio.wait_for(subscription.next(), 30)
+        await asyncio.to_thread(barrier.wait, 30)  # both loops follow the job at the same time
         seen.append((watch, watch.loop is asyncio.get_running_loop()))
         subscription.leave()
 
@@ -442,7 +443,7 @@ def test_each_event_loop_has_its_own_watch(world: QuotaWorld) -> None:
     for thread in threads:
         thread.start()
     for thread in threads:
-        thread.join(10)
+        thread.join(70)
     assert len(seen) == 2 and seen[0][0] is not seen[1][0] and all(own for _, own in seen)
 
 

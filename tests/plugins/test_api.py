@@ -605,7 +605,7 @@ def test_any_json_body_path_id_and_query_gets_2xx_or_4xx_never_500(served: Serve
     clients = {"viewer": viewer, "editor": editor}
 
     @settings(
-        max_examples=200, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.function_scoped_fixture]
+        max_examples=100, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.function_scoped_fixture]
     )
     @given(
         route=st.sampled_from(ROUTE_TEMPLATES),
