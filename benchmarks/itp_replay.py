@@ -114,7 +114,8 @@ def what_if(mode: str) -> None:
     """Diagnostics, not options: switch off a rule of quota-model.md in this process to see
     what it costs (``no-lender-protection``: lenders lend even while their own jobs wait;
     ``no-preemption``: no step 4, so guarantees go unmet; ``borrowing-hold-only``: a starving
-    job's reservation holds only borrowing pool-wide, not its own share), or ``measure-idle`` (see
+    job's reservation holds only borrowing pool-wide, not its own share; ``in-share-hold-only``:
+    the reverse, and only for entries that fit under the share's limit), or ``measure-idle`` (see
     ``IdleWhileWaiting``). Comma-separated."""
     from airflow_quota.core import phases
     from airflow_quota.core.snapshot import Snapshot
@@ -130,8 +131,37 @@ def what_if(mode: str) -> None:
             from airflow_quota.core.queues import ShareQueue
 
             ShareQueue.reserves = lambda self, instance_type: False  # type: ignore[method-assign]
+        elif item == "in-share-hold-only":
+            _in_share_hold_only()
         else:
             raise SystemExit(f"unknown --what-if {item!r}")
+
+
+def _in_share_hold_only() -> None:
+    """A starving job's reservation holds only its own share, and only the types of its
+    entries that fit under the share's limit: no pool-wide borrowing hold."""
+    from airflow_quota.core.lifecycle import Lifecycle
+    from airflow_quota.core.model import Job
+    from airflow_quota.core.snapshot import Snapshot
+
+    Snapshot.borrowing_holder = lambda self, instance_type: None  # type: ignore[method-assign]
+    start_starving = Lifecycle.start_starving
+
+    def starving_within_limit(self: Lifecycle, job: Job, now: float) -> None:
+        start_starving(self, job, now)
+        snapshot = self.snapshot
+        queue = snapshot.queues[job.share]
+        if job.key not in queue.starving_types:
+            return
+        fitting = frozenset(
+            e.instance_type for e in job.entries if e.count <= snapshot.types[e.instance_type].limit_of(job.share)
+        )
+        if fitting:
+            queue.starving_types[job.key] = fitting
+        else:
+            queue.remove_starving(job)
+
+    Lifecycle.start_starving = starving_within_limit  # type: ignore[method-assign]
 
 
 class IdleWhileWaiting:

@@ -1,0 +1,136 @@
+"""What bounds the longest wait of the ITP replay under quota shares (issue 13).
+
+    python benchmarks/tail_bound.py                 # the trace's bursts, then one replay (about 1 minute)
+    python benchmarks/tail_bound.py --trace-only    # the bursts only (seconds)
+
+Two measures, printed as markdown tables:
+
+1. **Bursts, from the trace alone** (no policy): for each share, the GPU-hours its jobs asked
+   for in a window of days, as hours of its own limit (``work / limit``), beside the window's
+   length. A share that asks for more hours of its limit than the window has can only finish
+   that work in time by running above its limit; ``needs above limit`` is the GPU-hours it
+   must borrow for its last job of the window to start within ``--max-wait`` hours (the open
+   pool's longest wait): its work minus what its limit gives from the window's start to the
+   window's end plus ``--max-wait``.
+2. **Lendable capacity in the replay** (the ITP quota, model defaults): the GPU-hours a
+   borrower could have taken in that window (free instances that no lender protects,
+   integrated over time, at the end of every cycle), and what the share actually borrowed.
+   A rule that keeps every share's guarantee cannot give the share more than what is
+   lendable plus what it borrows already; when that is below what it needs, the longest wait
+   cannot reach the open pool's without a share losing capacity its own waiting jobs are
+   guaranteed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from airflow_quota.core.config import parse_config
+from airflow_quota.sim.simulator import Simulator
+from airflow_quota.sim.traces import read_trace, trace_scenario
+from benchmarks.itp_replay import INSTANCE_TYPE, TRACE, itp_quota
+
+DAY = 86400.0
+HOUR = 3600.0
+
+
+def bursts(rows: list, limits: dict[str, int], start: float, end: float, max_wait_h: float) -> list[dict]:
+    """Per share: the work its jobs submitted in [start, end) asked for, against its limit."""
+    out = []
+    for share, limit in sorted(limits.items()):
+        work = sum(r.gpus * r.duration for r in rows if r.tenant == share and start <= r.submit < end) / HOUR
+        window_h = (end - start) / HOUR
+        needs = max(0.0, work - limit * (window_h + max_wait_h))
+        out.append(
+            {
+                "share": share,
+                "limit": limit,
+                "work": work,
+                "hours_of_limit": work / limit,
+                "window_h": window_h,
+                "needs": needs,
+            }
+        )
+    return out
+
+
+class LendableMeter:
+    """After every cycle: free instances no lender protects (what a borrower could take), and
+    what each share holds above its limit, integrated over ``[start, end)``."""
+
+    def __init__(self, simulator: Simulator, start: float, end: float) -> None:
+        self.simulator = simulator
+        self.start, self.end = start, end
+        self.last = 0.0
+        self.lendable = 0
+        self.borrowed: dict[str, int] = {}
+        self.lendable_hours = 0.0
+        self.borrowed_hours: dict[str, float] = {}
+
+    def __call__(self, now: float, _cycles: int, _finished: int) -> None:
+        low, high = max(self.last, self.start), min(now, self.end)
+        if high > low:
+            span = (high - low) / HOUR
+            self.lendable_hours += self.lendable * span
+            for share, over in self.borrowed.items():
+                self.borrowed_hours[share] = self.borrowed_hours.get(share, 0.0) + over * span
+        snapshot = self.simulator.scheduler.snapshot
+        ledger = snapshot.types[INSTANCE_TYPE]
+        free = ledger.capacity - ledger.used - ledger.draining
+        self.lendable = max(0, free - snapshot.protected_idle(ledger, now))
+        self.borrowed = {s: max(0, u - ledger.limit_of(s)) for s, u in ledger.usage.items()}
+        self.last = now
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--from-day", type=float, default=25.0)
+    parser.add_argument("--to-day", type=float, default=40.0)
+    parser.add_argument("--max-wait", type=float, default=158.05, help="hours (the open pool's longest wait)")
+    parser.add_argument("--trace-only", action="store_true")
+    args = parser.parse_args()
+    trace = read_trace(f"itp:{TRACE}")
+    raw = itp_quota(starvation_after_seconds=None)
+    limits = {s["name"]: s["capacity_limits"][INSTANCE_TYPE] for s in raw["shares"]}
+    start, end = args.from_day * DAY, args.to_day * DAY
+    rows = bursts(trace.rows, limits, start, end, args.max_wait)
+    window_end = end + args.max_wait * HOUR
+    measured: LendableMeter | None = None
+    if not args.trace_only:
+        config = parse_config(raw)
+        simulator = Simulator(trace_scenario(trace, config).scenario)
+        measured = LendableMeter(simulator, start, window_end)
+        simulator._progress = measured
+        simulator.run()
+    print(
+        f"Jobs submitted in days {args.from_day:g}-{args.to_day:g}; needs above limit: for the last of them to start "
+        f"within {args.max_wait:g} h (by day {window_end / DAY:.1f})\n"
+    )
+    head = "| share | limit | GPU-h asked | hours of its limit | window h | needs above limit, GPU-h |"
+    rule = "|---|--:|--:|--:|--:|--:|"
+    if measured is not None:
+        head += " borrowed in the replay, GPU-h |"
+        rule += "--:|"
+    print(head)
+    print(rule)
+    for row in rows:
+        line = (
+            f"| {row['share']} | {row['limit']} | {row['work']:,.0f} | {row['hours_of_limit']:,.0f} | "
+            f"{row['window_h']:,.0f} | {row['needs']:,.0f} |"
+        )
+        if measured is not None:
+            line += f" {measured.borrowed_hours.get(row['share'], 0.0):,.0f} |"
+        print(line)
+    if measured is not None:
+        print(
+            f"\nLendable in the replay (free, not protected), days {args.from_day:g}-{window_end / DAY:.1f}: "
+            f"{measured.lendable_hours:,.0f} GPU-h"
+        )
+
+
+if __name__ == "__main__":
+    main()
