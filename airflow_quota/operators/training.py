@@ -26,14 +26,12 @@ from airflow_quota.core.model import FailureReason, JobRequest, JobState
 from airflow_quota.exceptions import InvalidInput, Problem, SubmissionRejected
 from airflow_quota.hooks.quota import FINAL_STATES, QuotaHook, describe_job, state_key
 from airflow_quota.operators.priority import QUOTA_PRIORITY_PARAM, priority_override
-from airflow_quota.plugins.links import QuotaJobLink
+from airflow_quota.plugins.links import XCOM_JOB_ID, QuotaJobLink
 from airflow_quota.store.models import LIVE_STATES, JobRow
 from airflow_quota.triggers.quota import QuotaJobEvent, QuotaJobTrigger, Status
 
 BACKENDS = ("local", "sagemaker")
 JOB_NAME_LENGTH = 128
-XCOM_JOB_ID = "quota_job_id"
-"""XCom key of the quota job's id, pushed at submission (for links and sensors downstream)."""
 
 PLACEMENT_FIELDS = ("InstanceType", "InstanceCount", "TrainingPlanArn", "InstanceGroups", "InstancePreferences")
 """``ResourceConfig`` fields of a SageMaker request that the placement decides."""

@@ -17,6 +17,9 @@ if TYPE_CHECKING:
     from airflow.sdk import BaseOperator
     from airflow.sdk.types import TaskInstanceKey
 
+XCOM_JOB_ID = "quota_job_id"
+"""The XCom key under which ``QuotaTrainingOperator`` pushes its quota job's id."""
+
 
 def job_page_url(job_id: int, base_url: str | None = None) -> str:
     """The job's page on the api-server: ``[api] base_url`` + ``/quota/jobs/<id>``."""
@@ -39,8 +42,6 @@ class QuotaJobLink(BaseOperatorLink):
 def _pushed_job_id(ti_key: TaskInstanceKey) -> Any:
     """The job id this task instance pushed to XCom, or None (not submitted yet)."""
     from airflow.sdk.execution_time.xcom import XCom
-
-    from airflow_quota.operators.training import XCOM_JOB_ID
 
     try:
         return XCom.get_value(ti_key=ti_key, key=XCOM_JOB_ID)
