@@ -7,7 +7,7 @@ import asyncio
 import re
 import threading
 import time
-from collections.abc import Collection, Iterator
+from collections.abc import Callable, Collection, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -258,6 +258,14 @@ async def _cancel(tasks: list[asyncio.Task[list[TriggerEvent]]]) -> None:
     await asyncio.gather(*tasks, return_exceptions=True)
 
 
+async def _until(condition: Callable[[], bool], what: str, timeout: float = 30.0) -> None:
+    """Wait, letting the loop run, until ``condition()`` holds; fail naming ``what`` after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out after {timeout} s waiting for {what}"
+        await asyncio.sleep(0.01)
+
+
 async def _stopped(task: asyncio.Task[None] | None) -> bool:
     """Whether a watch's task ends (it was cancelled and must get the loop to finish)."""
     assert task is not None
@@ -310,7 +318,10 @@ def test_a_trigger_is_woken_within_one_interval_of_its_jobs_change(world: QuotaW
     async def scenario() -> float:
         tasks = _start(*(QuotaJobTrigger(job_id=job_id, poll_interval=interval) for job_id in waiting))
         (mine,) = _start(QuotaJobTrigger(job_id=quick.id, poll_interval=interval))
-        await asyncio.sleep(0.3)
+        await _until(
+            lambda: [(w.watching, w.rounds > 0) for w in JobWatch.running()] == [(31, True)],
+            "the 31 triggers to join one watch and its first round",
+        )
         await asyncio.to_thread(world.step, 1001.0)  # RUNNING
         await asyncio.to_thread(world.step, 1020.0)  # SUCCEEDED
         changed = time.monotonic()
@@ -354,15 +365,17 @@ def test_only_the_subscriptions_whose_job_changed_are_woken(world: QuotaWorld) -
 
 
 def test_a_new_trigger_gets_its_first_read_at_once_whatever_the_interval(world: QuotaWorld) -> None:
-    waiting = world.submit("waiting", {"duration": 100})
+    waiting = world.submit("waiting", {"duration": 100_000})
     done = world.submit("done", {"duration": 10})
     world.step()
     world.step(1100.0)
     assert world.job(done.id).state == "SUCCEEDED"
+    assert world.job(waiting.id).state == "RUNNING"  # its trigger keeps following it
 
     async def scenario() -> float:
         slow = _start(QuotaJobTrigger(job_id=waiting.id, poll_interval=30.0))
-        await asyncio.sleep(0.2)  # the watch had its round; the next is 30 s away
+        await _until(lambda: [w.rounds > 0 for w in JobWatch.running()] == [True], "the watch's first round")
+        # the next round is 30 s away
         started = time.monotonic()
         events = await events_of(QuotaJobTrigger(job_id=done.id, poll_interval=30.0).run())
         assert _payload(events[0])["status"] == "success"
@@ -378,13 +391,13 @@ def test_a_cancelled_trigger_leaves_its_watch_and_the_last_one_stops_it(world: Q
 
     async def scenario() -> None:
         tasks = _start(*(QuotaJobTrigger(job_id=job_id, poll_interval=0.05) for job_id in (first, second)))
-        await asyncio.sleep(0.2)
+        await _until(lambda: [w.watching for w in JobWatch.running()] == [2], "one watch of both triggers")
         (watch,) = JobWatch.running()
         task = watch.task
-        assert watch.watching == 2 and task is not None
+        assert task is not None
         await _cancel(tasks[:1])
-        await asyncio.sleep(0.1)
-        assert watch.watching == 1 and not task.done() and JobWatch.running() == [watch]
+        await _until(lambda: watch.watching == 1, "the cancelled trigger to leave the watch")
+        assert not task.done() and JobWatch.running() == [watch]
         await _cancel(tasks[1:])
         assert await _stopped(task)
         assert watch.watching == 0 and watch.task is None and JobWatch.running() == []
@@ -408,7 +421,7 @@ def test_two_databases_get_two_watches(world: QuotaWorld, tmp_path: Path, monkey
             QuotaJobTrigger(job_id=here.id, quota_conn_id="quota_default", poll_interval=0.05),
             QuotaJobTrigger(job_id=there.id, quota_conn_id="quota_other", poll_interval=0.05),
         )
-        await asyncio.sleep(0.2)
+        await _until(lambda: sorted(w.watching for w in JobWatch.running()) == [1, 1], "two watches of one trigger")
         watches = JobWatch.running()
         assert sorted(w.url for w in watches) == sorted([world.url, other_url])
         assert [w.watching for w in watches] == [1, 1]

@@ -43,6 +43,8 @@ from sqlalchemy import Engine, func, select, text
 from airflow_quota.core.config import QuotaConfig
 from airflow_quota.core.model import JobRequest, PreferenceEntry
 from airflow_quota.core.quota import TypeLedger, holding_cap
+from airflow_quota.service.backends.fake import FakeBackend
+from airflow_quota.service.clock import WallClock
 from airflow_quota.store.engine import make_engine, migrate
 from airflow_quota.store.models import Attempt, EventRow, JobRow, Leader, Preemption
 from airflow_quota.store.repository import QuotaStore
@@ -534,7 +536,8 @@ def test_finishes_while_no_scheduler_runs_are_taken_in_once(
     submit_many(store, "wave", 30, 1.0, seed=4)
     wait_for(lambda: counts(engine)["running_attempts"] >= 5, 30, "jobs running")
     first.kill()
-    time.sleep(1.5)  # everything running now has finished in the backend, unobserved
+    backend = FakeBackend(WallClock().now, env.fake_dir)
+    wait_for(backend.all_ended, 30, "every attempt to finish in the backend, unobserved")
     second = Scheduler(env)
     schedulers.append(second)
     wait_for(all_final(engine, 30), 90, "all 30 jobs to end")

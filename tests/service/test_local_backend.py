@@ -161,14 +161,15 @@ def test_preempted_training_checkpoints_on_sigterm_and_the_next_attempt_resumes(
     assert "done at step 60" in log
 
 
-def test_a_training_ignoring_sigterm_is_killed_after_the_grace(backend: LocalBackend) -> None:
-    attempt = spec("trap '' TERM; sleep 60")
+def test_a_training_ignoring_sigterm_is_killed_after_the_grace(backend: LocalBackend, tmp_path: Path) -> None:
+    got_term = tmp_path / "got-term"
+    attempt = spec(f"trap 'echo TERM >> {got_term}' TERM; while :; do sleep 0.05; done")
     backend.start(attempt)
     wait_for(lambda: backend.poll(attempt).status is AttemptStatus.RUNNING, what="RUNNING")
     group = json.loads((backend.attempt_dir(attempt) / "command.json").read_text())["pid"]
     stopped = time.monotonic()
     backend.stop(attempt, grace_seconds=1)
-    time.sleep(0.5)
+    wait_for(got_term.exists, timeout=5, what="the training to receive SIGTERM")
     assert backend.poll(attempt).status is AttemptStatus.RUNNING, "SIGTERM is ignored: it runs through its grace"
 
     report = wait_until_ended(backend, attempt, timeout=5)
@@ -192,8 +193,7 @@ def test_the_kill_after_the_grace_happens_even_after_a_scheduler_restart(backend
     backend.start(attempt)
     wait_for(lambda: backend.poll(attempt).status is AttemptStatus.RUNNING, what="RUNNING")
     backend.stop(attempt, grace_seconds=0.5)
-    time.sleep(0.6)
-    restarted = LocalBackend(backend.state_dir)
+    restarted = LocalBackend(backend.state_dir)  # during the grace: the deadline is on disk
     report = wait_until_ended(restarted, attempt, timeout=5)
     assert (report.status, report.reason) == (AttemptStatus.STOPPED, "ExitCode:-9")
 

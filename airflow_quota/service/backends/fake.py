@@ -77,6 +77,15 @@ class FakeBackend:
             moments += [t for t in (running_since, ends) if t > after]
         return min(moments, default=None)
 
+    def all_ended(self) -> bool:
+        """Whether every attempt this backend's store holds has ended by now (tests wait on it)."""
+        if self.state_dir is None:
+            states = list(self._memory.values())
+        else:
+            states = [json.loads(path.read_text()) for path in sorted(self.state_dir.glob("*.json"))]
+        now = self.clock()
+        return all(_timeline(state)[1] <= now for state in states)
+
     def stop(self, attempt: AttemptSpec, grace_seconds: float) -> None:
         state = self._load(attempt.key)
         if state is None or state["stop_at"] is not None:
