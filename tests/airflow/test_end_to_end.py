@@ -31,6 +31,7 @@ import psycopg
 import pytest
 
 from airflow_quota.devtools.stack import AirflowStack, StackSettings
+from tests.conftest import missing
 
 REPO = Path(__file__).resolve().parents[2]
 ADMIN_URL = os.environ.get("QUOTA_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
@@ -53,7 +54,7 @@ def airflow(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AirflowStack]:
         with psycopg.connect(ADMIN_URL, connect_timeout=3):
             pass
     except psycopg.Error as exc:
-        pytest.skip(f"no PostgreSQL server for the metadata database at {ADMIN_URL}: {exc}")
+        missing(f"no PostgreSQL server for the metadata database at {ADMIN_URL}: {exc}")
     suffix = uuid.uuid4().hex[:10]
     names = {"metadata": f"airflow_e2e_{suffix}", "quota": f"quota_e2e_{suffix}"}
     with psycopg.connect(ADMIN_URL, autocommit=True) as admin:

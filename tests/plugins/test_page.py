@@ -23,7 +23,7 @@ from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.remote.webelement import WebElement
 from selenium.webdriver.support.ui import WebDriverWait
 
-from tests.conftest import ROOT
+from tests.conftest import ROOT, missing
 from tests.plugins.conftest import Served, serve
 
 CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
@@ -31,10 +31,12 @@ DOCS = ROOT / "docs"
 WIDE, NARROW = (1440, 1100), (390, 844)
 T = TypeVar("T")
 
-pytestmark = pytest.mark.skipif(
-    not (Path(CHROMIUM).exists() and (Path(CHROMEDRIVER).exists() or shutil.which("chromedriver"))),
-    reason="Debian's chromium and chromium-driver are needed (make browser)",
-)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def chromium_here() -> None:
+    if not (Path(CHROMIUM).exists() and (Path(CHROMEDRIVER).exists() or shutil.which("chromedriver"))):
+        missing("Debian's chromium and chromium-driver are needed (make browser)")
 
 
 @pytest.fixture(scope="module")

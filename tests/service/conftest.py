@@ -21,6 +21,7 @@ import pytest
 from sqlalchemy import Engine
 
 from airflow_quota.store.engine import make_engine, migrate
+from tests.conftest import missing
 
 DEFAULT_ADMIN = "postgresql://postgres@127.0.0.1:5432/test"
 
@@ -42,7 +43,7 @@ def _free_port() -> int:
 def _throwaway_server(base: Path) -> tuple[str, subprocess.Popen[bytes] | None]:
     bins = sorted(Path("/usr/lib/postgresql").glob("*/bin"))
     if not bins:
-        pytest.skip("no PostgreSQL server here and Debian's postgresql package is not installed")
+        missing("no PostgreSQL server here and Debian's postgresql package is not installed")
     bin_dir = bins[-1]
     data = base / "pgdata"
     port = _free_port()
@@ -66,7 +67,7 @@ def _throwaway_server(base: Path) -> tuple[str, subprocess.Popen[bytes] | None]:
             return url, server
         time.sleep(0.1)
     server.terminate()
-    pytest.skip("could not start a throwaway PostgreSQL server")
+    missing("could not start a throwaway PostgreSQL server")
 
 
 @pytest.fixture(scope="session")

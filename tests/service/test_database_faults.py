@@ -35,6 +35,7 @@ from airflow_quota.store.engine import make_engine
 from airflow_quota.store.models import EventRow, Leader
 from airflow_quota.store.repository import QuotaStore
 from airflow_quota.store.settings import normalize
+from tests.conftest import missing
 from tests.service.conftest import _free_port
 from tests.service.test_crash_recovery import (
     Env,
@@ -164,7 +165,7 @@ class Server:
     def __init__(self) -> None:
         bins = sorted(Path("/usr/lib/postgresql").glob("*/bin"))
         if not bins:
-            pytest.skip("no PostgreSQL server binaries (Debian's postgresql package)")
+            missing("no PostgreSQL server binaries (Debian's postgresql package)")
         self.bin = bins[-1]
         self.base = Path(tempfile.mkdtemp(prefix="quota-pg-"))
         self.run_as = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
