@@ -45,5 +45,5 @@ def _pushed_job_id(ti_key: TaskInstanceKey) -> Any:
 
     try:
         return XCom.get_value(ti_key=ti_key, key=XCOM_JOB_ID)
-    except Exception:  # no XCom backend reachable (e.g. outside a task): no link rather than an error
+    except ImportError:  # outside a task there is no task runner to ask: no link rather than an error
         return None

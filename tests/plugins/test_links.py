@@ -54,5 +54,26 @@ def test_the_link_leads_to_the_job_the_task_submitted(monkeypatch: pytest.Monkey
     assert QuotaJobLink().get_link(task, ti_key=KEY) == "http://airflow.example:8080/quota/jobs/7"
 
 
-def test_no_link_before_the_task_submitted_a_job() -> None:
+def test_outside_a_task_there_is_no_xcom_to_read_and_no_link() -> None:
     assert QuotaJobLink().get_link(operator(), ti_key=KEY) == ""
+
+
+@pytest.mark.parametrize(("pushed", "expected"), [(7, "/quota/jobs/7"), (None, "")], ids=["pushed", "not yet"])
+def test_in_a_worker_the_link_reads_the_job_id_the_task_pushed(
+    monkeypatch: pytest.MonkeyPatch, pushed: int | None, expected: str
+) -> None:
+    """In a worker (where Airflow computes links) a resumed operator has no ``job_id`` yet: the
+    link reads the ``quota_job_id`` XCom of this task instance (the end-to-end test checks the
+    link a real Airflow stores)."""
+    from airflow.sdk.execution_time.xcom import XCom
+
+    asked: list[tuple[TaskInstanceKey, str]] = []
+
+    def get_value(*, ti_key: TaskInstanceKey, key: str) -> int | None:
+        asked.append((ti_key, key))
+        return pushed
+
+    monkeypatch.setattr(XCom, "get_value", staticmethod(get_value))
+    monkeypatch.setenv("AIRFLOW__API__BASE_URL", "/")
+    assert QuotaJobLink().get_link(operator(), ti_key=KEY) == expected
+    assert asked == [(KEY, "quota_job_id")]
