@@ -467,7 +467,7 @@ def set_priority(args: argparse.Namespace) -> int:
 def _priority_outcome(store: QuotaStore, job: JobRow, priority: int, wait: float) -> str:
     """``set`` once the job's row shows the priority, ``requested`` when ``wait`` runs out
     first; ChangeRefused when the job ends before the change was taken in."""
-    from airflow_quota.store.models import LIVE_STATES
+    from airflow_quota.core.model import LIVE_STATES
 
     deadline = time.monotonic() + wait
     while True:

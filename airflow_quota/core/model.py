@@ -32,6 +32,16 @@ class JobState(str, Enum):
         return self in (JobState.SUCCEEDED, JobState.FAILED)
 
 
+WAITING_STATES = (JobState.SUBMITTED.value, JobState.RUNNABLE.value)
+"""State names of jobs not placed yet (as stored, for queries)."""
+HOLDING_STATES = tuple(state.value for state in JobState if state.holds_capacity)
+"""State names of jobs that hold capacity."""
+LIVE_STATES = tuple(state.value for state in JobState if not state.is_final)
+"""State names of jobs that have not ended."""
+FINAL_STATES = frozenset(state.value for state in JobState if state.is_final)
+"""State names of jobs that have ended."""
+
+
 class PendingReason(str, Enum):
     """Why a RUNNABLE job waits."""
 

@@ -29,17 +29,16 @@ from sqlalchemy import select
 from sqlalchemy.engine import URL
 
 from airflow_quota.core.cycle import EPOCH
-from airflow_quota.core.model import Job, JobRequest, JobState, PreferenceEntry
+from airflow_quota.core.model import HOLDING_STATES, LIVE_STATES, Job, JobRequest, JobState, PreferenceEntry
 from airflow_quota.core.snapshot import Mode, Snapshot
 from airflow_quota.core.submission import job_fields
 from airflow_quota.exceptions import ChangeRefused
 from airflow_quota.notifications.base import alert_message
 from airflow_quota.store.engine import make_engine, reachable
-from airflow_quota.store.models import LIVE_STATES, AlertRow, Attempt, JobRow, Request
-from airflow_quota.store.repository import HOLDING_STATES, QuotaStore
+from airflow_quota.store.models import AlertRow, Attempt, JobRow, Request
+from airflow_quota.store.repository import QuotaStore
 from airflow_quota.store.settings import database_url, normalize, redacted
 
-FINAL_STATES = frozenset({JobState.SUCCEEDED.value, JobState.FAILED.value})
 """Job states after which nothing more happens (quota-model.md 3)."""
 
 _STORES: dict[str, QuotaStore] = {}

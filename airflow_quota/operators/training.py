@@ -22,12 +22,12 @@ from airflow.sdk.exceptions import AirflowException, AirflowFailException
 from pydantic import ValidationError
 
 from airflow_quota.core.config import pydantic_problems
-from airflow_quota.core.model import FailureReason, JobRequest, JobState
+from airflow_quota.core.model import FINAL_STATES, LIVE_STATES, FailureReason, JobRequest, JobState
 from airflow_quota.exceptions import InvalidInput, Problem, SubmissionRejected
-from airflow_quota.hooks.quota import FINAL_STATES, QuotaHook, describe_job, state_key
+from airflow_quota.hooks.quota import QuotaHook, describe_job, state_key
 from airflow_quota.operators.priority import QUOTA_PRIORITY_PARAM, priority_override
 from airflow_quota.plugins.links import XCOM_JOB_ID, QuotaJobLink
-from airflow_quota.store.models import LIVE_STATES, JobRow
+from airflow_quota.store.models import JobRow
 from airflow_quota.triggers.quota import QuotaJobEvent, QuotaJobTrigger, Status
 
 BACKENDS = ("local", "sagemaker")

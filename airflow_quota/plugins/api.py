@@ -36,12 +36,12 @@ from fastapi import APIRouter, Depends, HTTPException, Query, Request, Response,
 from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from airflow_quota.core.model import JobState
+from airflow_quota.core.model import LIVE_STATES, JobState
 from airflow_quota.exceptions import ChangeRefused
 from airflow_quota.plugins import URL_PREFIX
 from airflow_quota.plugins.security import ANOTHER_JOB, DagAccess, DagAccessDep, SameOriginJson
 from airflow_quota.store import dashboard
-from airflow_quota.store.models import LIVE_STATES, JobRow
+from airflow_quota.store.models import JobRow
 from airflow_quota.store.repository import QuotaStore
 
 MAX_HISTORY_HOURS = 24 * 31

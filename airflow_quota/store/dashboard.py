@@ -27,10 +27,10 @@ from pydantic import Field
 from sqlalchemy import func, or_, select
 
 from airflow_quota.core.config import QuotaConfig
+from airflow_quota.core.model import HOLDING_STATES, LIVE_STATES, WAITING_STATES
 from airflow_quota.core.quota import TypeLedger, lent_by
 from airflow_quota.store.engine import reachable
 from airflow_quota.store.models import (
-    LIVE_STATES,
     AlertRow,
     Attempt,
     ConfigVersion,
@@ -38,9 +38,8 @@ from airflow_quota.store.models import (
     JobRow,
     Preemption,
 )
-from airflow_quota.store.repository import HOLDING_STATES, QuotaStore
+from airflow_quota.store.repository import QuotaStore
 
-WAITING_STATES = ("SUBMITTED", "RUNNABLE")
 """States of a job that waits for capacity (SUBMITTED: not taken in by the scheduler yet)."""
 
 OPEN_WHILE_WAITING = frozenset({"STARVING", "GUARANTEE_VIOLATED"})

@@ -17,14 +17,13 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from airflow_quota.core.config import QuotaConfig, parse_config
-from airflow_quota.core.model import JobRequest
+from airflow_quota.core.model import HOLDING_STATES, LIVE_STATES, JobRequest
 from airflow_quota.core.quota import TypeLedger, lent_by
 from airflow_quota.core.snapshot import Snapshot
 from airflow_quota.core.submission import check_submission
 from airflow_quota.exceptions import ChangeRefused, InvalidInput, Problem, SubmissionRejected
 from airflow_quota.store.engine import reachable, session_factory
 from airflow_quota.store.models import (
-    LIVE_STATES,
     AlertRow,
     Attempt,
     ConfigVersion,
@@ -36,7 +35,6 @@ from airflow_quota.store.models import (
 
 NOTIFY_CHANNEL = "airflow_quota"
 BACKENDS = ("local", "sagemaker", "fake")
-HOLDING_STATES = ("SCHEDULED", "STARTING", "RUNNING")
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 IN_CHUNK = 500
 """Ids per ``IN (...)`` list of the batch reads: well under SQLite's and PostgreSQL's limits

@@ -18,8 +18,8 @@ from typing import Any, Literal, cast
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
-from airflow_quota.core.model import JobState
-from airflow_quota.hooks.quota import FINAL_STATES, QuotaHook, describe_alert, describe_job, state_key
+from airflow_quota.core.model import FINAL_STATES, JobState
+from airflow_quota.hooks.quota import QuotaHook, describe_alert, describe_job, state_key
 from airflow_quota.triggers.watch import JobWatch, Subscription
 
 Status = Literal["success", "failed", "error"]
