@@ -69,7 +69,17 @@ from airflow_quota.service.inputs import apply_input, replay
 from airflow_quota.service.metrics import QuotaMetrics
 from airflow_quota.store.engine import DatabaseUnavailable, migrate, reachable, session_factory
 from airflow_quota.store.lock import LeadershipLost, current_leader, leader_lock
-from airflow_quota.store.models import AlertRow, Attempt, ConfigVersion, EventRow, Input, JobRow, Preemption, Request
+from airflow_quota.store.models import (
+    AlertRow,
+    Attempt,
+    AttemptState,
+    ConfigVersion,
+    EventRow,
+    Input,
+    JobRow,
+    Preemption,
+    Request,
+)
 from airflow_quota.store.repository import NOTIFY_CHANNEL
 
 log = logging.getLogger("airflow_quota.scheduler")
@@ -431,7 +441,7 @@ class QuotaService:
         assert self.scheduler is not None
         job = self._job(attempt.job_id)
         current = job is not None and job.attempts == attempt.number and job.placement is not None
-        if report.status is AttemptStatus.RUNNING and attempt.status != "RUNNING":
+        if report.status is AttemptStatus.RUNNING and attempt.status != AttemptState.RUNNING.value:
             since = now if report.running_since is None else min(report.running_since, now)
             gathered.running.append((attempt.job_id, attempt.number, since))
             gathered.touched.add(attempt.job_id)
@@ -439,11 +449,12 @@ class QuotaService:
                 self._feed(
                     gathered, "running", {"job_id": attempt.job_id, "attempt": attempt.number, "since": since}, now
                 )
-        if report.status is AttemptStatus.UNKNOWN and attempt.status == "NOT_STARTED":
+        if report.status is AttemptStatus.UNKNOWN and attempt.status == AttemptState.NOT_STARTED.value:
             report = AttemptReport(AttemptStatus.STOPPED, STOPPED_BEFORE_START)
         elif report.status is AttemptStatus.UNKNOWN:
             # never started (the backend refused it), or lost by the backend: a failed attempt
-            reason = attempt.reason if attempt.status == "START_FAILED" else "BackendLost: no such attempt"
+            refused = attempt.status == AttemptState.START_FAILED.value
+            reason = attempt.reason if refused else "BackendLost: no such attempt"
             report = AttemptReport(AttemptStatus.FAILED, reason)
         if not report.status.ended:
             return
@@ -482,11 +493,11 @@ class QuotaService:
             for job_id, number, running_since in gathered.running:
                 attempt = session.get(Attempt, (job_id, number))
                 if attempt is not None and attempt.ended_at is None:
-                    attempt.status, attempt.running_since = "RUNNING", running_since
+                    attempt.status, attempt.running_since = AttemptState.RUNNING.value, running_since
             for job_id, number, report in gathered.ended:
                 attempt = session.get(Attempt, (job_id, number))
                 if attempt is not None:
-                    attempt.status, attempt.reason = report.status.value, report.reason
+                    attempt.status, attempt.reason = AttemptState(report.status.value).value, report.reason
                     attempt.ended_at = now if report.ended_at is None else report.ended_at
             for decision in gathered.decisions:
                 self._record(session, decision, gathered, now)
@@ -529,7 +540,7 @@ class QuotaService:
                     borrowed=decision.borrowed,
                     placed_at=decision.at,
                     action="START",
-                    status="PLACED",
+                    status=AttemptState.PLACED.value,
                 )
             )
         elif isinstance(decision, Preempted):
@@ -541,9 +552,10 @@ class QuotaService:
             attempt = session.get(Attempt, (job_id, number))
             if attempt is not None and attempt.ended_at is None:
                 if attempt.action == "START":  # placed and preempted before the backend heard of it
-                    attempt.action, attempt.status = None, "NOT_STARTED"
+                    attempt.action, attempt.status = None, AttemptState.NOT_STARTED.value
                 else:
-                    attempt.action, attempt.stop_grace, attempt.status = "STOP", decision.grace_seconds, "STOPPING"
+                    attempt.action, attempt.stop_grace = "STOP", decision.grace_seconds
+                    attempt.status = AttemptState.STOPPING.value
             session.add(
                 Preemption(
                     job_id=job_id,
@@ -556,8 +568,8 @@ class QuotaService:
             )
         elif isinstance(decision, Failed) and decision.reason is FailureReason.CANCELLED:
             attempt = session.get(Attempt, (job_id, job.attempts))
-            if attempt is not None and attempt.ended_at is None and attempt.status != "STOPPING":
-                attempt.action, attempt.stop_grace, attempt.status = "STOP", 0.0, "STOPPING"
+            if attempt is not None and attempt.ended_at is None and attempt.status != AttemptState.STOPPING.value:
+                attempt.action, attempt.stop_grace, attempt.status = "STOP", 0.0, AttemptState.STOPPING.value
         elif isinstance(decision, Alert):
             session.add(
                 AlertRow(
@@ -610,13 +622,13 @@ class QuotaService:
                     raise BackendError(f"no backend {attempt.backend!r} is configured in this scheduler")
                 if attempt.action == "START":
                     backend.start(spec)
-                    status = "PENDING"
+                    status = AttemptState.PENDING.value
                 else:
                     backend.stop(spec, attempt.stop_grace)
             except BackendError as exc:
                 log.error("attempt %s of job %s: %s", attempt.number, row.name, exc)
                 if attempt.action == "START":  # the next poll reports it as a failed attempt
-                    status, reason = "START_FAILED", f"BackendError: {exc}"
+                    status, reason = AttemptState.START_FAILED.value, f"BackendError: {exc}"
             with self.sessions() as session, session.begin():
                 self._fence(session)
                 fresh = session.get(Attempt, (attempt.job_id, attempt.number))

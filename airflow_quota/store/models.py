@@ -10,6 +10,7 @@ inbox of requests the scheduler has yet to take in.
 
 from __future__ import annotations
 
+from enum import Enum
 from typing import Any
 
 from sqlalchemy import JSON, Boolean, Float, ForeignKey, Index, Integer, String, Text, text
@@ -98,6 +99,25 @@ class JobRow(Base):
     )
 
 
+class AttemptState(str, Enum):
+    """Where an attempt stands, as stored in ``quota_attempts.status``: the scheduler's own
+    steps (placed, not started, start failed, stopping), then what its backend reported."""
+
+    PLACED = "PLACED"
+    """Decided; the backend has not been told to start it yet."""
+    NOT_STARTED = "NOT_STARTED"
+    """Stopped before the backend was told to start it (a victim preempted in its own step)."""
+    START_FAILED = "START_FAILED"
+    """The backend refused to start it; the next poll reports it as a failed attempt."""
+    PENDING = "PENDING"
+    RUNNING = "RUNNING"
+    STOPPING = "STOPPING"
+    SUCCEEDED = "SUCCEEDED"
+    FAILED = "FAILED"
+    STOPPED = "STOPPED"
+    CAPACITY_ERROR = "CAPACITY_ERROR"
+
+
 class Attempt(Base):
     """One placement of a job, with the backend action still to do (crash safety)."""
 
@@ -114,8 +134,8 @@ class Attempt(Base):
     action: Mapped[str | None] = mapped_column(String(10))
     """START or STOP while the backend has not been told yet; None once it has."""
     stop_grace: Mapped[float] = mapped_column(Float, default=0.0)
-    status: Mapped[str] = mapped_column(String(20), default="PLACED")
-    """PLACED, PENDING, RUNNING, STOPPING, then SUCCEEDED, FAILED, STOPPED or CAPACITY_ERROR."""
+    status: Mapped[str] = mapped_column(String(20), default=AttemptState.PLACED.value)
+    """An ``AttemptState`` value."""
     running_since: Mapped[float | None] = mapped_column(Float)
     ended_at: Mapped[float | None] = mapped_column(Float)
     reason: Mapped[str | None] = mapped_column(Text)
