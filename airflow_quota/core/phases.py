@@ -103,7 +103,7 @@ def borrowing(life: Lifecycle, now: float, improved: set[str], dirty: Dirty, wai
     shares, a job only after the jobs ahead of it in its own share."""
     snap = life.snapshot
     lenders_of = [n for n, s in snap.shares.items() if s.borrows]
-    holders = {name: _holder_levels(snap.queues[name].runnable) for name in lenders_of}
+    holders = {name: snap.queues[name].priority_levels() for name in lenders_of}
 
     def order(key: JobKey) -> tuple[float, int, JobKey]:
         before = holders[snap.jobs[key[2]].share].get(key[0], (float("-inf"), 0))
@@ -305,19 +305,3 @@ def fail_fast(life: Lifecycle, now: float, waits: set[int]) -> None:
 
 def _identity(key: JobKey) -> JobKey:
     return key
-
-
-def _holder_levels(runnable: SortedList) -> dict[int, tuple[float, int]]:
-    """For each priority level of a share's queue, the latest (first submission, seq) among the
-    jobs of higher levels: a job is reached in FIFO order only after all of them."""
-    levels: dict[int, tuple[float, int]] = {}
-    latest: tuple[float, int] = (float("-inf"), 0)
-    index = 0
-    while index < len(runnable):
-        level = runnable[index][0]
-        end = runnable.bisect_left((level + 1,))
-        levels[level] = latest
-        last = runnable[end - 1]
-        latest = max(latest, (last[1], last[2]))
-        index = end
-    return levels

@@ -36,7 +36,18 @@ def victim_key(job: Job) -> tuple[int, float, float, int]:
 class ShareQueue:
     """The RUNNABLE and running jobs of one share, indexed for the cycle."""
 
-    __slots__ = ("buckets", "counts", "reserving", "runnable", "running", "sizes", "starving", "starving_types")
+    __slots__ = (
+        "_levels",
+        "buckets",
+        "counts",
+        "reserving",
+        "runnable",
+        "running",
+        "sizes",
+        "starving",
+        "starving_types",
+        "version",
+    )
 
     def __init__(self) -> None:
         self.runnable: SortedList = SortedList()
@@ -54,9 +65,13 @@ class ShareQueue:
         self.starving: SortedList = SortedList()
         """Keys of the share's starving RUNNABLE jobs; the first holds the share's reservation."""
         self.starving_types: dict[JobKey, frozenset[str]] = {}
+        self.version = 0
+        """Bumped whenever the RUNNABLE jobs change: what is derived from them is kept until then."""
+        self._levels: tuple[int, dict[int, tuple[float, int]]] | None = None
 
     def add_runnable(self, job: Job) -> None:
         key = job.key
+        self.version += 1
         self.runnable.add(key)
         for entry in job.entries:
             bucket = self.buckets.get((entry.instance_type, entry.count))
@@ -72,6 +87,7 @@ class ShareQueue:
         """Drop a job from the RUNNABLE indexes; returns the types it asked for (the share may
         stop protecting them)."""
         key = job.key
+        self.version += 1
         self.runnable.remove(key)
         released = []
         for entry in job.entries:
@@ -81,6 +97,26 @@ class ShareQueue:
         if job.starving:
             self.remove_starving(job)
         return released
+
+    def priority_levels(self) -> dict[int, tuple[float, int]]:
+        """For each priority level of the RUNNABLE jobs, the latest (first submission, seq) among
+        the jobs of higher levels: in FIFO borrowing order a job comes only after all of them.
+        Kept until the RUNNABLE jobs change."""
+        if self._levels is not None and self._levels[0] == self.version:
+            return self._levels[1]
+        levels: dict[int, tuple[float, int]] = {}
+        latest: tuple[float, int] = (float("-inf"), 0)
+        index = 0
+        runnable = self.runnable
+        while index < len(runnable):
+            level = runnable[index][0]
+            end = runnable.bisect_left((level + 1,))
+            levels[level] = latest
+            last = runnable[end - 1]
+            latest = max(latest, (last[1], last[2]))
+            index = end
+        self._levels = (self.version, levels)
+        return levels
 
     def smallest(self, instance_type: str) -> int | None:
         """The smallest count a RUNNABLE job of the share asks of the type, if any asks."""
