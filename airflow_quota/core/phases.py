@@ -60,7 +60,26 @@ def within_quota(life: Lifecycle, now: float, improved: set[str], dirty: Dirty, 
     entry that fits under its share's limit with the invariant holding. It borrows nothing."""
     snap = life.snapshot
     for name in share_order(snap, candidate_shares(snap, improved, dirty.keys())):
-        _within_quota_of(life, name, now, improved, dirty, waits)
+        if name in dirty or _fits_within_quota(snap, name, improved):
+            _within_quota_of(life, name, now, improved, dirty, waits)
+
+
+def _within_quota_room(snap: Snapshot, share: str, instance_type: str) -> int:
+    """The most instances of the type a job of ``share`` could get within quota now."""
+    ledger = snap.types[instance_type]
+    room = ledger.capacity - ledger.used - ledger.draining
+    return min(ledger.limit_of(share) - ledger.usage_of(share), room)
+
+
+def _fits_within_quota(snap: Snapshot, share: str, improved: set[str]) -> bool:
+    """Whether some waiting job of the share asks for an improved type in a count that fits
+    within quota now: otherwise step 2 has nothing to look at in this share."""
+    queue = snap.queues[share]
+    for instance_type in improved & queue.counts.keys():
+        smallest = queue.smallest(instance_type)
+        if smallest is not None and smallest <= _within_quota_room(snap, share, instance_type):
+            return True
+    return False
 
 
 def _within_quota_of(life: Lifecycle, name: str, now: float, improved: set[str], dirty: Dirty, waits: set[int]) -> None:
@@ -72,10 +91,7 @@ def _within_quota_of(life: Lifecycle, name: str, now: float, improved: set[str],
     active: set[str] = set()
 
     def bound(instance_type: str) -> int:
-        """The most instances of the type a job of this share could get within quota now."""
-        ledger = snap.types[instance_type]
-        room = ledger.capacity - ledger.used - ledger.draining
-        return min(ledger.limit_of(name) - ledger.usage_of(name), room)
+        return _within_quota_room(snap, name, instance_type)
 
     def add_type(instance_type: str, after: Any = None) -> None:
         active.add(instance_type)
