@@ -79,12 +79,9 @@ class FakeBackend:
 
     def all_ended(self) -> bool:
         """Whether every attempt this backend's store holds has ended by now (tests wait on it)."""
-        if self.state_dir is None:
-            states = list(self._memory.values())
-        else:
-            states = [json.loads(path.read_text()) for path in sorted(self.state_dir.glob("*.json"))]
+        keys = self._memory if self.state_dir is None else [path.stem for path in self.state_dir.glob("*.json")]
         now = self.clock()
-        return all(_timeline(state)[1] <= now for state in states)
+        return all(_timeline(state)[1] <= now for key in keys if (state := self._load(key)) is not None)
 
     def stop(self, attempt: AttemptSpec, grace_seconds: float) -> None:
         state = self._load(attempt.key)
