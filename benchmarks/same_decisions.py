@@ -45,8 +45,10 @@ def digest(arguments: list[str]) -> str:
 
 def cases(quick: bool, scratch: Path) -> list[tuple[str, list[str]]]:
     """(label, simulate arguments) for every case, scenarios first."""
-    found = sorted((ROOT / "tests" / "scenarios").glob("*.yaml")) + sorted((SHARED / "scenarios").glob("*.yaml"))
-    listed = [(str(path.relative_to(ROOT.parent)), [str(path)]) for path in found]
+    ours = sorted((ROOT / "tests" / "scenarios").glob("*.yaml"))
+    shared = sorted((SHARED / "scenarios").glob("*.yaml"))
+    listed = [(str(path.relative_to(ROOT)), [str(path)]) for path in ours]
+    listed += [(f"../shared/{path.relative_to(SHARED)}", [str(path)]) for path in shared]
     if quick:
         return listed
     full_load = scratch / "full-load-20k.json"

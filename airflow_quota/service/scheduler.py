@@ -42,6 +42,15 @@ from sqlalchemy.orm import Session
 
 from airflow_quota.core.cycle import QuotaScheduler
 from airflow_quota.core.explain import describe, event_record
+from airflow_quota.core.inputs import (
+    AttemptFailed,
+    AttemptRunning,
+    AttemptStopped,
+    AttemptSucceeded,
+    CapacityErrorReported,
+    CycleDue,
+    Input,
+)
 from airflow_quota.core.model import (
     Alert,
     Decision,
@@ -54,7 +63,6 @@ from airflow_quota.core.model import (
     Rejected,
 )
 from airflow_quota.core.visibility import pending_view
-from airflow_quota.exceptions import Refused
 from airflow_quota.service.alerts import AlertDelivery
 from airflow_quota.service.backends.base import (
     STOPPED_BEFORE_START,
@@ -65,7 +73,7 @@ from airflow_quota.service.backends.base import (
     BackendError,
 )
 from airflow_quota.service.clock import Clock, WallClock
-from airflow_quota.service.inputs import apply_input, replay
+from airflow_quota.service.inputs import apply, from_row, refusal, replay, to_row
 from airflow_quota.service.metrics import QuotaMetrics
 from airflow_quota.store.engine import DatabaseUnavailable, migrate, reachable, session_factory
 from airflow_quota.store.lock import LeadershipLost, current_leader, leader_lock
@@ -75,11 +83,11 @@ from airflow_quota.store.models import (
     AttemptState,
     ConfigVersion,
     EventRow,
-    Input,
     JobRow,
     Preemption,
     Request,
 )
+from airflow_quota.store.models import Input as InputRow
 from airflow_quota.store.repository import NOTIFY_CHANNEL
 
 log = logging.getLogger("airflow_quota.scheduler")
@@ -132,6 +140,7 @@ class _Step:
     """What one step gathered before it commits."""
 
     inputs: list[tuple[str, dict[str, Any], float]] = field(default_factory=list)
+    """The log rows of the inputs taken in (``service.inputs.to_row``), with their instants."""
     decisions: list[Decision] = field(default_factory=list)
     handled: list[tuple[int, str, str | None]] = field(default_factory=list)
     rejected_jobs: list[int] = field(default_factory=list)
@@ -304,7 +313,7 @@ class QuotaService:
     def recover(self) -> None:
         """Rebuild the core from the input log, then finish what the last leader left undone."""
         with reachable(str(self.engine.url)), self.sessions() as session:
-            rows = session.execute(select(Input.kind, Input.payload, Input.at).order_by(Input.id)).all()
+            rows = session.execute(select(InputRow.kind, InputRow.payload, InputRow.at).order_by(InputRow.id)).all()
         self.scheduler = replay((kind, payload, at) for kind, payload, at in rows)
         self._last_cycle = float("-inf")
         log.info("recovered from %d inputs", len(rows))
@@ -328,7 +337,7 @@ class QuotaService:
             )
             if due:
                 started = time.perf_counter()
-                if not self._feed(gathered, "cycle", {}, now):
+                if not self._feed(gathered, CycleDue(), now):
                     # a cycle that decided nothing changed nothing a replay needs: not logged
                     gathered.inputs.pop()
                 gathered.cycle_seconds = time.perf_counter() - started
@@ -357,11 +366,16 @@ class QuotaService:
                 self.metrics.cycle(gathered.cycle_seconds)  # idle cycles (one a second) are not timed
             self.metrics.gauges(self.scheduler.snapshot, now)
 
-    def _feed(self, gathered: _Step, kind: str, payload: dict[str, Any], now: float) -> list[Decision]:
-        """Apply one input to the core and keep it for the log (refusals are not inputs)."""
-        self.scheduler, decisions = apply_input(self.scheduler, kind, payload, now)
-        gathered.inputs.append((kind, payload, now))
+    def _feed(
+        self, gathered: _Step, item: Input, now: float, row: tuple[str, dict[str, Any]] | None = None
+    ) -> list[Decision]:
+        """Apply one input to the core and keep it for the log, as ``row`` when it came from
+        one; a refused input is not kept (it changed nothing) and yields one ``Rejected``."""
+        self.scheduler, decisions = apply(self.scheduler, item, now)
         gathered.decisions.extend(decisions)  # logged by ``step`` once committed
+        if refusal(decisions) is None:
+            kind, payload = row or to_row(item)
+            gathered.inputs.append((kind, payload, now))
         return decisions
 
     def _take_in_requests(self, gathered: _Step, now: float) -> None:
@@ -388,18 +402,15 @@ class QuotaService:
                 payload = {"job_id": request.job_id, **request.payload}
             if self.scheduler is None and request.kind != "config":
                 break  # nothing can be taken in before the first configuration
-            try:
-                self._feed(gathered, request.kind, payload, now)
+            refused = refusal(self._feed(gathered, from_row(request.kind, payload), now, (request.kind, payload)))
+            if refused is None:
                 gathered.handled.append((request.id, "accepted", None))
-            except Refused as exc:
-                gathered.handled.append((request.id, "refused", str(exc)))
+            else:
+                gathered.handled.append((request.id, "refused", refused.error))
+                if request.job_id is not None:
+                    gathered.rejected_ids[refused.job] = request.job_id
                 if request.kind == "submit" and request.job_id is not None:
                     gathered.rejected_jobs.append(request.job_id)
-                    row = jobs[request.job_id]
-                    if row is not None:
-                        gathered.rejected_ids[row.name] = row.id
-                    decision = Rejected(now, row.name if row else "?", row.share if row else "?", str(exc))
-                    gathered.decisions.append(decision)
             if request.job_id is not None:
                 gathered.touched.add(request.job_id)
 
@@ -446,9 +457,7 @@ class QuotaService:
             gathered.running.append((attempt.job_id, attempt.number, since))
             gathered.touched.add(attempt.job_id)
             if current and job is not None and not job.stopping:
-                self._feed(
-                    gathered, "running", {"job_id": attempt.job_id, "attempt": attempt.number, "since": since}, now
-                )
+                self._feed(gathered, AttemptRunning(attempt.job_id, attempt.number, since), now)
         if report.status is AttemptStatus.UNKNOWN and attempt.status == AttemptState.NOT_STARTED.value:
             report = AttemptReport(AttemptStatus.STOPPED, STOPPED_BEFORE_START)
         elif report.status is AttemptStatus.UNKNOWN:
@@ -462,17 +471,16 @@ class QuotaService:
         gathered.touched.add(attempt.job_id)
         if job is None:
             return
-        key = {"job_id": attempt.job_id, "attempt": attempt.number}
-        if job.stopping and job.attempts == attempt.number:
-            self._feed(gathered, "stopped", key, now)
+        ref, number = attempt.job_id, attempt.number
+        if job.stopping and job.attempts == number:
+            self._feed(gathered, AttemptStopped(ref, number), now)
         elif current and job.state.holds_capacity:
             if report.status is AttemptStatus.SUCCEEDED:
-                self._feed(gathered, "finished", {**key, "succeeded": True}, now)
+                self._feed(gathered, AttemptSucceeded(ref, number), now)
             elif report.status is AttemptStatus.CAPACITY_ERROR:
-                self._feed(gathered, "capacity_error", {**key, "backoff": self.capacity_backoff_seconds}, now)
+                self._feed(gathered, CapacityErrorReported(ref, number, self.capacity_backoff_seconds), now)
             else:
-                reason = report.reason or report.status.value
-                self._feed(gathered, "finished", {**key, "succeeded": False, "reason": reason}, now)
+                self._feed(gathered, AttemptFailed(ref, number, report.reason or report.status.value), now)
 
     def _job(self, job_id: int) -> Job | None:
         assert self.scheduler is not None
@@ -485,7 +493,7 @@ class QuotaService:
         assert self.scheduler is not None or not gathered.decisions
         with self.sessions() as session, session.begin():
             self._fence(session)
-            session.add_all(Input(at=at, kind=kind, payload=payload) for kind, payload, at in gathered.inputs)
+            session.add_all(InputRow(at=at, kind=kind, payload=payload) for kind, payload, at in gathered.inputs)
             for request_id, outcome, error in gathered.handled:
                 request = session.get(Request, request_id)
                 if request is not None:

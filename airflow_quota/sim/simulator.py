@@ -15,8 +15,21 @@ from dataclasses import dataclass, field
 
 from airflow_quota.core.config import QuotaConfig
 from airflow_quota.core.cycle import QuotaScheduler
+from airflow_quota.core.inputs import (
+    AttemptFailed,
+    AttemptRunning,
+    AttemptStopped,
+    AttemptSucceeded,
+    ConfigurationApplied,
+    CycleDue,
+    Input,
+    JobCancelled,
+    JobSubmitted,
+    PrioritySet,
+    ProviderAvailability,
+    handle,
+)
 from airflow_quota.core.model import Decision, Job, Placed, Preempted, Rejected
-from airflow_quota.exceptions import ChangeRefused, SubmissionRejected
 from airflow_quota.sim.scenario import (
     Event,
     LoadedScenario,
@@ -60,8 +73,10 @@ class Simulator:
         self._progress = progress
         self.on_decision: Callable[[Decision], None] | None = None
         """Called with every decision as it is made (the CLI's --log)."""
+        self._refs: dict[str, int] = {}
+        """Each accepted job's reference in the core: the order of acceptance."""
         for name, count in scenario.provider.available.items():
-            self.scheduler.set_provider_available(name, count, 0.0)
+            self._handle(ProviderAvailability(name, count), 0.0)
 
     def run(self) -> SimulationResult:
         events = self.scenario.events
@@ -89,7 +104,7 @@ class Simulator:
             while next_event < len(events) and events[next_event].at == now:
                 self._apply(events[next_event], now)
                 next_event += 1
-            self._act(scheduler.run_cycle(now), now)
+            self._act(self._handle(CycleDue(), now), now)
             if self._progress is not None:
                 snapshot = scheduler.snapshot
                 self._progress(now, scheduler.cycles, len(snapshot.jobs) - len(snapshot.live_names))
@@ -125,20 +140,20 @@ class Simulator:
         while self._happenings and self._happenings[0][0] <= now:
             _, what, _, seq, attempt = heapq.heappop(self._happenings)
             job = scheduler.snapshot.jobs[seq]
+            assert job.ref is not None
             if what == _STOPPED:
-                self._record(scheduler.victim_stopped(job, now))
+                self._record(self._handle(AttemptStopped(job.ref, attempt), now))
                 continue
             if self._stale(what, seq, attempt):
                 continue
             if what == _RUNNING:
-                scheduler.job_running(job, now)
+                self._handle(AttemptRunning(job.ref, attempt, now), now)
                 self._schedule_end(job, now)
             elif what == _FINISH:
-                self._record(scheduler.job_finished(job, now, succeeded=True))
+                self._record(self._handle(AttemptSucceeded(job.ref, attempt), now))
             else:
-                failures = self._sim_jobs[seq].failures
-                reason = failures[attempt - 1].reason
-                self._record(scheduler.job_finished(job, now, succeeded=False, reason=reason))
+                reason = self._sim_jobs[seq].failures[attempt - 1].reason
+                self._record(self._handle(AttemptFailed(job.ref, attempt, reason), now))
 
     def _schedule_end(self, job: Job, now: float) -> None:
         sim = self._sim_jobs[job.seq]
@@ -149,43 +164,35 @@ class Simulator:
         else:
             self._at(now + remaining, _FINISH, job, attempt)
 
+    def _handle(self, item: Input, now: float) -> list[Decision]:
+        return handle(self.scheduler, item, now)
+
     def _apply(self, event: Event, now: float) -> None:
-        scheduler = self.scheduler
         if event.submit is not None:
             sim = event.submit
-            try:
-                decisions = scheduler.submit(sim.request(), now)
-            except SubmissionRejected as exc:
-                self._keep(Rejected(now, sim.name, sim.share, str(exc)))
+            ref = len(self._refs) + 1
+            decisions = self._handle(JobSubmitted(ref, sim.request()), now)
+            if decisions and isinstance(decisions[0], Rejected):
                 self._rejected[sim.name] = sim.share
-                return
-            job = scheduler.job(sim.name)
-            self._sim_jobs[job.seq] = sim
-            self._by_name[sim.name] = sim
+            else:
+                self._refs[sim.name] = ref
+                self._sim_jobs[self.scheduler.by_ref(ref).seq] = sim
+                self._by_name[sim.name] = sim
             self._record(decisions)
         elif event.set_priority is not None:
-            if self._refuse_unknown(event.set_priority.job, "set_priority", now):
-                return
-            job = scheduler.job(event.set_priority.job)
-            try:
-                self._record(scheduler.set_priority(job, event.set_priority.priority, now))
-            except ChangeRefused as exc:
-                self._keep(Rejected(now, job.name, job.share, str(exc), request="set_priority"))
+            if not self._refuse_unknown(event.set_priority.job, "set_priority", now):
+                ref = self._refs[event.set_priority.job]
+                self._record(self._handle(PrioritySet(ref, event.set_priority.priority), now))
         elif event.cancel is not None:
-            if self._refuse_unknown(event.cancel.job, "cancel", now):
-                return
-            job = scheduler.job(event.cancel.job)
-            try:
-                self._record(scheduler.cancel(job, now))
-            except ChangeRefused as exc:
-                self._keep(Rejected(now, job.name, job.share, str(exc), request="cancel"))
+            if not self._refuse_unknown(event.cancel.job, "cancel", now):
+                self._record(self._handle(JobCancelled(self._refs[event.cancel.job]), now))
         elif event.update_share is not None:
             self._reconfigure(QuotaConfig.model_validate(apply_share_update(self.config, event.update_share)), now)
         elif event.update_pool is not None:
             self._reconfigure(QuotaConfig.model_validate(apply_pool_update(self.config, event.update_pool)), now)
         elif event.provider is not None:
             for name, count in event.provider.available.items():
-                scheduler.set_provider_available(name, count, now)
+                self._handle(ProviderAvailability(name, count), now)
 
     def _refuse_unknown(self, name: str, request: str, now: float) -> bool:
         """An event for a job whose submission was rejected: there is no job to change."""
@@ -197,7 +204,7 @@ class Simulator:
 
     def _reconfigure(self, config: QuotaConfig, now: float) -> None:
         self.config = config
-        self._record(self.scheduler.apply_config(config, now))
+        self._record(self._handle(ConfigurationApplied(config), now))
 
     def _record(self, decisions: list[Decision]) -> None:
         for decision in decisions:
@@ -219,7 +226,8 @@ class Simulator:
                 if sim.startup_seconds > 0:
                     self._at(now + sim.startup_seconds, _RUNNING, job, job.attempts)
                 else:
-                    scheduler.job_running(job, now)
+                    assert job.ref is not None
+                    self._handle(AttemptRunning(job.ref, job.attempts, now), now)
                     self._schedule_end(job, now)
             elif isinstance(decision, Preempted) and decision.grace_seconds > 0:
                 job = scheduler.job(decision.job)
