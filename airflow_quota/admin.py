@@ -99,6 +99,14 @@ def add_commands(commands: Any) -> None:
     _json_option(cancel)
     cancel.set_defaults(run=cancel_job)
 
+    provider = commands.add_parser(
+        "provider", help="how many on-demand instances of a type the provider can give now (a capacity cap)"
+    )
+    provider.add_argument("instance_type", help="an instance type of the pool")
+    provider.add_argument("available", type=_available, help="0 or more, or 'unlimited' to lift the cap")
+    _db_option(provider)
+    provider.set_defaults(run=set_provider_available)
+
     alerts = commands.add_parser("alerts", help="STARVING, PREEMPTED_REPEATEDLY and GUARANTEE_VIOLATED alerts")
     _db_option(alerts)
     _json_option(alerts)
@@ -492,6 +500,22 @@ def cancel_job(args: argparse.Namespace) -> int:
         _print_json({"job": job.id, "name": job.name, "cancel": "requested"})
     else:
         print(f"job {job.id} ({job.name}): cancel asked")
+    return 0
+
+
+def _available(text: str) -> int | None:
+    if text == "unlimited":
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"available: {text!r} is not a whole number or 'unlimited'") from None
+
+
+def set_provider_available(args: argparse.Namespace) -> int:
+    _store(args).set_provider_available(args.instance_type, args.available)
+    shown = "unlimited" if args.available is None else args.available
+    print(f"provider capacity of {args.instance_type}: {shown} (from the scheduler's next cycle)")
     return 0
 
 

@@ -855,3 +855,30 @@ def test_the_schedulers_gpu_indices_are_checked_before_it_starts(
     run = cli("scheduler", "--db", url, "--state-dir", str(tmp_path / "state"), "--gpu-indices", value)
     assert run.code == 2 and "Traceback" not in run.stderr, run
     assert re.search(message, run.stderr.splitlines()[-1]), run
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        (["ml.nope.xlarge", "3"], "instance_type: 'ml.nope.xlarge' is not in the pool"),
+        ([G5, "lots"], "available: 'lots' is not a whole number or 'unlimited'"),
+        ([G5, "-1"], "available: -1 is negative"),
+    ],
+    ids=["a type outside the pool", "not a number", "negative"],
+)
+def test_provider_capacity_names_the_field_and_stores_nothing(
+    quota_db: tuple[str, Engine], arguments: list[str], message: str
+) -> None:
+    url, engine = quota_db
+    run = cli("provider", *arguments, "--db", url)
+    assert run.code == 2 and "Traceback" not in run.stderr and message in run.stderr, run
+    assert stored_rows(engine) == (0, 1)  # only the configuration's request
+
+
+def test_provider_capacity_is_asked_of_the_scheduler(quota_db: tuple[str, Engine]) -> None:
+    url, engine = quota_db
+    run = cli("provider", G5, "unlimited", "--db", url)
+    assert run.code == 0 and f"provider capacity of {G5}: unlimited" in run.stdout, run
+    with engine.connect() as c:
+        kinds = c.execute(select(Request.kind, Request.payload).order_by(Request.id)).all()
+    assert kinds[-1] == ("provider", {"instance_type": G5, "available": None})

@@ -170,6 +170,22 @@ class QuotaStore:
         self._live_job(job_id)
         self._request("cancel", job_id, {})
 
+    def set_provider_available(self, instance_type: str, available: int | None) -> None:
+        """Tell the scheduler how many on-demand instances of a pool type the provider can give
+        now (None: as many as the pool has); it takes effect at the next cycle."""
+        latest = self.latest_config()
+        if latest is None:
+            raise ChangeRefused("no quota configuration is applied yet (airflow-quota apply quota.yaml)")
+        pool = latest[1].pool.capacity
+        if instance_type not in pool:
+            raise ChangeRefused(f"instance_type: {instance_type!r} is not in the pool ({', '.join(sorted(pool))})")
+        if available is not None and available < 0:
+            raise ChangeRefused(f"available: {available} is negative; give 0 or more, or unlimited")
+        with self._session() as session, session.begin():
+            payload = {"instance_type": instance_type, "available": available}
+            session.add(Request(created_at=self.clock(), kind="provider", payload=payload))
+            self._notify(session)
+
     def _live_job(self, job_id: int) -> JobRow:
         job = self.job(job_id)
         if job is None:
