@@ -7,7 +7,7 @@ these values in its input log (``service.inputs`` turns them into rows and back)
 leader rebuilds the state by handling the same values again.
 
 Jobs are named by the caller's reference (``ref``): the job's id in the quota database for the
-service, the order of acceptance for the simulator.
+service, the order of submission for the simulator.
 """
 
 from __future__ import annotations

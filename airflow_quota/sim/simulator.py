@@ -74,7 +74,9 @@ class Simulator:
         self.on_decision: Callable[[Decision], None] | None = None
         """Called with every decision as it is made (the CLI's --log)."""
         self._refs: dict[str, int] = {}
-        """Each accepted job's reference in the core: the order of acceptance."""
+        """The reference in the core of the latest accepted job of each name."""
+        self._submissions = 0
+        """Submissions so far: the next one's reference is this plus one."""
         for name, count in scenario.provider.available.items():
             self._handle(ProviderAvailability(name, count), 0.0)
 
@@ -170,7 +172,8 @@ class Simulator:
     def _apply(self, event: Event, now: float) -> None:
         if event.submit is not None:
             sim = event.submit
-            ref = len(self._refs) + 1
+            self._submissions += 1
+            ref = self._submissions
             decisions = self._handle(JobSubmitted(ref, sim.request()), now)
             if decisions and isinstance(decisions[0], Rejected):
                 self._rejected[sim.name] = sim.share
