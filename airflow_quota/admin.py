@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow_quota.core.config import NAME_PATTERN, QUOTA_SECTIONS, load_file, parse_config
 from airflow_quota.exceptions import ChangeRefused, InvalidInput, Problem
+from airflow_quota.store.backend_names import enabled_backends
 from airflow_quota.store.settings import airflow_home, database_url, redacted
 
 if TYPE_CHECKING:  # the store (SQLAlchemy, alembic) loads only for the commands that use it
@@ -164,7 +165,6 @@ def warn(problems: list[Problem], file: str) -> None:
 
 
 def run_scheduler(args: argparse.Namespace) -> int:
-    from airflow_quota.service.backends.fake import FakeBackend
     from airflow_quota.service.clock import WallClock
     from airflow_quota.service.scheduler import QuotaService, run_forever
     from airflow_quota.store.engine import make_engine
@@ -174,7 +174,11 @@ def run_scheduler(args: argparse.Namespace) -> int:
     engine = make_engine(url)
     state = Path(args.state_dir) if args.state_dir else airflow_home() / "quota"
     clock = WallClock()
-    backends: dict[str, Any] = {"fake": FakeBackend(clock.now, state / "fake")}
+    backends: dict[str, Any] = {}
+    if "fake" in enabled_backends():  # only where a test enables it (store/backend_names.py)
+        from airflow_quota.service.backends.fake import FakeBackend
+
+        backends["fake"] = FakeBackend(clock.now, state / "fake")
     try:
         from airflow_quota.service.backends.local import LocalBackend
 

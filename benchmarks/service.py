@@ -45,12 +45,14 @@ from airflow_quota.core.model import JobRequest, PreferenceEntry
 from airflow_quota.service.backends.fake import FakeBackend
 from airflow_quota.service.clock import ManualClock, WallClock
 from airflow_quota.service.scheduler import QuotaService
+from airflow_quota.store.backend_names import TEST_BACKENDS_VARIABLE
 from airflow_quota.store.engine import make_engine, migrate
 from airflow_quota.store.models import Attempt, JobRow
 from airflow_quota.store.repository import QuotaStore
 from airflow_quota.store.settings import normalize
 
 ADMIN = os.environ.get("QUOTA_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
+os.environ[TEST_BACKENDS_VARIABLE] = "fake"  # the benchmark's jobs run on the fake backend
 SHARES = ["a", "b", "c", "d"]
 TYPES = ["ml.g5.xlarge", "ml.g5.2xlarge"]
 

@@ -13,11 +13,17 @@ from typing import Any, NoReturn
 import pytest
 from hypothesis import settings
 
+from airflow_quota.store.backend_names import TEST_BACKENDS_VARIABLE
+
 # CI replays the same examples on every run (a red build then means the change broke something,
 # not that a new example turned up); HYPOTHESIS_PROFILE=explore draws new ones on each run.
 settings.register_profile("ci", derandomize=True, print_blob=True)
 settings.register_profile("explore", derandomize=False, print_blob=True)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+# The deterministic fake backend exists only where a test configuration enables it explicitly
+# (store/backend_names.py): here, for the tests and every process they start.
+os.environ[TEST_BACKENDS_VARIABLE] = "fake"
 
 ROOT = Path(__file__).resolve().parent.parent
 IN_CI = os.environ.get("CI", "").lower() == "true"

@@ -11,7 +11,9 @@ else a ``FILE:`` line with the problems under it.
 from __future__ import annotations
 
 import copy
+import os
 import re
+import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -24,10 +26,11 @@ import yaml
 from sqlalchemy import Engine, func, select, update
 
 from airflow_quota.core.model import JobRequest
+from airflow_quota.store.backend_names import TEST_BACKENDS_VARIABLE
 from airflow_quota.store.engine import make_engine, migrate
 from airflow_quota.store.models import JobRow, Request
 from airflow_quota.store.repository import QuotaStore
-from tests.conftest import ROOT, Run, cli
+from tests.conftest import CLI, ROOT, Run, cli
 
 G5 = "ml.g5.xlarge"
 P4D = "ml.p4d.24xlarge"
@@ -882,3 +885,38 @@ def test_provider_capacity_is_asked_of_the_scheduler(quota_db: tuple[str, Engine
     with engine.connect() as c:
         kinds = c.execute(select(Request.kind, Request.payload).order_by(Request.id)).all()
     assert kinds[-1] == ("provider", {"instance_type": G5, "available": None})
+
+
+def test_production_knows_no_fake_backend(tmp_path: Path, quota_db: tuple[str, Engine], monkeypatch: Any) -> None:
+    """Without the explicit test setting the store refuses a fake job (naming the field and how a
+    test enables it) and ``airflow-quota scheduler`` registers only the real backends."""
+    url, engine = quota_db
+    monkeypatch.delenv(TEST_BACKENDS_VARIABLE)
+    run = cli("jobs", "submit", str(write(tmp_path, job_file(), "job.yaml")), "--db", url)
+    assert run.code == 2 and "Traceback" not in run.stderr, run
+    assert (
+        f"backend: 'fake' is not one of local, sagemaker (the fake backend is for tests: {TEST_BACKENDS_VARIABLE}=fake)"
+        in run.stderr
+    )
+    assert stored_rows(engine) == (0, 1)
+    monkeypatch.setenv(TEST_BACKENDS_VARIABLE, "fake,mock")
+    run = cli("jobs", "submit", str(write(tmp_path, job_file(), "job.yaml")), "--db", url)
+    assert run.code == 2 and f"{TEST_BACKENDS_VARIABLE}: mock: only fake can be enabled for tests" in run.stderr, run
+
+
+@pytest.mark.parametrize(("enabled", "backends"), [(None, "local, sagemaker"), ("fake", "fake, local, sagemaker")])
+def test_the_scheduler_registers_the_fake_backend_only_when_enabled(
+    quota_db: tuple[str, Engine], tmp_path: Path, enabled: str | None, backends: str
+) -> None:
+    url, _ = quota_db
+    env = {k: v for k, v in os.environ.items() if k != TEST_BACKENDS_VARIABLE}
+    if enabled is not None:
+        env[TEST_BACKENDS_VARIABLE] = enabled
+    command = [*CLI, "scheduler", "--db", url, "--state-dir", str(tmp_path / "state")]
+    with subprocess.Popen(command, stderr=subprocess.PIPE, text=True, env=env) as scheduler:
+        assert scheduler.stderr is not None
+        try:
+            started = next((line for line in scheduler.stderr if "with backends" in line), "")
+        finally:
+            scheduler.terminate()
+    assert started.rstrip().endswith(f"with backends {backends}"), started

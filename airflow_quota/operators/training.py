@@ -27,10 +27,10 @@ from airflow_quota.exceptions import InvalidInput, Problem, SubmissionRejected
 from airflow_quota.hooks.quota import QuotaHook, describe_job, state_key
 from airflow_quota.operators.priority import QUOTA_PRIORITY_PARAM, priority_override
 from airflow_quota.plugins.links import XCOM_JOB_ID, QuotaJobLink
+from airflow_quota.store.backend_names import REAL_BACKENDS
 from airflow_quota.store.models import JobRow
 from airflow_quota.triggers.quota import QuotaJobEvent, QuotaJobTrigger, Status
 
-BACKENDS = ("local", "sagemaker")
 JOB_NAME_LENGTH = 128
 
 PLACEMENT_FIELDS = ("InstanceType", "InstanceCount", "TrainingPlanArn", "InstanceGroups", "InstancePreferences")
@@ -227,8 +227,8 @@ class QuotaTrainingOperator(BaseOperator):
         def unknown(value: Any) -> bool:
             return parse_time and has_template(value)
 
-        if self.backend not in BACKENDS:
-            problems.append(Problem("backend", f"{self.backend!r} is not one of {', '.join(BACKENDS)}"))
+        if self.backend not in REAL_BACKENDS:
+            problems.append(Problem("backend", f"{self.backend!r} is not one of {', '.join(REAL_BACKENDS)}"))
         if (
             isinstance(self.poll_interval, bool)
             or not isinstance(self.poll_interval, (int, float))

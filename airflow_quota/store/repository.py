@@ -22,6 +22,7 @@ from airflow_quota.core.quota import TypeLedger, lent_by
 from airflow_quota.core.snapshot import Snapshot
 from airflow_quota.core.submission import check_submission
 from airflow_quota.exceptions import ChangeRefused, InvalidInput, Problem, SubmissionRejected
+from airflow_quota.store.backend_names import enabled_backends, not_enabled
 from airflow_quota.store.engine import reachable, session_factory
 from airflow_quota.store.models import (
     AlertRow,
@@ -34,7 +35,6 @@ from airflow_quota.store.models import (
 )
 
 NOTIFY_CHANNEL = "airflow_quota"
-BACKENDS = ("local", "sagemaker", "fake")
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 IN_CHUNK = 500
 """Ids per ``IN (...)`` list of the batch reads: well under SQLite's and PostgreSQL's limits
@@ -100,8 +100,8 @@ class QuotaStore:
         current configuration could never accept it (nothing stored). With ``client_token``,
         submitting again returns the job already stored (a retried task finds its job).
         One transaction on one connection."""
-        if backend not in BACKENDS:
-            raise SubmissionRejected(f"backend: {backend!r} is not one of {', '.join(BACKENDS)}")
+        if backend not in enabled_backends():
+            raise SubmissionRejected(not_enabled(backend))
         now = self.clock()
         with self._session() as session:
             try:
