@@ -192,6 +192,12 @@ class QuotaScheduler(Lifecycle):
             self.victim_down(job, now)
         return self.flush()
 
+    def guarantee_watched(self) -> bool:
+        """Whether the guarantee watchdog follows a waiting job into the next cycle. A cycle that
+        finds or leaves it so changed what the next cycle alerts on, even when it decided
+        nothing: the service logs such a cycle, so a new leader counts the same cycles."""
+        return bool(self._guarantees.violating)
+
     def _plan_timers(self) -> None:
         """A cycle at every plan window's start and end."""
         for plan in self.snapshot.plans.values():

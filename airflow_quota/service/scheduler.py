@@ -336,12 +336,7 @@ class QuotaService:
                 or ((timer := self.scheduler.next_timer()) is not None and timer <= now)
             )
             if due:
-                started = time.perf_counter()
-                if not self._feed(gathered, CycleDue(), now):
-                    # a cycle that decided nothing changed nothing a replay needs: not logged
-                    gathered.inputs.pop()
-                gathered.cycle_seconds = time.perf_counter() - started
-                self._last_cycle = now
+                self._cycle(gathered, now)
             if gathered.inputs or gathered.handled or gathered.ended or gathered.running:
                 self._commit(gathered, now)
             for decision in gathered.decisions:  # committed: never logged by two leaders
@@ -349,6 +344,20 @@ class QuotaService:
             self._act()
             self._report(gathered, now)
         return bool(gathered.decisions or gathered.handled)
+
+    def _cycle(self, gathered: _Step, now: float) -> None:
+        """Run a cycle. One that decided nothing and left the guarantee watchdog idle changed
+        nothing a replay needs, so it is not logged (an idle leader runs one a second); one the
+        watchdog counts is, so that a new leader counts the same cycles."""
+        assert self.scheduler is not None
+        started = time.perf_counter()
+        watched = self.scheduler.guarantee_watched()
+        decided = self._feed(gathered, CycleDue(), now)
+        if not decided and not watched and not self.scheduler.guarantee_watched():
+            gathered.inputs.pop()
+            log.debug("cycle at %.3f: nothing to decide", now)
+        gathered.cycle_seconds = time.perf_counter() - started
+        self._last_cycle = now
 
     def _report(self, gathered: _Step, now: float) -> None:
         """Step 6, after the commit: the alerts to the notifiers (a pass runs only when one
