@@ -37,7 +37,7 @@ from airflow_quota.notifications.base import alert_message
 from airflow_quota.store.engine import make_engine, reachable
 from airflow_quota.store.models import AlertRow, Attempt, JobRow, Request
 from airflow_quota.store.repository import QuotaStore
-from airflow_quota.store.settings import database_url, normalize, redacted
+from airflow_quota.store.settings import ENV_URL, configured_url, normalize, redacted
 
 """Job states after which nothing more happens (quota-model.md 3)."""
 
@@ -152,9 +152,10 @@ class QuotaHook(BaseHook):
     :param quota_conn_id: the Airflow connection naming the quota database: its URI
         (``AIRFLOW_CONN_QUOTA_DEFAULT='postgresql://…'``), a ``postgres`` or ``sqlite``
         connection, or any connection with ``{"sql_alchemy_conn": "…"}`` in its extra. When the
-        connection does not exist, the URL setting of ``airflow_quota.store.settings`` applies
-        (``AIRFLOW__QUOTA__SQL_ALCHEMY_CONN``, ``[quota] sql_alchemy_conn``, then
-        ``sqlite:///$AIRFLOW_HOME/quota.db``), the one the quota scheduler reads.
+        default connection ``quota_default`` does not exist, an explicit URL setting applies
+        (``AIRFLOW__QUOTA__SQL_ALCHEMY_CONN``, then ``[quota] sql_alchemy_conn``); otherwise,
+        and for any other missing connection, ``AirflowNotFoundException`` names it: a mistyped
+        connection id never silently reaches another database.
     """
 
     conn_name_attr = "quota_conn_id"
@@ -169,12 +170,13 @@ class QuotaHook(BaseHook):
     # -- the database ----------------------------------------------------------------------
 
     def get_url(self) -> str:
-        """The quota database's URL (resolved once)."""
+        """The quota database's URL (resolved once); an unknown connection raises
+        ``AirflowNotFoundException`` unless an explicit setting names the database."""
         if self._url is None:
             try:
                 self._url = connection_url(self.get_connection(self.quota_conn_id))
             except AirflowNotFoundException:
-                self._url = database_url(conn_id=self.quota_conn_id)
+                self._url = self._explicit_url()
         return self._url
 
     async def aget_url(self) -> str:
@@ -183,8 +185,23 @@ class QuotaHook(BaseHook):
             try:
                 self._url = connection_url(await self.aget_connection(self.quota_conn_id))
             except AirflowNotFoundException:
-                self._url = await asyncio.to_thread(database_url, conn_id=self.quota_conn_id)
+                self._url = await asyncio.to_thread(self._explicit_url)
         return self._url
+
+    def _explicit_url(self) -> str:
+        """Without the connection: the URL setting, for the default connection only. A missing
+        or mistyped ``quota_conn_id`` fails loudly rather than reach another database (a task
+        would otherwise wait for a scheduler that never reads it)."""
+        default = self.quota_conn_id == self.default_conn_name
+        configured = configured_url() if default else None
+        if configured is None:
+            variable = f"AIRFLOW_CONN_{self.quota_conn_id.upper()}"
+            or_setting = f" or set {ENV_URL} / [quota] sql_alchemy_conn" if default else ""
+            raise AirflowNotFoundException(
+                f"quota_conn_id: the connection {self.quota_conn_id!r} is not defined; create it "
+                f"(airflow connections add, or {variable}=postgresql://...){or_setting}"
+            )
+        return configured
 
     @cached_property
     def store(self) -> QuotaStore:

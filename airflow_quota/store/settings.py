@@ -27,6 +27,18 @@ def database_url(explicit: str | None = None, conn_id: str = "quota_default") ->
     """The SQLAlchemy URL of the quota database (see the module docstring for the order)."""
     if explicit:
         return normalize(explicit)
+    configured = configured_url()
+    if configured:
+        return configured
+    from_connection = _airflow_connection_uri(conn_id)
+    if from_connection:
+        return normalize(from_connection)
+    return f"sqlite:///{airflow_home() / 'quota.db'}"
+
+
+def configured_url() -> str | None:
+    """The URL an explicit setting gives (the environment variable, then ``[quota]
+    sql_alchemy_conn`` in airflow.cfg), or None when neither is set."""
     if os.environ.get(ENV_URL):
         return normalize(os.environ[ENV_URL])
     cfg = airflow_home() / "airflow.cfg"
@@ -35,10 +47,7 @@ def database_url(explicit: str | None = None, conn_id: str = "quota_default") ->
         parser.read(cfg)
         if parser.has_option("quota", "sql_alchemy_conn"):
             return normalize(parser.get("quota", "sql_alchemy_conn"))
-    from_connection = _airflow_connection_uri(conn_id)
-    if from_connection:
-        return normalize(from_connection)
-    return f"sqlite:///{airflow_home() / 'quota.db'}"
+    return None
 
 
 def _airflow_connection_uri(conn_id: str) -> str | None:
