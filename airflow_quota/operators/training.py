@@ -337,6 +337,7 @@ class QuotaTrainingOperator(BaseOperator):
                     cancel_on_kill=True,
                 ),
                 method_name="execute_complete",
+                timeout=self.execution_timeout,  # as the amazon provider's deferrable operators
             )
         return self._finish(job.id, self._wait_in_worker(job))
 

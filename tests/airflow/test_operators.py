@@ -8,6 +8,7 @@ import re
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Any, cast
 
 import pytest
@@ -485,3 +486,12 @@ def test_the_story_is_the_jobs_own_when_a_name_is_reused(world: QuotaWorld) -> N
         "t=1300 SUCCEEDED nightly [research]",
     ]
     assert hook.job_story(first.id)[-1] == "t=1100 SUCCEEDED nightly [research]"
+
+
+@pytest.mark.parametrize("timeout", [None, timedelta(hours=6)], ids=["no execution_timeout", "6 h"])
+def test_execution_timeout_bounds_the_deferred_wait(world: QuotaWorld, timeout: timedelta | None) -> None:
+    """As Airflow's own deferrable operators: the trigger's wait ends with the task's
+    execution_timeout (a task waiting for quota fails then instead of waiting forever)."""
+    with pytest.raises(TaskDeferred) as deferral:
+        operator(execution_timeout=timeout).execute(context())
+    assert deferral.value.timeout == timeout
