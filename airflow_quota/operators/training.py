@@ -10,6 +10,7 @@ the quota's reason code.
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 import time
 from collections.abc import Mapping, Sequence
@@ -41,14 +42,41 @@ _UNSAFE = re.compile(r"[^A-Za-z0-9_-]+")
 
 
 def has_template(value: Any) -> bool:
-    """Whether a value still holds Jinja (checked at parse time only once rendered)."""
+    """Whether a value is known only at run time: Jinja, or a value Airflow resolves when the
+    task runs (a TaskFlow output, an ``XComArg``), anywhere inside it. Such a value is checked
+    once rendered, in ``execute``, not at DAG parse time."""
     if isinstance(value, str):
         return "{{" in value or "{%" in value
+    if callable(getattr(value, "resolve", None)) and callable(getattr(value, "iter_references", None)):
+        return True  # airflow.sdk's ResolveMixin: XComArg and its kin
     if isinstance(value, Mapping):
         return any(has_template(k) or has_template(v) for k, v in value.items())
     if isinstance(value, (list, tuple)):
         return any(has_template(v) for v in value)
     return False
+
+
+def rendered_as(value: Any, kind: type) -> Any:
+    """A rendered value as the ``kind`` (list, dict, int or float) a parameter expects: Jinja
+    renders to strings, so ``"2"`` is 2 and ``'[{"instance_type": ...}]'`` a list. Anything
+    that does not read as that kind is returned as it is, for the checks to name."""
+    if not isinstance(value, str):
+        return value
+    text = value.strip()
+    if kind is int and re.fullmatch(r"[+-]?\d+", text):
+        return int(text)
+    if kind is float:
+        try:
+            return float(text)
+        except ValueError:
+            return value
+    if kind in (list, dict) and text[:1] in "[{":
+        try:
+            parsed = json.loads(text)
+        except ValueError:
+            return value
+        return parsed if isinstance(parsed, kind) else value
+    return value
 
 
 def derived_job_name(dag_id: str, task_id: str, run_id: str, map_index: int, generation: int = 1) -> str:
@@ -111,22 +139,30 @@ class QuotaTrainingOperator(BaseOperator):
     Each task instance has a "Quota job" button (``operator_extra_links``) to its job's page on
     the Quotas page of the Airflow UI (``airflow_quota.plugins``).
 
+    Every templated argument may be Jinja or a TaskFlow output (an ``XComArg``): such values
+    are checked once rendered, in ``execute``, with the messages of the parse-time check, and a
+    rendered string holding a JSON list or object, or an integer, counts as that value where
+    one is expected (``count: "2"``; no ``render_template_as_native_obj`` needed).
+
     :param share: the quota share the job runs in. (templated)
     :param instance_preferences: up to 5 entries tried in order, each
         ``{"instance_type": "ml.g5.xlarge", "count": 2}`` with an optional ``"training_plan"``;
         each type at most once. (templated)
     :param priority: 0-9999, higher first within the share; at most the share's
-        ``max_priority``. A run's ``quota_priority`` overrides it.
+        ``max_priority``. A run's ``quota_priority`` overrides it. (templated)
     :param max_pending_time: how long the job may wait to be placed, in total over its life
         (seconds or a ``timedelta``); it then fails with ``PENDING_TIMEOUT``. None: no limit.
+        (templated)
     :param checkpoint_uri: where the training saves and finds checkpoints (``s3://`` for
         SageMaker; a directory or ``file://`` URI for the local backend). (templated)
     :param checkpoint_interval: seconds of work between two checkpoints; estimates the work a
-        preemption loses. None: every preemption loses the whole attempt.
+        preemption loses. None: every preemption loses the whole attempt. (templated)
     :param preemption_retries: how many preemptions the job accepts before it fails with
-        ``PREEMPTION_LIMIT``; None: unlimited.
+        ``PREEMPTION_LIMIT``; None: unlimited. (templated)
     :param retry_attempts: attempts (1-10) for genuine failures before ``ATTEMPTS_EXHAUSTED``.
+        (templated)
     :param retry_on: failure reasons worth another attempt (``["ExitCode:137"]``); None: all.
+        (templated)
     :param wait_for_capacity: a CPU-only list waits for provider capacity instead of failing at
         once with ``CAPACITY_ERROR``.
     :param backend: ``"local"`` (a subprocess on the quota scheduler's host) or ``"sagemaker"``.
@@ -148,6 +184,12 @@ class QuotaTrainingOperator(BaseOperator):
     template_fields: Sequence[str] = (
         "share",
         "instance_preferences",
+        "priority",
+        "max_pending_time",
+        "preemption_retries",
+        "retry_attempts",
+        "retry_on",
+        "checkpoint_interval",
         "checkpoint_uri",
         "command",
         "env",
@@ -283,19 +325,44 @@ class QuotaTrainingOperator(BaseOperator):
             return stand_in if placeholders and has_template(field) else field
 
         name = value(self.job_name, default_name) or default_name
+        retry_on = value(self.retry_on, None)
         return JobRequest(
             name=name,
             share=value(self.share, "share"),
-            priority=self.priority if priority is None else priority,
+            priority=value(self.priority, 0) if priority is None else priority,
             preferences=value(self.instance_preferences, [{"instance_type": "stand-in", "count": 1}]),
-            max_pending_seconds=_seconds(self.max_pending_time),
-            preemption_retries=self.preemption_retries,
-            retry_attempts=self.retry_attempts,
-            retry_on=list(self.retry_on) if self.retry_on is not None else None,
+            max_pending_seconds=_seconds(value(self.max_pending_time, None)),
+            preemption_retries=value(self.preemption_retries, None),
+            retry_attempts=value(self.retry_attempts, 1),
+            retry_on=list(retry_on) if retry_on is not None else None,
             checkpoint_uri=value(self.checkpoint_uri, "stand-in"),
-            checkpoint_interval=self.checkpoint_interval,
+            checkpoint_interval=value(self.checkpoint_interval, None),
             wait_for_capacity=self.wait_for_capacity,
         )
+
+    def _read_rendered(self) -> None:
+        """Once rendered: strings that hold a list, an object or a number become that value
+        where the parameter expects one (Jinja renders to text; TaskFlow outputs arrive as
+        they are)."""
+        preferences = rendered_as(self.instance_preferences, list)
+        if isinstance(preferences, list):
+            preferences = [
+                {**entry, "count": rendered_as(entry["count"], int)}
+                if isinstance(entry, Mapping) and "count" in entry
+                else entry
+                for entry in preferences
+            ]
+        self.instance_preferences = preferences
+        self.priority = rendered_as(self.priority, int)
+        self.max_pending_time = rendered_as(self.max_pending_time, float)
+        self.preemption_retries = rendered_as(self.preemption_retries, int)
+        self.retry_attempts = rendered_as(self.retry_attempts, int)
+        self.retry_on = rendered_as(self.retry_on, list)
+        self.checkpoint_interval = rendered_as(self.checkpoint_interval, float)
+        self.env = rendered_as(self.env, dict)
+        self.training_request = rendered_as(self.training_request, dict)
+        if isinstance(self.command, str) and self.command.strip().startswith("["):
+            self.command = rendered_as(self.command, list)
 
     def _training(self) -> dict[str, Any]:
         """What the backend runs, copied from the rendered arguments."""
@@ -318,6 +385,7 @@ class QuotaTrainingOperator(BaseOperator):
             override = priority_override(context)
         except ValueError as exc:
             raise AirflowFailException(f"cannot use the run's priority override: {exc}") from exc
+        self._read_rendered()
         problems = self.argument_problems(priority=override)
         if problems:
             raise AirflowFailException(f"task {task_id!r}: invalid arguments once rendered: {InvalidInput(problems)}")

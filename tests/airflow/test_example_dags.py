@@ -31,7 +31,12 @@ from airflow_quota.store.repository import QuotaStore
 from tests.conftest import ROOT
 
 DAGS = ROOT / "dags"
-EXPECTED_TASKS = {"quota_walkthrough": 11, "quota_preference_fallback": 5, "quota_daily_training": 3}
+EXPECTED_TASKS = {
+    "quota_walkthrough": 11,
+    "quota_preference_fallback": 5,
+    "quota_daily_training": 3,
+    "quota_taskflow_training": 3,
+}
 
 
 @pytest.fixture(scope="module")
@@ -220,3 +225,27 @@ def test_the_fallback_dag_lands_on_the_second_entry(
         "train": ("SUCCEEDED", "ml.g4dn.xlarge"),
     }
     assert "sized for 1x ml.g4dn.xlarge with 1 GPU(s)" in quota.training_log(jobs["train"].id)
+
+
+def test_the_taskflow_dag_parses_with_values_known_only_at_run_time(dagbag: DagBag) -> None:
+    train = dagbag.dags["quota_taskflow_training"].get_task("train")
+    assert isinstance(train, QuotaTrainingOperator)
+    assert train.instance_preferences == [{"instance_type": "ml.g5.xlarge", "count": "{{ params.gpus }}"}]
+    assert {"plan"} == train.upstream_task_ids
+
+
+def test_the_taskflow_dag_trains_with_what_its_plan_decided(quota: RunningQuota, dagbag: DagBag) -> None:
+    dag = dagbag.dags["quota_taskflow_training"]
+    _fast(dag)
+    run = dag.test(run_conf={"urgent": True, "gpus": 1})
+    assert run.state == "success"
+    [job] = quota.store.jobs()
+    assert (job.task_id, job.state, job.share, job.priority, job.instance_type, job.count) == (
+        "train",
+        "SUCCEEDED",
+        "qs1",
+        3,
+        "ml.g5.xlarge",
+        1,
+    )
+    assert job.request["max_pending_seconds"] == 600.0

@@ -495,3 +495,53 @@ def test_execution_timeout_bounds_the_deferred_wait(world: QuotaWorld, timeout: 
     with pytest.raises(TaskDeferred) as deferral:
         operator(execution_timeout=timeout).execute(context())
     assert deferral.value.timeout == timeout
+
+
+# -- TaskFlow and templates (issue 16) -----------------------------------------------------
+
+
+def test_taskflow_outputs_pass_the_parse_time_check() -> None:
+    from airflow.sdk import DAG, task
+
+    @task
+    def decide() -> dict[str, Any]:
+        return {}
+
+    with DAG("taskflow_check", schedule=None):
+        plan = decide()
+        op = QuotaTrainingOperator(
+            task_id="train",
+            share=plan["share"],
+            instance_preferences=plan["preferences"],
+            priority=plan["priority"],
+            command=plan["command"],
+        )
+    assert op.argument_problems(parse_time=True) == []
+
+
+def test_rendered_text_reads_as_the_list_or_integer_a_parameter_expects() -> None:
+    rendered = {
+        "instance_preferences": '[{"instance_type": "ml.g5.xlarge", "count": "2"}]',
+        "priority": "7",
+        "max_pending_time": "600",
+        "retry_attempts": "3",
+        "preemption_retries": "2",
+        "command": '["python", "train.py"]',
+    }
+    op = operator(**{name: "{{ params." + name + " }}" for name in rendered})
+    for name, text in rendered.items():  # what Jinja renders: text
+        setattr(op, name, text)
+    op._read_rendered()
+    assert op.argument_problems() == []
+    assert op.instance_preferences == [{"instance_type": "ml.g5.xlarge", "count": 2}]
+    assert (op.priority, op.max_pending_time, op.retry_attempts, op.preemption_retries) == (7, 600.0, 3, 2)
+    assert op.command == ["python", "train.py"]
+
+
+def test_a_rendered_value_that_is_not_what_the_parameter_expects_is_named() -> None:
+    op = operator(priority="{{ params.p }}", instance_preferences="{{ params.prefs }}")
+    op.priority, op.instance_preferences = "seven", "[not json"  # as Jinja rendered them
+    op._read_rendered()
+    problems = [str(p) for p in op.argument_problems()]
+    assert any(p.startswith("priority:") for p in problems), problems
+    assert any(p.startswith("instance_preferences:") for p in problems), problems
