@@ -237,9 +237,11 @@ def test_the_admin_commands_with_a_scheduler_running(
         }
         return write(tmp_path / f"{name}.yaml", document)
 
-    submitted = cli_json(url, "jobs", "submit", job("low-a", 1, 60))
+    # the low jobs run far longer than the test (they are cancelled at its end), so a loaded
+    # machine cannot let them finish before their priority changes
+    submitted = cli_json(url, "jobs", "submit", job("low-a", 1, 600))
     assert isinstance(submitted, dict) and submitted["name"] == "low-a" and submitted["state"] == "SUBMITTED"
-    cli_json(url, "jobs", "submit", job("low-b", 2, 60))
+    cli_json(url, "jobs", "submit", job("low-b", 2, 600))
 
     def attempt_status(name: str) -> list[str]:
         shown = cli_json(url, "jobs", "show", name)
