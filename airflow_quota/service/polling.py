@@ -93,19 +93,27 @@ class BackendPoller:
 
     # -- what the step calls (a lock and a dictionary copy each, never a backend call) -------
 
-    def track(self, open_attempts: Mapping[AttemptKey, AttemptSpec], now: float) -> None:
-        """The attempts of this backend open now: new ones get their first poll spread evenly
+    def track(self, open_attempts: Mapping[AttemptKey, AttemptSpec | None], now: float) -> None:
+        """The attempts of this backend open now (None for the spec of one already tracked: the
+        step need not load what the poller has): new ones get their first poll spread evenly
         over one interval from ``now``; the ones no longer open are forgotten with their report."""
         with self._lock:
-            new = sorted(key for key in open_attempts if key not in self._specs)
+            new = sorted(key for key, spec in open_attempts.items() if key not in self._specs and spec is not None)
             for key in [key for key in self._specs if key not in open_attempts]:
                 del self._specs[key], self._due[key]
                 self._reports.pop(key, None)
             for index, key in enumerate(new):
                 self._due[key] = now + self.interval * index / len(new)
-            self._specs.update(open_attempts)
+                spec = open_attempts[key]
+                assert spec is not None
+                self._specs[key] = spec
         if new:
             self._wake.set()
+
+    def tracking(self) -> set[AttemptKey]:
+        """The attempts tracked now."""
+        with self._lock:
+            return set(self._specs)
 
     def reports(self) -> dict[AttemptKey, AttemptReport]:
         """The latest report of every tracked attempt polled at least once."""
@@ -143,7 +151,9 @@ class BackendPoller:
             report = None
         with self._lock:
             if key in self._specs:
-                self._due[key] = now + self.interval
+                # its own cadence, whenever this round began; one interval from now after a pause
+                following = self._due[key] + self.interval
+                self._due[key] = following if following > now else now + self.interval
                 if report is not None:
                     self._reports[key] = report
             recovered = report is not None and self._backoff > 0
@@ -228,10 +238,15 @@ class Poller:
             for name, backend in backends.items()
         }
 
-    def track(self, open_attempts: Mapping[str, Mapping[AttemptKey, AttemptSpec]], now: float) -> None:
-        """The open attempts of every backend (by backend name); a backend absent has none."""
+    def track(self, open_attempts: Mapping[str, Mapping[AttemptKey, AttemptSpec | None]], now: float) -> None:
+        """The open attempts of every backend (by backend name; None for the spec of an attempt
+        already tracked); a backend absent has none."""
         for name, poller in self.pollers.items():
             poller.track(open_attempts.get(name, {}), now)
+
+    def tracking(self) -> dict[str, set[AttemptKey]]:
+        """The attempts tracked now, by backend name."""
+        return {name: poller.tracking() for name, poller in self.pollers.items()}
 
     def forget(self) -> None:
         """Track nothing (a leader stepping down): no more polls until the next ``track``."""

@@ -440,7 +440,9 @@ class QuotaService:
 
     def _track_open_attempts(self, now: float) -> list[Attempt]:
         """The attempts started and not ended, in the order they were placed (the step, then
-        the PLACED decision's place in its log); the poller is told to follow them."""
+        the PLACED decision's place in its log); the poller is told to follow them (the job rows
+        are loaded only for the attempts it does not follow yet)."""
+        tracking = self.poller.tracking()
         with self.sessions() as session:
             placed = (
                 select(func.max(EventRow.id))
@@ -453,13 +455,15 @@ class QuotaService:
                 .where(Attempt.ended_at.is_(None), Attempt.action.is_(None))
                 .order_by(Attempt.placed_at, placed, Attempt.job_id, Attempt.number)
             ).all()
-            rows = _rows_by_id(session, {a.job_id for a in open_attempts})
-        tracked: dict[str, dict[AttemptKey, AttemptSpec]] = {}
+            new = [a for a in open_attempts if (a.job_id, a.number) not in tracking.get(a.backend, ())]
+            rows = _rows_by_id(session, {a.job_id for a in new})
+        tracked: dict[str, dict[AttemptKey, AttemptSpec | None]] = {}
         for attempt in open_attempts:
-            row = rows[attempt.job_id]
-            assert row is not None
-            if attempt.backend in self.backends:
-                tracked.setdefault(attempt.backend, {})[attempt.job_id, attempt.number] = self._spec(row, attempt)
+            if attempt.backend not in self.backends:
+                continue
+            row = rows.get(attempt.job_id)
+            spec = None if row is None else self._spec(row, attempt)
+            tracked.setdefault(attempt.backend, {})[attempt.job_id, attempt.number] = spec
         self.poller.track(tracked, now)
         return list(open_attempts)
 
