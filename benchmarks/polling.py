@@ -231,6 +231,7 @@ def run(jobs: int, changes: int, interval: float, seconds: float, latency: float
     lateness = [seen[job_ids[name]] - ends for name, ends in fake.completes_at.items() if job_ids[name] in seen]
     asked = [fake.asked_after[name] - ends for name, ends in fake.completes_at.items() if name in fake.asked_after]
     per_second = Counter(int(at - start) for at, _, _, _ in fake.calls if at < end)
+
     whole = int(end - start)
     by_thread = Counter(
         ("leader step" if thread == LEADER_THREAD else "poller threads", doing) for _, _, thread, doing in fake.calls
@@ -239,6 +240,7 @@ def run(jobs: int, changes: int, interval: float, seconds: float, latency: float
         "calls": len(fake.calls),
         "mean_per_second": len(fake.calls) / (end - start),
         "busiest_second": max(per_second[s] for s in range(whole)),
+        "busiest_five": max(sum(per_second[s + k] for k in range(5)) / 5 for s in range(whole - 4)),
         "by_thread": dict(by_thread),
         "changes": changes,
         "noticed": len(lateness),
@@ -279,7 +281,7 @@ def main() -> None:
         ),
         (
             "AWS calls per second",
-            f"mean {r['mean_per_second']:.1f}, busiest second {r['busiest_second']}",
+            f"mean {r['mean_per_second']:.1f}, busiest 5 s {r['busiest_five']:.1f}/s, busiest second {r['busiest_second']}",
             "≤ 40",
         ),
         (
