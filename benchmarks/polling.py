@@ -281,7 +281,8 @@ def main() -> None:
         ),
         (
             "AWS calls per second",
-            f"mean {r['mean_per_second']:.1f}, busiest 5 s {r['busiest_five']:.1f}/s, busiest second {r['busiest_second']}",
+            f"mean {r['mean_per_second']:.1f}, busiest 5 s {r['busiest_five']:.1f}/s,"
+            f" busiest second {r['busiest_second']}",
             "≤ 40",
         ),
         (
