@@ -9,7 +9,10 @@ One step of the leader:
 3. run a cycle when anything came in, a timer of the core fell due, or a second has passed;
 4. commit, in one transaction: the inputs (the log that rebuilds the state), the decisions, the
    jobs as they now stand, and the backend actions still to do (start, stop);
-5. carry the actions out through the backends, then mark them done;
+5. carry the actions out through the backends, then mark them done. These calls stay in the
+   step (one or two per placement or stop, never per running attempt): the next step's
+   preemption or cancel rewrites a START not yet marked done as "never started", which holds
+   only while nothing else can be starting it;
 6. send the alerts just recorded to the notifiers (``service/alerts.py``), and the step's
    metrics (``service/metrics.py``).
 
