@@ -11,6 +11,7 @@ import logging
 import re
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -48,7 +49,30 @@ def add_commands(commands: Any) -> None:
         default=1.0,
         help="a cycle at least this often, also when nothing happened (it decides nothing then)",
     )
-    scheduler.add_argument("--poll-seconds", type=float, default=0.2)
+    scheduler.add_argument(
+        "--poll-seconds",
+        type=float,
+        default=0.2,
+        help="the leader's step at least this often (sooner when woken); backends are polled on their own intervals",
+    )
+    scheduler.add_argument(
+        "--sagemaker-poll-seconds",
+        type=_at_least(0.0),
+        default=30.0,
+        help="each SageMaker training job is described this often (default %(default)g, the provider's check_interval)",
+    )
+    scheduler.add_argument(
+        "--local-poll-seconds",
+        type=_at_least(0.0),
+        default=1.0,
+        help="each local attempt is looked at this often (default %(default)g)",
+    )
+    scheduler.add_argument(
+        "--poll-workers",
+        type=_at_least(1, whole=True),
+        default=8,
+        help="at most this many polls of one backend at once (default %(default)d)",
+    )
     scheduler.add_argument(
         "--lease-seconds",
         type=float,
@@ -112,6 +136,21 @@ def add_commands(commands: Any) -> None:
     _db_option(alerts)
     _json_option(alerts)
     alerts.set_defaults(run=show_alerts)
+
+
+def _at_least(least: float, whole: bool = False) -> Callable[[str], float]:
+    """An argparse type: a number (a whole one when ``whole``) not below ``least``."""
+
+    def parse(text: str) -> float:
+        try:
+            value = int(text) if whole else float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a {'whole ' if whole else ''}number") from None
+        if value < least:
+            raise argparse.ArgumentTypeError(f"must be ≥ {least:g}, not {text}")
+        return value
+
+    return parse
 
 
 def _db_option(parser: argparse.ArgumentParser) -> None:
@@ -183,13 +222,17 @@ def run_scheduler(args: argparse.Namespace) -> int:
         from airflow_quota.service.backends.local import LocalBackend
 
         indices = gpu_indices(args.gpu_indices) if args.gpu_indices else None
-        backends["local"] = LocalBackend(state / "local", gpu_indices=indices)
+        backends["local"] = LocalBackend(
+            state / "local", gpu_indices=indices, poll_interval_seconds=args.local_poll_seconds
+        )
     except ImportError:  # pragma: no cover - the local backend ships with the package
         pass
     try:
         from airflow_quota.service.backends.sagemaker import SageMakerBackend
 
-        backends["sagemaker"] = SageMakerBackend(region_name=args.region)
+        backends["sagemaker"] = SageMakerBackend(
+            region_name=args.region, poll_interval_seconds=args.sagemaker_poll_seconds
+        )
     except ImportError:
         logging.getLogger("airflow_quota.scheduler").info("the sagemaker backend needs boto3: not enabled")
     service = QuotaService(
@@ -199,6 +242,7 @@ def run_scheduler(args: argparse.Namespace) -> int:
         cycle_seconds=args.cycle_seconds,
         poll_seconds=args.poll_seconds,
         lease_seconds=args.lease_seconds,
+        poll_workers=int(args.poll_workers),
     )
     logging.getLogger("airflow_quota.scheduler").info(
         "quota scheduler %s on %s with backends %s", service.holder, redacted(url), ", ".join(sorted(backends))

@@ -3,11 +3,16 @@
 One step of the leader:
 
 1. take in the inbox (submissions, priority changes, cancels, configuration versions) in order;
-2. ask the backends what became of the attempts they run (running, finished, stopped);
+2. read what the poller (``service/polling.py``) last heard from the backends about the attempts
+   they run (running, finished, stopped): the backends are asked in the poller's own threads,
+   each on its own interval, so the step never waits on a backend's API;
 3. run a cycle when anything came in, a timer of the core fell due, or a second has passed;
 4. commit, in one transaction: the inputs (the log that rebuilds the state), the decisions, the
    jobs as they now stand, and the backend actions still to do (start, stop);
-5. carry the actions out through the backends, then mark them done;
+5. carry the actions out through the backends, then mark them done. These calls stay in the
+   step (one or two per placement or stop, never per running attempt): the next step's
+   preemption or cancel rewrites a START not yet marked done as "never started", which holds
+   only while nothing else can be starting it;
 6. send the alerts just recorded to the notifiers (``service/alerts.py``), and the step's
    metrics (``service/metrics.py``).
 
@@ -75,6 +80,7 @@ from airflow_quota.service.backends.base import (
 from airflow_quota.service.clock import Clock, WallClock
 from airflow_quota.service.inputs import apply, from_row, refusal, replay, to_row
 from airflow_quota.service.metrics import QuotaMetrics
+from airflow_quota.service.polling import DEFAULT_POLL_WORKERS, AttemptKey, Poller
 from airflow_quota.store.engine import DatabaseUnavailable, migrate, reachable, session_factory
 from airflow_quota.store.lock import LeadershipLost, current_leader, leader_lock
 from airflow_quota.store.models import (
@@ -165,6 +171,8 @@ class QuotaService:
     :param leader_lease_seconds: how long the leader's lease lasts without a heartbeat; a
         standby takes over a leader that stopped beating this long (``--lease-seconds``).
     :param lease_seconds: the same, under its older name (what the CLI passes).
+    :param poll_workers: the cap on one backend's polls in flight at once (``--poll-workers``);
+        how often each attempt is polled is its backend's ``poll_interval_seconds``.
     """
 
     def __init__(
@@ -182,6 +190,7 @@ class QuotaService:
         alert_attempts: int = 5,
         alert_retry_seconds: float = 5.0,
         leader_lease_seconds: float = 10.0,
+        poll_workers: int = DEFAULT_POLL_WORKERS,
     ) -> None:
         self.engine = engine
         self.backends = dict(backends)
@@ -205,6 +214,8 @@ class QuotaService:
         self._metrics_given = metrics is not None
         self.metrics = metrics or QuotaMetrics.off()
         self.alerts = AlertDelivery(self.sessions, self.metrics, alert_attempts, alert_retry_seconds)
+        self.poller = Poller(self.backends, self.clock.now, poll_workers)
+        """Asks the backends about open attempts: inline in ``step`` until ``run`` starts its threads."""
 
     # -- the process ---------------------------------------------------------------------
 
@@ -222,6 +233,7 @@ class QuotaService:
         if not self._metrics_given:
             self.metrics = self.alerts.metrics = QuotaMetrics.from_airflow()
         self.alerts.in_background()  # a slow notifier must not hold up cycles or the lease
+        self.poller.start()  # nor a slow or throttled backend API
         self._fencing = True
         pool_log = getattr(self.engine.pool, "logger", None)  # sqlalchemy.pool.impl.QueuePool
         if isinstance(pool_log, logging.Logger) and not any(isinstance(f, _OneLine) for f in pool_log.filters):
@@ -261,6 +273,7 @@ class QuotaService:
                 )
                 leading = False
                 self.scheduler = None
+                self.poller.forget()  # a standby asks the backends about nothing
             except DATABASE_ERRORS as exc:
                 role = "leader" if leading else "standby"
                 log.error(
@@ -272,11 +285,13 @@ class QuotaService:
                 )
                 leading = False
                 self.scheduler = None  # it may be ahead of what committed: rebuilt from the log
+                self.poller.forget()  # until it leads again
                 self.lock.reset()
                 self.engine.dispose()  # every pooled connection may be dead (server restart)
                 stop.wait(backoff)
                 backoff = min(backoff * 2, RETRY_MAX_SECONDS)
         self.alerts.close()
+        self.poller.stop()
         if leading:
             try:
                 self.lock.release()
@@ -317,6 +332,8 @@ class QuotaService:
         self.scheduler = replay((kind, payload, at) for kind, payload, at in rows)
         self._last_cycle = float("-inf")
         log.info("recovered from %d inputs", len(rows))
+        if self.poller.background:  # the poller starts on the open attempts while the rest recovers
+            self._track_open_attempts(self.clock.now())
         self._act()
         self.alerts.wake()  # alerts the last leader recorded and did not finish delivering
         self.recovered = True
@@ -424,11 +441,32 @@ class QuotaService:
                 gathered.touched.add(request.job_id)
 
     def _take_in_reports(self, gathered: _Step, now: float) -> None:
-        """Ask the backends about every attempt they run; turn what changed into inputs."""
+        """Tell the poller which attempts are open, read what it last heard of them (without
+        waiting: when its threads run, the backends are asked there, each on its own interval;
+        when nobody started them, the polls due now run here), and turn what changed into
+        inputs."""
         if self.scheduler is None:
             return
+        open_attempts = self._track_open_attempts(now)
+        if not self.poller.background:
+            self.poller.poll_due(now)
+        reports = self.poller.reports()
+        polled: list[tuple[Attempt, AttemptReport]] = []
+        for attempt in open_attempts:
+            report = reports.get(attempt.backend, {}).get((attempt.job_id, attempt.number))
+            if report is not None:
+                polled.append((attempt, report))
+        # what happened since the last poll, in the simulator's order of one instant
+        polled.sort(key=lambda pair: _REPORT_ORDER.get(pair[1].status, len(_REPORT_ORDER)))
+        for attempt, report in polled:
+            self._ingest(gathered, attempt, report, now)
+
+    def _track_open_attempts(self, now: float) -> list[Attempt]:
+        """The attempts started and not ended, in the order they were placed (the step, then
+        the PLACED decision's place in its log); the poller is told to follow them (the job rows
+        are loaded only for the attempts it does not follow yet)."""
+        tracking = self.poller.tracking()
         with self.sessions() as session:
-            # in the order they were placed: the step, then the PLACED decision's place in its log
             placed = (
                 select(func.max(EventRow.id))
                 .where(EventRow.job_id == Attempt.job_id, EventRow.type == "PLACED")
@@ -440,22 +478,17 @@ class QuotaService:
                 .where(Attempt.ended_at.is_(None), Attempt.action.is_(None))
                 .order_by(Attempt.placed_at, placed, Attempt.job_id, Attempt.number)
             ).all()
-            rows = _rows_by_id(session, {a.job_id for a in open_attempts})
-        polled: list[tuple[Attempt, AttemptReport]] = []
+            new = [a for a in open_attempts if (a.job_id, a.number) not in tracking.get(a.backend, ())]
+            rows = _rows_by_id(session, {a.job_id for a in new})
+        tracked: dict[str, dict[AttemptKey, AttemptSpec | None]] = {}
         for attempt in open_attempts:
-            row = rows[attempt.job_id]
-            assert row is not None
-            backend = self.backends.get(attempt.backend)
-            if backend is None:
+            if attempt.backend not in self.backends:
                 continue
-            try:
-                polled.append((attempt, backend.poll(self._spec(row, attempt))))
-            except BackendError as exc:
-                log.warning("could not poll attempt %s-%s: %s", attempt.job_id, attempt.number, exc)
-        # what happened since the last poll, in the simulator's order of one instant
-        polled.sort(key=lambda pair: _REPORT_ORDER.get(pair[1].status, len(_REPORT_ORDER)))
-        for attempt, report in polled:
-            self._ingest(gathered, attempt, report, now)
+            row = rows.get(attempt.job_id)
+            spec = None if row is None else self._spec(row, attempt)
+            tracked.setdefault(attempt.backend, {})[attempt.job_id, attempt.number] = spec
+        self.poller.track(tracked, now)
+        return list(open_attempts)
 
     def _ingest(self, gathered: _Step, attempt: Attempt, report: AttemptReport, now: float) -> None:
         assert self.scheduler is not None

@@ -79,6 +79,9 @@ class Backend(Protocol):
     """What the quota scheduler needs of a place where training runs."""
 
     name: str
+    poll_interval_seconds: float
+    """How often the scheduler asks about each open attempt (``service/polling.py``): SageMaker
+    30 s, local 1 s, the fake backend 0 (at every step)."""
 
     def start(self, attempt: AttemptSpec) -> None:
         """Start the attempt; does nothing if the backend already has it."""
@@ -93,3 +96,8 @@ class Backend(Protocol):
 
 class BackendError(Exception):
     """A backend could not do what was asked (a failed API call, a bad training request)."""
+
+
+class BackendThrottled(BackendError):
+    """The provider refused a call because too many were made (AWS ``ThrottlingException`` and
+    its kin): the poller pauses that backend's polls with exponential back-off."""

@@ -27,8 +27,11 @@ class FakeBackend:
         clock: Callable[[], float],
         state_dir: Path | None = None,
         remaining: Callable[[AttemptSpec], float] | None = None,
+        poll_interval_seconds: float = 0.0,
     ) -> None:
         self.clock = clock
+        self.poll_interval_seconds = poll_interval_seconds
+        """0 by default: polled at every step, so a test's manual clock sees a change at once."""
         self.state_dir = state_dir
         self.remaining = remaining
         self._memory: dict[str, dict[str, Any]] = {}

@@ -43,6 +43,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -92,6 +93,9 @@ class LocalBackend:
     :param launch_timeout: how long after ``start`` a runner that never showed up is reported
         as ``LaunchFailed``.
     :param python: the interpreter that runs the runner.
+    :param poll_interval_seconds: how often the scheduler asks about each running attempt
+        (``--local-poll-seconds``); a stop's SIGKILL after its grace is sent by a poll, so at
+        most this late.
     """
 
     name: str = "local"
@@ -104,14 +108,18 @@ class LocalBackend:
         *,
         launch_timeout: float = 60.0,
         python: str = sys.executable,
+        poll_interval_seconds: float = 1.0,
     ) -> None:
         self.state_dir = Path(state_dir)
         self.gpu_indices = dict(gpu_indices or {})
         self.clock = clock
         self.launch_timeout = launch_timeout
         self.python = python
+        self.poll_interval_seconds = poll_interval_seconds
         self._launched: list[subprocess.Popen[bytes]] = []
         """Runners this object launched, kept only to reap them (no zombies); no state."""
+        self._launched_lock = threading.Lock()
+        """``start`` (the leader's step) adds to ``_launched`` while polls (the poller's threads) reap it."""
 
     def attempt_dir(self, attempt: AttemptSpec) -> Path:
         """Where everything about ``attempt`` is kept."""
@@ -172,7 +180,8 @@ class LocalBackend:
             # Leave the directory: poll reports LaunchFailed, and the attempt is never retried
             # under the same key (a restarted scheduler cannot tell whether it had launched).
             raise BackendError(f"attempt {attempt.key}: cannot launch its runner with {self.python}: {exc}") from exc
-        self._launched.append(proc)
+        with self._launched_lock:
+            self._launched.append(proc)
         log.info("attempt %s: started %r (runner pid %d) in %s", attempt.key, command, proc.pid, final)
 
     @staticmethod
@@ -351,7 +360,8 @@ class LocalBackend:
 
     def _reap(self) -> None:
         """Collect runners this object launched that have exited (they would stay zombies)."""
-        self._launched = [p for p in self._launched if p.poll() is None]
+        with self._launched_lock:
+            self._launched = [p for p in self._launched if p.poll() is None]
 
 
 def _alive(record: dict[str, Any] | None) -> bool:

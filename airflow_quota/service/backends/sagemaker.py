@@ -69,7 +69,13 @@ from botocore.exceptions import BotoCoreError, ClientError, ParamValidationError
 from botocore.model import ServiceModel
 from botocore.validate import ParamValidator
 
-from airflow_quota.service.backends.base import AttemptReport, AttemptSpec, AttemptStatus, BackendError
+from airflow_quota.service.backends.base import (
+    AttemptReport,
+    AttemptSpec,
+    AttemptStatus,
+    BackendError,
+    BackendThrottled,
+)
 
 __all__ = ["SageMakerBackend", "report_from_description", "training_job_name"]
 
@@ -97,6 +103,28 @@ CAPACITY_PATTERN = re.compile(r"capacity\s*error|insufficient\s*\w*\s*capacity|w
 NOT_FOUND_PATTERN = re.compile(r"not\s+found|could\s+not\s+find|does\s+not\s+exist", re.IGNORECASE)
 """DescribeTrainingJob on an unknown name: SageMaker says "Requested resource not found.",
 moto says "Could not find training job '...'"."""
+
+THROTTLING_CODES = frozenset(
+    {
+        "Throttling",
+        "ThrottlingException",
+        "ThrottledException",
+        "RequestThrottledException",
+        "TooManyRequestsException",
+        "ProvisionedThroughputExceededException",
+        "RequestLimitExceeded",
+        "BandwidthLimitExceeded",
+        "LimitExceededException",
+        "RequestThrottled",
+        "SlowDown",
+        "PriorRequestNotComplete",
+    }
+)
+"""Error codes of a call AWS refused for its rate (the ones botocore's standard retry mode
+treats as throttling); an HTTP 429 counts too."""
+
+DEFAULT_POLL_INTERVAL_SECONDS = 30.0
+"""As the amazon provider's ``check_interval`` for SageMaker training jobs."""
 
 ALREADY_EXISTS_PATTERN = re.compile(r"already\s+exists|must\s+be\s+unique", re.IGNORECASE)
 
@@ -206,6 +234,11 @@ def _error_message(exc: ClientError) -> str:
     return str(exc.response.get("Error", {}).get("Message", ""))
 
 
+def _is_throttling(exc: ClientError) -> bool:
+    status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+    return _error_code(exc) in THROTTLING_CODES or status == 429
+
+
 def _is_not_found(exc: ClientError) -> bool:
     return _error_code(exc) in ("ValidationException", "ResourceNotFound") and bool(
         NOT_FOUND_PATTERN.search(_error_message(exc))
@@ -219,6 +252,9 @@ class SageMakerBackend:
     ``region_name`` and ``endpoint_url`` (and the usual AWS credential chain), so building the
     backend needs no credentials or network. ``capacity_backoff_seconds`` is how long the
     scheduler skips an entry after this backend reports CAPACITY_ERROR for it.
+    ``poll_interval_seconds`` is how often the scheduler describes each open training job
+    (``--sagemaker-poll-seconds``): 1,000 running jobs at the default 30 s are about 33
+    DescribeTrainingJob calls a second.
     """
 
     name = "sagemaker"
@@ -230,6 +266,7 @@ class SageMakerBackend:
         endpoint_url: str | None = None,
         name_prefix: str = "quota",
         capacity_backoff_seconds: float = 600,
+        poll_interval_seconds: float = DEFAULT_POLL_INTERVAL_SECONDS,
     ) -> None:
         if not _sanitize(name_prefix):
             raise ValueError(f"name_prefix {name_prefix!r} must contain a letter or digit")
@@ -237,12 +274,15 @@ class SageMakerBackend:
             raise ValueError(f"name_prefix {name_prefix!r} is longer than {MAX_PREFIX_LENGTH} characters")
         if capacity_backoff_seconds < 0:
             raise ValueError(f"capacity_backoff_seconds must be ≥ 0, not {capacity_backoff_seconds}")
+        if poll_interval_seconds < 0:
+            raise ValueError(f"poll_interval_seconds must be ≥ 0, not {poll_interval_seconds}")
         self._client = client
         self._client_lock = threading.Lock()
         self.region_name = region_name
         self.endpoint_url = endpoint_url
         self.name_prefix = name_prefix
         self.capacity_backoff_seconds = capacity_backoff_seconds
+        self.poll_interval_seconds = poll_interval_seconds
 
     @property
     def client(self) -> Any:
@@ -415,6 +455,10 @@ class SageMakerBackend:
         except ClientError as exc:
             if _is_not_found(exc):
                 return None
+            if _is_throttling(exc):
+                raise BackendThrottled(
+                    f"SageMaker DescribeTrainingJob for training job {name!r} (attempt {attempt.key}) throttled: {exc}"
+                ) from exc
             raise BackendError(
                 f"SageMaker DescribeTrainingJob for training job {name!r} (attempt {attempt.key}) failed: {exc}"
             ) from exc
