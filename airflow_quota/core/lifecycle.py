@@ -35,7 +35,7 @@ def queued(job: Job) -> bool:
 
 
 class Lifecycle:
-    """Job state changes on a snapshot, with the timers they need and the decisions they make."""
+    """Job state changes on the quota state, with the timers they need and the decisions they make."""
 
     def __init__(self, snapshot: Snapshot) -> None:
         self.snapshot = snapshot
