@@ -52,8 +52,7 @@ def cycle_latency(runnable: int, running: int = 2000, cycles: int = 200) -> dict
     for n in range(runnable):
         scheduler.submit(_request(rng, raw, i + n), 1.0)
     start = time.perf_counter()
-    scheduler.snapshot.improved |= set(scheduler.snapshot.types)
-    scheduler._dirty_jobs |= {j.seq for j in scheduler.snapshot.jobs.values() if scheduler.queued(j)}
+    scheduler.rescan_next_cycle()
     scheduler.run_cycle(1.0)
     cold = time.perf_counter() - start
     times = []

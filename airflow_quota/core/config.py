@@ -223,14 +223,24 @@ def instant_seconds(value: Instant, origin: datetime) -> float:
 
 def check_rules(config: QuotaConfig) -> list[Problem]:
     """The rules of quota-model.md 1 that span fields; every broken one, each with its path."""
-    problems: list[Problem] = []
     known = config.catalogue()
+    problems = [
+        Problem(f"pool.capacity.{type_name}", _unknown_type(type_name))
+        for type_name in config.pool.capacity
+        if type_name not in known
+    ]
+    problems += _share_problems(config, known)
+    problems += _capacity_problems(config)
+    problems += _plan_problems(config)
+    problems += _notifier_problems(config)
+    return problems
+
+
+def _share_problems(config: QuotaConfig, known: dict[str, InstanceTypeSpec]) -> list[Problem]:
+    """Share names used twice, limits on unknown types or types outside the pool, a
+    borrow_limit on a share that does not borrow."""
+    problems: list[Problem] = []
     capacity = config.pool.capacity
-
-    for type_name in capacity:
-        if type_name not in known:
-            problems.append(Problem(f"pool.capacity.{type_name}", _unknown_type(type_name)))
-
     names: set[str] = set()
     for i, share in enumerate(config.shares):
         where = f"shares[{i}]"
@@ -254,8 +264,13 @@ def check_rules(config: QuotaConfig) -> list[Problem]:
                     f"borrow_limit is allowed only with strategy LEND_AND_BORROW, not {share.strategy.value}",
                 )
             )
+    return problems
 
-    for type_name, cap in capacity.items():
+
+def _capacity_problems(config: QuotaConfig) -> list[Problem]:
+    """Types whose shares' limits sum to more than the pool's capacity."""
+    problems: list[Problem] = []
+    for type_name, cap in config.pool.capacity.items():
         total = sum(s.capacity_limits.get(type_name, 0) for s in config.shares)
         if total > cap:
             parts = " + ".join(
@@ -268,7 +283,14 @@ def check_rules(config: QuotaConfig) -> list[Problem]:
                     "a share's limit is a guarantee, so the limits must fit in the capacity",
                 )
             )
+    return problems
 
+
+def _plan_problems(config: QuotaConfig) -> list[Problem]:
+    """Plan names used twice, plans on types outside the pool or larger than its capacity,
+    plans that end before they start."""
+    problems: list[Problem] = []
+    capacity = config.pool.capacity
     plan_names: set[str] = set()
     for i, plan in enumerate(config.pool.training_plans):
         where = f"pool.training_plans[{i}]"
@@ -294,7 +316,12 @@ def check_rules(config: QuotaConfig) -> list[Problem]:
             ordered = True  # a number next to a datetime: resolved against the scenario start later
         if not ordered:
             problems.append(Problem(f"{where}.ends_at", "the plan must end after it starts"))
+    return problems
 
+
+def _notifier_problems(config: QuotaConfig) -> list[Problem]:
+    """Notifier names used twice."""
+    problems: list[Problem] = []
     named: set[str] = set()
     for i, entry in enumerate(config.alerts.notifiers):
         if entry.name is not None:

@@ -1,9 +1,27 @@
 """The quota scheduler core (quota-model.md 4, 5, 6): ``QuotaScheduler`` and its cycle.
 
-``QuotaScheduler`` holds a ``Snapshot`` in memory. Its callers (the simulator, the quota
-service) tell it what happened (a submission, a job running or finishing, a victim stopped, a
-configuration change) and run a cycle at a given time; every call returns the decisions it made,
-each with its reason. Nothing here reads a clock or does I/O.
+``QuotaScheduler`` holds the live quota state (``Snapshot``) and the ``Lifecycle`` that changes
+it. Its callers (the simulator, the quota service) tell it what happened (a submission, a job
+running or finishing, a victim stopped, a configuration change) and run a cycle at a given
+time; every call returns the decisions it made, each with its reason. Nothing here reads a
+clock or does I/O.
+
+Where to start reading: here, ``QuotaScheduler.run_cycle``, whose docstring numbers the steps
+of quota-model.md 4. The core then reads top-down in this order:
+
+1. ``cycle.py``: what happened (the API) and the cycle's steps, in order;
+2. ``phases.py``: steps 2 to 5 and ``CycleWork``, the working sets handed from step to step;
+3. ``walk.py``: the one bucket walk steps 2, 3 and 4 make, and the ``WalkPolicy`` each gives it;
+4. ``lifecycle.py``: how a job changes state (placed, preempted, requeued, failed, starving),
+   the timers, and the decisions emitted;
+5. ``snapshot.py``: the live state, the placement check ``Snapshot.check`` every step uses,
+   and ``Changes``, the record of what got easier since the cycle last looked;
+6. ``quota.py`` (the invariant's arithmetic per type), ``preempt.py`` (victim selection),
+   ``queues.py`` (the per-share indexes and the merge the walk runs on);
+7. ``guarantees.py`` (step 6) and ``overtaking.py`` (when a job starts starving, section 8);
+8. the leaves: ``model.py`` (jobs, states, decisions), ``config.py`` and ``catalogue.py`` (the
+   configuration), ``submission.py`` (what a submission must satisfy), ``measures.py``,
+   ``visibility.py``, ``explain.py`` and ``summary.py`` (what people and files are shown).
 """
 
 from __future__ import annotations
@@ -14,7 +32,7 @@ from fnmatch import fnmatchcase
 from airflow_quota.core import phases
 from airflow_quota.core.config import QuotaConfig
 from airflow_quota.core.guarantees import GuaranteeWatch
-from airflow_quota.core.lifecycle import TYPE, Lifecycle, saved_progress
+from airflow_quota.core.lifecycle import TYPE, Lifecycle, queued, saved_progress
 from airflow_quota.core.model import (
     Decision,
     FailureReason,
@@ -33,15 +51,32 @@ from airflow_quota.exceptions import ChangeRefused
 EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 
 
-class QuotaScheduler(Lifecycle):
+class QuotaScheduler:
     """The quota model, driven by events and a time passed in by the caller."""
 
+    queued = staticmethod(queued)
+    """Whether a job waits in its share's queue (``lifecycle.queued``)."""
+
     def __init__(self, config: QuotaConfig, origin: datetime = EPOCH) -> None:
-        super().__init__(Snapshot(config, origin))
+        self.snapshot = Snapshot(config, origin)
+        """The live quota state: configuration, ledgers, queues, jobs."""
+        self.lifecycle = Lifecycle(self.snapshot)
+        """Moves jobs between states on ``snapshot``, keeps the timers, collects the decisions."""
         self.cycles = 0
         self._seq = 0
         self._guarantees = GuaranteeWatch()
         self._plan_timers()
+
+    def next_timer(self) -> float | None:
+        """When the core next needs a cycle (a deadline, a threshold, a window), if ever."""
+        return self.lifecycle.next_timer()
+
+    def rescan_next_cycle(self) -> None:
+        """Have the next cycle look at every queued job on every type, as a cycle that rescans
+        everything would (what the property tests compare the incremental cycle against)."""
+        changes = self.snapshot.changes
+        changes.improved |= set(self.snapshot.types)
+        changes.jobs |= {job.seq for job in self.snapshot.jobs.values() if queued(job)}
 
     # -- what happened -------------------------------------------------------------------
 
@@ -67,9 +102,9 @@ class QuotaScheduler(Lifecycle):
             self.snapshot.refs[ref] = job.seq
         self.snapshot.live_names[job.name] = job.seq
         self.snapshot.latest_names[job.name] = job.seq
-        self.emit(Submitted(now, job.name, job.share))
-        self.make_runnable(job, now)
-        return self.flush()
+        self.lifecycle.emit(Submitted(now, job.name, job.share))
+        self.lifecycle.make_runnable(job, now)
+        return self.lifecycle.flush()
 
     def job(self, name: str) -> Job:
         """The live job of that name, else the latest one of that name."""
@@ -104,13 +139,13 @@ class QuotaScheduler(Lifecycle):
         job.priority = priority
         if queued:
             self.snapshot.enqueue(job)
-            self._dirty_jobs.add(job.seq)
+            self.snapshot.changes.jobs.add(job.seq)
         if running:
             assert job.placement is not None
             queue.add_running(job, job.placement.entry.instance_type)
-            self.snapshot.improved.add(job.placement.entry.instance_type)
-        self.emit(PriorityChanged(now, job.name, job.share, old, priority))
-        return self.flush()
+            self.snapshot.changes.improved.add(job.placement.entry.instance_type)
+        self.lifecycle.emit(PriorityChanged(now, job.name, job.share, old, priority))
+        return self.lifecycle.flush()
 
     def cancel(self, job: Job, now: float, detail: str = "cancelled") -> list[Decision]:
         """Stop the job for good (FAILED with CANCELLED); whatever it holds is released."""
@@ -119,15 +154,15 @@ class QuotaScheduler(Lifecycle):
         if job.placement is None and job.state is JobState.RUNNABLE and not job.stopping:
             self.snapshot.dequeue(job)
         elif job.placement is not None:
-            self.release(job, now)
-        self.fail(job, FailureReason.CANCELLED, detail, now)
-        return self.flush()
+            self.lifecycle.release(job, now)
+        self.lifecycle.fail(job, FailureReason.CANCELLED, detail, now)
+        return self.lifecycle.flush()
 
     def apply_config(self, config: QuotaConfig, now: float) -> list[Decision]:
         """A new configuration takes effect in the next cycle (quota-model.md 5)."""
         self.snapshot.load_config(config, now)
         self._plan_timers()
-        return self.flush()
+        return self.lifecycle.flush()
 
     def set_provider_available(self, instance_type: str, available: int | None, now: float) -> None:
         """How many on-demand instances of a type the provider can give (None: unlimited)."""
@@ -136,19 +171,19 @@ class QuotaScheduler(Lifecycle):
             return
         self.snapshot.meter.touch(ledger, now)
         ledger.available = available
-        self.snapshot.improved.add(instance_type)
+        self.snapshot.changes.improved.add(instance_type)
 
     def capacity_error(self, job: Job, now: float, backoff_seconds: float) -> list[Decision]:
         """The backend had no capacity for the placed entry: the job is RUNNABLE again and the
         entry is skipped for ``backoff_seconds``; no attempt is consumed."""
         assert job.placement is not None
         entry = job.placement.entry
-        self.release(job, now)
+        self.lifecycle.release(job, now)
         job.attempts -= 1
         self.snapshot.backoff_until[(entry.instance_type, entry.training_plan)] = now + backoff_seconds
-        self.timer(now + backoff_seconds, TYPE, entry.instance_type)
-        self.make_runnable(job, now, keep_pending_clock=True)
-        return self.flush()
+        self.lifecycle.timer(now + backoff_seconds, TYPE, entry.instance_type)
+        self.lifecycle.make_runnable(job, now, keep_pending_clock=True)
+        return self.lifecycle.flush()
 
     def job_running(self, job: Job, now: float) -> None:
         """The backend reports training has begun (work counts from now)."""
@@ -161,36 +196,36 @@ class QuotaScheduler(Lifecycle):
         if not job.state.holds_capacity or job.stopping:
             return []
         done = now - job.running_since if job.running_since is not None else 0.0
-        self.release(job, now)
+        self.lifecycle.release(job, now)
         if succeeded:
             job.state = JobState.SUCCEEDED
             job.progress += done
             self.snapshot.final_jobs_forget(job)
-            self.emit(Succeeded(now, job.name, job.share))
-            return self.flush()
+            self.lifecycle.emit(Succeeded(now, job.name, job.share))
+            return self.lifecycle.flush()
         job.failed_attempts += 1
         job.progress = saved_progress(job, done, lost=job.unsaved_work(now))
         job.running_since = None
         patterns = job.request.retry_on
         if patterns is not None and not any(fnmatchcase(reason, p) for p in patterns):
-            self.fail(job, FailureReason.ATTEMPTS_EXHAUSTED, f"{reason} matches no retry_on pattern", now)
+            self.lifecycle.fail(job, FailureReason.ATTEMPTS_EXHAUSTED, f"{reason} matches no retry_on pattern", now)
         elif job.failed_attempts >= job.request.retry_attempts:
-            self.fail(
+            self.lifecycle.fail(
                 job,
                 FailureReason.ATTEMPTS_EXHAUSTED,
                 f"{reason}: attempt {job.failed_attempts} of {job.request.retry_attempts} failed",
                 now,
             )
         else:
-            self.emit(Requeued(now, job.name, job.share, reason))
-            self.make_runnable(job, now)
-        return self.flush()
+            self.lifecycle.emit(Requeued(now, job.name, job.share, reason))
+            self.lifecycle.make_runnable(job, now)
+        return self.lifecycle.flush()
 
     def victim_stopped(self, job: Job, now: float) -> list[Decision]:
         """A preempted job has stopped after its grace period; its preemptor may start."""
         if job.stopping:
-            self.victim_down(job, now)
-        return self.flush()
+            self.lifecycle.victim_down(job, now)
+        return self.lifecycle.flush()
 
     def guarantee_watched(self) -> bool:
         """Whether the guarantee watchdog follows a waiting job into the next cycle. A cycle that
@@ -201,8 +236,8 @@ class QuotaScheduler(Lifecycle):
     def _plan_timers(self) -> None:
         """A cycle at every plan window's start and end."""
         for plan in self.snapshot.plans.values():
-            self.timer(plan.starts_at, TYPE, plan.instance_type)
-            self.timer(plan.ends_at, TYPE, plan.instance_type)
+            self.lifecycle.timer(plan.starts_at, TYPE, plan.instance_type)
+            self.lifecycle.timer(plan.ends_at, TYPE, plan.instance_type)
 
     # -- the cycle -----------------------------------------------------------------------
 
@@ -225,33 +260,19 @@ class QuotaScheduler(Lifecycle):
         cycle, and jobs that are new or changed (see phases.py).
         """
         self.cycles += 1
-        snap = self.snapshot
-        self.fire_timers(now)
-        for seq in self._ready:
-            held = snap.jobs[seq]
-            if held.placement is not None and held.state is JobState.RUNNABLE:
-                self.start_held(held, now)
-        self._ready = []
-        dirty_seqs = {seq for seq in self._dirty_jobs if self.queued(snap.jobs[seq])}
-        dirty = phases.group_by_share(snap, dirty_seqs)
-        self._dirty_jobs = set()
-        improved, snap.improved = snap.improved, set()
-        capacity_waits: set[int] = set()
-        phases.within_quota(self, now, improved, dirty, capacity_waits)
-        improved |= snap.improved
-        phases.borrowing(self, now, improved, dirty, capacity_waits)
-        improved |= snap.improved | snap.new_victims
-        snap.new_victims = set()
-        if phases.preemption(self, now, improved, dirty):
-            # 4b, leftovers: what the victims freed beyond their preemptors' need is used now
-            improved |= snap.improved
-            leftovers = phases.group_by_share(snap, {s for s in self._dirty_jobs if self.queued(snap.jobs[s])})
-            phases.within_quota(self, now, improved, leftovers, capacity_waits)
-            improved |= snap.improved
-            phases.borrowing(self, now, improved, leftovers, capacity_waits)
-        phases.fail_fast(self, now, capacity_waits)
-        improved |= snap.improved
-        for seq in dirty_seqs:
-            improved |= snap.jobs[seq].instance_types
-        self._guarantees.check(self, now, improved)
-        return self.flush()
+        life = self.lifecycle
+        life.fire_timers(now)  # 0 and 1
+        life.start_ready(now)  # 0
+        work = phases.begin(self.snapshot)
+        phases.within_quota(life, now, work)  # 2
+        work.catch_up()
+        phases.borrowing(life, now, work)  # 3
+        work.catch_up(placed=True)
+        if phases.preemption(life, now, work):  # 4
+            phases.leftovers(life, now, work)  # 4b
+        phases.fail_fast(life, now, work)  # 5
+        work.catch_up()
+        for seq in work.changed:
+            work.improved |= self.snapshot.jobs[seq].instance_types
+        self._guarantees.check(life, now, work.improved)  # 6, where anything changed
+        return life.flush()

@@ -5,7 +5,7 @@ reservation, or victims. GUARANTEE_VIOLATED must never happen; this is what woul
 
 from __future__ import annotations
 
-from airflow_quota.core.lifecycle import Lifecycle
+from airflow_quota.core.lifecycle import Lifecycle, queued
 from airflow_quota.core.model import AlertKind, Job
 from airflow_quota.core.phases import SOURCE_BLOCKS
 from airflow_quota.core.quota import Block
@@ -43,7 +43,7 @@ class GuaranteeWatch:
             job = snap.jobs[seq]
             ledger = snap.types[instance_type]
             fits = ledger.usage_of(job.share) + count <= ledger.limit_of(job.share)
-            if not life.queued(job) or not fits or self._excused(snap, job, instance_type, count, now):
+            if not queued(job) or not fits or self._excused(snap, job, instance_type, count, now):
                 continue
             cycles = self.violating.get(seq, (instance_type, count, 0))[2] + 1
             still[seq] = (instance_type, count, cycles)

@@ -29,15 +29,18 @@ from airflow_quota.core.snapshot import Snapshot
 DEADLINE, STARVE, TYPE = 0, 1, 2
 
 
+def queued(job: Job) -> bool:
+    """Waiting in its share's queue: RUNNABLE, not placed, not a victim still stopping."""
+    return job.state is JobState.RUNNABLE and job.placement is None and not job.stopping
+
+
 class Lifecycle:
-    """Job state changes on a snapshot, with the timers they need and the decisions they make."""
+    """Job state changes on the quota state, with the timers they need and the decisions they make."""
 
     def __init__(self, snapshot: Snapshot) -> None:
         self.snapshot = snapshot
         self._timers: list[tuple[float, int, int, Any]] = []
         self._timer_seq = 0
-        self._dirty_jobs: set[int] = set()
-        """Jobs new or changed since the last cycle: looked at whatever their types."""
         self._ready: list[int] = []
         """Preemptors whose victims have all stopped: placed at the next cycle."""
         self._out: list[Decision] = []
@@ -59,7 +62,7 @@ class Lifecycle:
             return False
         seq, since = payload
         job = self.snapshot.jobs[seq]
-        if not self.queued(job) or job.runnable_since != since:
+        if not queued(job) or job.runnable_since != since:
             return True
         return job.pending_deadline != at if kind == DEADLINE else job.starving
 
@@ -72,7 +75,7 @@ class Lifecycle:
         while self._timers and self._timers[0][0] <= now:
             at, _, kind, payload = heapq.heappop(self._timers)
             if kind == TYPE:
-                snap.improved.add(payload)
+                snap.changes.improved.add(payload)
                 continue
             if self._stale(at, kind, payload):
                 continue
@@ -94,10 +97,16 @@ class Lifecycle:
                 else:
                     snap.overtakes.watch(job)  # queueing, not starving, until someone overtakes it
 
-    # -- state changes -------------------------------------------------------------------
+    def start_ready(self, now: float) -> None:
+        """Step 0 of the cycle: preemptors whose victims have all stopped are placed."""
+        snap = self.snapshot
+        for seq in self._ready:
+            held = snap.jobs[seq]
+            if held.placement is not None and held.state is JobState.RUNNABLE:
+                self.start_held(held, now)
+        self._ready = []
 
-    def queued(self, job: Job) -> bool:
-        return job.state is JobState.RUNNABLE and job.placement is None and not job.stopping
+    # -- state changes -------------------------------------------------------------------
 
     def make_runnable(self, job: Job, now: float, keep_pending_clock: bool = False) -> None:
         snap = self.snapshot
@@ -118,7 +127,7 @@ class Lifecycle:
         self.timer(now + snap.shares[job.share].starvation_after_seconds, STARVE, (job.seq, now))
         snap.enqueue(job)
         snap.overtakes.became_runnable(job)
-        self._dirty_jobs.add(job.seq)
+        snap.changes.jobs.add(job.seq)
 
     def place(self, job: Job, entry: Entry, borrowed: int, now: float, why: str) -> None:
         snap = self.snapshot
@@ -136,7 +145,7 @@ class Lifecycle:
         ledger = snap.types[placement.entry.instance_type]
         if placement.draining:
             ledger.draining -= placement.draining
-            snap.improved.add(ledger.name)
+            snap.changes.improved.add(ledger.name)
             placement.draining = 0
         placement.placed_at = now
         job.state = JobState.SCHEDULED
@@ -146,7 +155,7 @@ class Lifecycle:
         job.last_placement = placement.entry
         job.last_borrowed = placement.borrowed
         snap.queues[job.share].add_running(job, ledger.name)
-        snap.new_victims.add(ledger.name)
+        snap.changes.placed.add(ledger.name)
         protection = snap.shares[job.share].preemption_protection_seconds
         if protection > 0:
             self.timer(now + protection, TYPE, ledger.name)
@@ -244,7 +253,7 @@ class Lifecycle:
         snap = self.snapshot
         for seq in snap.overtakes.placed(job, entry.instance_type, borrowed > 0):
             other = snap.jobs[seq]
-            if self.queued(other) and not other.starving:
+            if queued(other) and not other.starving:
                 self.start_starving(other, now)
 
     def start_starving(self, job: Job, now: float) -> None:
@@ -272,7 +281,7 @@ class Lifecycle:
         """Raise an alert (once per job and kind) with the job's position in its share."""
         job.alerts.add(kind)
         queue = self.snapshot.queues[job.share]
-        position = queue.position(job.key) if self.queued(job) else None
+        position = queue.position(job.key) if queued(job) else None
         self.emit(Alert(now, job.name, job.share, kind, reason, position, age, overtaken))
 
     def emit(self, decision: Decision) -> None:

@@ -1,25 +1,29 @@
-"""Steps 2 to 5 of the scheduling cycle (quota-model.md 4), each a walk over the jobs that might
-fit now, in the order the spec gives, that places, preempts or fails them through the lifecycle.
+"""Steps 2 to 5 of the scheduling cycle (quota-model.md 4) and the working sets they hand on.
+
+Steps 2, 3 and 4 are one walk each (walk.py) over the jobs that might fit now, driven by a
+policy: ``_WithinQuota`` (step 2, share by share), ``_Borrowing`` (step 3, across the
+LEND_AND_BORROW shares in FIFO order) and ``_Preemption`` (step 4, share by share). Step 5
+fails the CPU-only lists the provider cannot serve.
 
 A job is only looked at when it is new or changed, or when one of its instance types got easier
 since the last cycle (capacity freed, a limit raised, a lender no longer protecting, a new
-victim): a job that could not fit before and whose types did not change still cannot. Buckets
-(share, type, count) are dropped as soon as their jobs can no longer fit.
+victim): a job that could not fit before and whose types did not change still cannot.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection
-from typing import Any
+from collections.abc import Collection, Iterable
+from dataclasses import dataclass, field
 
 from sortedcontainers import SortedList
 
-from airflow_quota.core.lifecycle import Lifecycle
+from airflow_quota.core.lifecycle import Lifecycle, queued
 from airflow_quota.core.model import Entry, FailureReason, Job
 from airflow_quota.core.preempt import find_victims
-from airflow_quota.core.queues import JobKey, MergedStreams
+from airflow_quota.core.queues import JobKey
 from airflow_quota.core.quota import Block, holding_cap
-from airflow_quota.core.snapshot import Mode, Snapshot
+from airflow_quota.core.snapshot import Changes, Mode, Snapshot
+from airflow_quota.core.walk import Bucket, WalkPolicy, walk
 
 CAPACITY_BLOCKS = (Block.NO_PROVIDER_CAPACITY, Block.PLAN_FULL, Block.BACKING_OFF)
 BUCKET_BLOCKS = frozenset(
@@ -29,176 +33,145 @@ BUCKET_BLOCKS = frozenset(
 the share, the type and the count (and, for a reservation, on a key every later key shares),
 so they hold for every later job of a bucket until something improves the type."""
 SOURCE_BLOCKS = (*CAPACITY_BLOCKS, Block.PLAN_NOT_ACTIVE)
-JOBS = "jobs"
-"""The first item of the tag of a stream of new or changed jobs: (JOBS, share)."""
-Dirty = dict[str, SortedList]
-"""Keys of new or changed queued jobs, share by share."""
+KeysByShare = dict[str, SortedList]
+"""Keys of queued jobs, share by share."""
 
 
-def share_order(snap: Snapshot, names: Collection[str]) -> list[str]:
-    """Shares by usage/limit in instances (lowest first), then name."""
-    return sorted(names, key=lambda name: (snap.share_usage[name] / snap.share_limit[name], name))
+@dataclass(slots=True)
+class CycleWork:
+    """The working sets of one cycle, handed from step to step (no step keeps its own)."""
+
+    changes: Changes
+    """The state's record of changes, which the steps' own placements and preemptions add to."""
+    improved: set[str]
+    """Types whose buckets the steps look at: those that got easier before the cycle, then
+    those the cycle's own steps made easier (``catch_up``)."""
+    changed: set[int]
+    """Queued jobs new or changed since the last cycle."""
+    changed_keys: KeysByShare
+    """Keys of the jobs a placing step tries whatever their types, share by share: the keys
+    of ``changed``, and in step 4b those of the jobs queued again since (step 4's victims)."""
+    waits: set[int] = field(default_factory=set)
+    """Jobs that found no provider capacity for an entry quota allowed: step 5 looks at them."""
+
+    def catch_up(self, placed: bool = False) -> None:
+        """Take in the types the cycle's steps made easier so far; with ``placed``, also the
+        types of the new placements (new victims for step 4), whose record starts again."""
+        self.improved |= self.changes.improved
+        if placed:
+            self.improved |= self.changes.placed
+            self.changes.placed = set()
 
 
-def group_by_share(snap: Snapshot, dirty: set[int]) -> Dirty:
-    grouped: Dirty = {}
-    for seq in dirty:
-        job = snap.jobs[seq]
-        grouped.setdefault(job.share, SortedList()).add(job.key)
-    return grouped
+def begin(snap: Snapshot) -> CycleWork:
+    """The cycle's working sets, taken from what changed since the last cycle."""
+    changes = snap.changes
+    changed = {seq for seq in changes.jobs if queued(snap.jobs[seq])}
+    changes.jobs = set()
+    return CycleWork(changes, changes.take_improved(), changed, group_by_share(snap, changed))
 
 
-def candidate_shares(snap: Snapshot, improved: set[str], dirty_shares: Collection[str]) -> list[str]:
-    """Shares with a new or changed job, or a queue on a type that got easier."""
-    return [
-        name for name, queue in snap.queues.items() if name in dirty_shares or not improved.isdisjoint(queue.counts)
-    ]
+# -- step 2 -------------------------------------------------------------------------------------
 
 
-def within_quota(life: Lifecycle, now: float, improved: set[str], dirty: Dirty, waits: set[int]) -> None:
+def within_quota(life: Lifecycle, now: float, work: CycleWork) -> None:
     """Step 2: share by share (lowest usage/limit first), each job in order takes the first
     entry that fits under its share's limit with the invariant holding. It borrows nothing."""
     snap = life.snapshot
-    for name in share_order(snap, candidate_shares(snap, improved, dirty.keys())):
-        if name in dirty or _fits_within_quota(snap, name, improved):
-            _within_quota_of(life, name, now, improved, dirty, waits)
+    for name in share_order(snap, candidate_shares(snap, work.improved, work.changed_keys.keys())):
+        if name in work.changed_keys or _fits_within_quota(snap, name, work.improved):
+            policy = _WithinQuota(life, name, now, work)
+            walk(life, policy, _changed_of([name], work), policy.active)
 
 
-def _within_quota_room(snap: Snapshot, share: str, instance_type: str) -> int:
-    """The most instances of the type a job of ``share`` could get within quota now."""
-    ledger = snap.types[instance_type]
-    room = ledger.capacity - ledger.used - ledger.draining
-    return min(ledger.limit_of(share) - ledger.usage_of(share), room)
+class _WithinQuota(WalkPolicy):
+    """Step 2 in one share: queue order; a bucket while its count fits under the share's limit
+    and in the free capacity, and no starving job ahead reserves the type."""
 
+    def __init__(self, life: Lifecycle, share: str, now: float, work: CycleWork) -> None:
+        self.life, self.now, self.work = life, now, work
+        self.snap = life.snapshot
+        self.queue = self.snap.queues[share]
+        self.shares = (share,)
+        self.seen = set()
+        self.active = work.improved & self.queue.counts.keys()
+        """The types whose buckets joined the walk."""
 
-def _fits_within_quota(snap: Snapshot, share: str, improved: set[str]) -> bool:
-    """Whether some waiting job of the share asks for an improved type in a count that fits
-    within quota now: otherwise step 2 has nothing to look at in this share."""
-    queue = snap.queues[share]
-    for instance_type in improved & queue.counts.keys():
-        smallest = queue.smallest(instance_type)
-        if smallest is not None and smallest <= _within_quota_room(snap, share, instance_type):
-            return True
-    return False
+    def admits(self, bucket: Bucket, first: JobKey) -> bool:
+        return bucket.instances <= _within_quota_room(self.snap, bucket.share, bucket.instance_type)
 
+    def keeps(self, bucket: Bucket, job: Job) -> bool:
+        # a starving job ahead reserving the type holds back every job after it (held_back is
+        # monotone in the key, and that job was passed already in queue order, so stays queued)
+        return self.admits(bucket, job.key) and not self.queue.held_back(job.key, bucket.instance_type)
 
-def _within_quota_of(life: Lifecycle, name: str, now: float, improved: set[str], dirty: Dirty, waits: set[int]) -> None:
-    snap = life.snapshot
-    queue = snap.queues[name]
-    streams = MergedStreams(_identity)
-    if name in dirty:
-        streams.add(dirty[name], (JOBS, name))
-    active: set[str] = set()
+    def attempt(self, job: Job) -> bool:
+        return _try_place(self.life, job, Mode.WITHIN_QUOTA, self.now, self.work.waits)
 
-    def bound(instance_type: str) -> int:
-        return _within_quota_room(snap, name, instance_type)
-
-    def add_type(instance_type: str, after: Any = None) -> None:
-        active.add(instance_type)
-        limit = bound(instance_type)
-        for count in queue.counts[instance_type]:
-            bucket = queue.buckets[(instance_type, count)]
-            if bucket and count <= limit:
-                streams.add(bucket, (instance_type, count), after)
-
-    def newly_improved(position: Any) -> None:
+    def look_again(self) -> Iterable[str]:
         # a starving job placed lifts its reservation for the jobs behind it
-        for instance_type in (snap.improved & queue.counts.keys()) - active:
-            add_type(instance_type, position)
-
-    def keep(tag: Any, key: JobKey) -> bool:
-        return tag[1] <= bound(tag[0]) and not queue.held_back(key, tag[0])
-
-    for instance_type in improved & queue.counts.keys():
-        add_type(instance_type)
-    _drain(life, streams, Mode.WITHIN_QUOTA, now, waits, keep, newly_improved)
+        fresh = (self.work.changes.improved & self.queue.counts.keys()) - self.active
+        self.active |= fresh
+        return fresh
 
 
-def borrowing(life: Lifecycle, now: float, improved: set[str], dirty: Dirty, waits: set[int]) -> None:
+# -- step 3 -------------------------------------------------------------------------------------
+
+
+def borrowing(life: Lifecycle, now: float, work: CycleWork) -> None:
     """Step 3: LEND_AND_BORROW shares' remaining jobs, FIFO by first submission across
     shares, a job only after the jobs ahead of it in its own share."""
-    snap = life.snapshot
-    lenders_of = [n for n, s in snap.shares.items() if s.borrows]
-    holders = {name: snap.queues[name].priority_levels() for name in lenders_of}
+    policy = _Borrowing(life, now, work)
+    walk(life, policy, _changed_of(policy.shares, work), work.improved)
 
-    def order(key: JobKey) -> tuple[float, int, JobKey]:
-        before = holders[snap.jobs[key[2]].share].get(key[0], (float("-inf"), 0))
+
+class _Borrowing(WalkPolicy):
+    """Step 3: FIFO order across the borrowing shares; a bucket while its count fits in the
+    free capacity and under the share's borrow limit, and its entry fails for no reason every
+    later job of the bucket shares."""
+
+    def __init__(self, life: Lifecycle, now: float, work: CycleWork) -> None:
+        self.life, self.now, self.work = life, now, work
+        self.snap = snap = life.snapshot
+        self.shares = [n for n, s in snap.shares.items() if s.borrows]
+        self.seen = set()
+        self.levels = {name: snap.queues[name].priority_levels() for name in self.shares}
+        """Each share's priority levels at the step's start (``ShareQueue.priority_levels``)."""
+
+    def order(self, key: JobKey) -> tuple[float, int, JobKey]:
+        """After every job of higher priority in its own share, then by first submission."""
+        before = self.levels[self.snap.jobs[key[2]].share].get(key[0], (float("-inf"), 0))
         holder = max(before, (key[1], key[2]))
         return (holder[0], holder[1], key)
 
-    def room(instance_type: str, share: str) -> float:
-        ledger = snap.types[instance_type]
-        cap = holding_cap(snap.shares[share], ledger.limit_of(share))
+    def admits(self, bucket: Bucket, first: JobKey) -> bool:
+        return bucket.instances <= self._room(bucket.instance_type, bucket.share)
+
+    def keeps(self, bucket: Bucket, job: Job) -> bool:
+        # lender protection would otherwise fail each job of a long queue one by one
+        if not self.admits(bucket, job.key):
+            return False
+        block = self.snap.check(job, Entry(bucket.instance_type, bucket.instances), Mode.BORROW, self.now)
+        return block not in BUCKET_BLOCKS
+
+    def attempt(self, job: Job) -> bool:
+        return _try_place(self.life, job, Mode.BORROW, self.now, self.work.waits)
+
+    def look_again(self) -> Iterable[str]:
+        # every improved type, not only new ones: a placement that lifts a lender's protection
+        # or a reservation lets buckets dropped as unlendable fit again, from this job on
+        return list(self.work.changes.improved)
+
+    def _room(self, instance_type: str, share: str) -> float:
+        ledger = self.snap.types[instance_type]
+        cap = holding_cap(self.snap.shares[share], ledger.limit_of(share))
         physical = ledger.capacity - ledger.used - ledger.draining
         return physical if cap is None else min(physical, cap - ledger.usage_of(share))
 
-    streams = MergedStreams(order)
-    dirty_shares = dirty.keys()
-    active: set[str] = set(improved)
-
-    def add_type(instance_type: str, after: Any = None) -> None:
-        for name in lenders_of:
-            queue = snap.queues[name]
-            for count in queue.counts.get(instance_type, ()):
-                bucket = queue.buckets[(instance_type, count)]
-                if bucket and count <= room(instance_type, name):
-                    streams.add(bucket, (instance_type, count, name), after)
-
-    for name in lenders_of:
-        if name in dirty_shares:
-            streams.add(dirty[name], (JOBS, name))
-    for instance_type in improved:
-        add_type(instance_type)
-
-    def newly_improved(position: Any) -> None:
-        # every improved type, not only new ones: a placement that lifts a lender's protection
-        # or a reservation lets buckets dropped as unlendable fit again, from this job on
-        for instance_type in list(snap.improved):
-            active.add(instance_type)
-            add_type(instance_type, position)
-
-    def keep(tag: Any, key: JobKey) -> bool:
-        """Room, and a check of the bucket's entry that fails for a reason shared by every
-        job after ``key`` in the bucket (reservation, limits, pool, lendable capacity):
-        lender protection would otherwise fail each job of a long queue one by one."""
-        if tag[1] > room(tag[0], tag[2]):
-            return False
-        block = snap.check(snap.jobs[key[2]], Entry(tag[0], tag[1]), Mode.BORROW, now)
-        return block not in BUCKET_BLOCKS
-
-    _drain(life, streams, Mode.BORROW, now, waits, keep, newly_improved)
-
-
-def _drain(
-    life: Lifecycle,
-    streams: MergedStreams,
-    mode: Mode,
-    now: float,
-    waits: set[int],
-    keep: Callable[[Any, JobKey], bool],
-    after_placement: Callable[[Any], None] | None = None,
-) -> None:
-    """Try each job the streams give, in their order; drop a bucket once it cannot fit.
-
-    ``keep(tag, key)`` says whether the bucket's jobs from ``key`` on may still fit: a count
-    above the room, or a starving job ahead in the share reserving the type (held_back is
-    monotone in the key, and that starving job was passed already in this phase's order, so
-    it stays unplaced), fails every job after ``key`` in the bucket too."""
-    snap = life.snapshot
-    while (item := streams.pop()) is not None:
-        key, tag, position = item
-        job = snap.jobs[key[2]]
-        if tag[0] != JOBS and not keep(tag, key):
-            streams.drop(tag)
-            continue
-        streams.seen.add(job.seq)
-        if not life.queued(job):
-            continue
-        if _try_place(life, job, mode, now, waits) and after_placement is not None:
-            after_placement(position)
-
 
 def _try_place(life: Lifecycle, job: Job, mode: Mode, now: float, waits: set[int]) -> bool:
+    """Place the job on its first entry that passes the check in ``mode``; an entry that fails
+    only for want of provider or plan capacity puts the job among ``waits``."""
     snap = life.snapshot
     for entry in job.entries:
         block = snap.check(job, entry, mode, now)
@@ -212,7 +185,10 @@ def _try_place(life: Lifecycle, job: Job, mode: Mode, now: float, waits: set[int
     return False
 
 
-def preemption(life: Lifecycle, now: float, improved: set[str], dirty: Dirty) -> bool:
+# -- step 4 -------------------------------------------------------------------------------------
+
+
+def preemption(life: Lifecycle, now: float, work: CycleWork) -> bool:
     """Step 4: jobs still RUNNABLE at its start (not those preempted in it), visited as in
     step 2, try their entries in list order; the first entry for which a victim set exists
     wins. Capacity a preemption frees beyond its need is seen by the jobs visited after it.
@@ -221,54 +197,53 @@ def preemption(life: Lifecycle, now: float, improved: set[str], dirty: Dirty) ->
     preempted: set[int] = set()
     victims = 0
     for name in share_order(snap, list(snap.queues)):
-        if name in dirty or not improved.isdisjoint(snap.queues[name].counts):
-            victims += _preemption_of(life, name, now, improved, dirty, preempted)
+        if name in work.changed_keys or not work.improved.isdisjoint(snap.queues[name].counts):
+            policy = _Preemption(life, name, now, work, preempted)
+            walk(life, policy, _changed_of([name], work), work.improved & policy.queue.counts.keys())
+            victims += policy.victims
     return victims > 0
 
 
-def _preemption_of(
-    life: Lifecycle, name: str, now: float, improved: set[str], dirty: Dirty, preempted: set[int]
-) -> int:
-    """Step 4 for one share's queue; returns how many victims it preempted."""
-    snap = life.snapshot
-    made = 0
-    queue = snap.queues[name]
-    streams = MergedStreams(_identity)
-    streams.seen = preempted
-    if name in dirty:
-        streams.add(dirty[name], (JOBS, name))
+class _Preemption(WalkPolicy):
+    """Step 4 in one share: queue order; a bucket while ``may_preempt`` holds for its next job."""
 
-    def add_type(instance_type: str, after: JobKey | None) -> None:
-        for count in queue.counts.get(instance_type, ()):
-            bucket = queue.buckets[(instance_type, count)]
-            if bucket and may_preempt(snap, name, instance_type, count, snap.jobs[bucket[0][2]], now):
-                streams.add(bucket, (instance_type, count), after)
+    def __init__(self, life: Lifecycle, share: str, now: float, work: CycleWork, preempted: set[int]) -> None:
+        self.life, self.now, self.work = life, now, work
+        self.snap = life.snapshot
+        self.share = share
+        self.queue = self.snap.queues[share]
+        self.shares = (share,)
+        self.seen = preempted
+        """Preemptors and victims of the whole step: none is visited again in it."""
+        self.victims = 0
 
-    for instance_type in improved & queue.counts.keys():
-        add_type(instance_type, None)
-    while (item := streams.pop()) is not None:
-        key, tag, _ = item
-        job = snap.jobs[key[2]]
-        if tag[0] != JOBS and not may_preempt(snap, name, tag[0], tag[1], job, now):
-            streams.drop(tag)  # jobs further down have no higher priority
-            continue
-        if not life.queued(job):
-            continue
-        preempted.add(job.seq)
+    def admits(self, bucket: Bucket, first: JobKey) -> bool:
+        return may_preempt(
+            self.snap, self.share, bucket.instance_type, bucket.instances, self.snap.jobs[first[2]], self.now
+        )
+
+    def keeps(self, bucket: Bucket, job: Job) -> bool:
+        # the jobs further down the bucket have no higher priority
+        return may_preempt(self.snap, self.share, bucket.instance_type, bucket.instances, job, self.now)
+
+    def attempt(self, job: Job) -> bool:
         for entry in job.entries:
-            if not may_preempt(snap, name, entry.instance_type, entry.count, job, now):
+            if not may_preempt(self.snap, self.share, entry.instance_type, entry.count, job, self.now):
                 continue
-            victims = find_victims(snap, job, entry, now)
+            victims = find_victims(self.snap, job, entry, self.now)
             if victims is None:
                 continue
-            preempted.update(v.seq for v, _ in victims)
-            made += len(victims)
-            life.preempt(job, entry, victims, now)
-            improved |= snap.improved | snap.new_victims
-            for instance_type in snap.improved & queue.counts.keys():
-                add_type(instance_type, key)  # buckets passed over before may fit now
-            break
-    return made
+            self.seen.update(v.seq for v, _ in victims)
+            self.victims += len(victims)
+            self.life.preempt(job, entry, victims, self.now)
+            return True
+        return False
+
+    def look_again(self) -> Iterable[str]:
+        # buckets passed over before may fit now
+        changes = self.work.changes
+        self.work.improved |= changes.improved | changes.placed
+        return changes.improved & self.queue.counts.keys()
 
 
 def may_preempt(snap: Snapshot, share: str, instance_type: str, count: int, job: Job | None, now: float) -> bool:
@@ -306,12 +281,26 @@ def room_or_reclaim(snap: Snapshot, share: str, instance_type: str, count: int, 
     return usage + count <= limit and ledger.borrowed_total > 0
 
 
-def fail_fast(life: Lifecycle, now: float, waits: set[int]) -> None:
+# -- step 4b and 5 -------------------------------------------------------------------------------
+
+
+def leftovers(life: Lifecycle, now: float, work: CycleWork) -> None:
+    """Step 4b, after step 4 preempted: steps 2 and 3 once more (step 4's victims included),
+    so that capacity freed beyond the preemptors' need does not idle until the next event."""
+    snap = life.snapshot
+    work.changed_keys = group_by_share(snap, {seq for seq in work.changes.jobs if queued(snap.jobs[seq])})
+    work.catch_up()
+    within_quota(life, now, work)
+    work.catch_up()
+    borrowing(life, now, work)
+
+
+def fail_fast(life: Lifecycle, now: float, work: CycleWork) -> None:
     """Step 5: a CPU-only list that quota allows but the provider cannot serve fails now."""
     snap = life.snapshot
-    for seq in sorted(waits):
+    for seq in sorted(work.waits):
         job = snap.jobs[seq]
-        if not life.queued(job) or job.request.wait_for_capacity:
+        if not queued(job) or job.request.wait_for_capacity:
             continue
         if any(snap.accelerated(e.instance_type) for e in job.entries):
             continue
@@ -319,5 +308,48 @@ def fail_fast(life: Lifecycle, now: float, waits: set[int]) -> None:
         life.fail(job, FailureReason.CAPACITY_ERROR, "no provider capacity for a CPU-only list", now)
 
 
-def _identity(key: JobKey) -> JobKey:
-    return key
+# -- helpers -------------------------------------------------------------------------------------
+
+
+def share_order(snap: Snapshot, names: Collection[str]) -> list[str]:
+    """Shares by usage/limit in instances (lowest first), then name."""
+    return sorted(names, key=lambda name: (snap.share_usage[name] / snap.share_limit[name], name))
+
+
+def group_by_share(snap: Snapshot, seqs: set[int]) -> KeysByShare:
+    """The jobs' keys, share by share."""
+    grouped: KeysByShare = {}
+    for seq in seqs:
+        job = snap.jobs[seq]
+        grouped.setdefault(job.share, SortedList()).add(job.key)
+    return grouped
+
+
+def candidate_shares(snap: Snapshot, improved: set[str], changed_shares: Collection[str]) -> list[str]:
+    """Shares with a new or changed job, or a queue on a type that got easier."""
+    return [
+        name for name, queue in snap.queues.items() if name in changed_shares or not improved.isdisjoint(queue.counts)
+    ]
+
+
+def _changed_of(shares: Iterable[str], work: CycleWork) -> list[tuple[str, SortedList]]:
+    """(share, keys) of the jobs a placing step tries whatever their types, for these shares."""
+    return [(name, work.changed_keys[name]) for name in shares if name in work.changed_keys]
+
+
+def _within_quota_room(snap: Snapshot, share: str, instance_type: str) -> int:
+    """The most instances of the type a job of ``share`` could get within quota now."""
+    ledger = snap.types[instance_type]
+    room = ledger.capacity - ledger.used - ledger.draining
+    return min(ledger.limit_of(share) - ledger.usage_of(share), room)
+
+
+def _fits_within_quota(snap: Snapshot, share: str, improved: set[str]) -> bool:
+    """Whether some waiting job of the share asks for an improved type in a count that fits
+    within quota now: otherwise step 2 has nothing to look at in this share."""
+    queue = snap.queues[share]
+    for instance_type in improved & queue.counts.keys():
+        smallest = queue.smallest(instance_type)
+        if smallest is not None and smallest <= _within_quota_room(snap, share, instance_type):
+            return True
+    return False

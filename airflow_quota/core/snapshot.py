@@ -31,6 +31,28 @@ class Mode(Enum):
 
 
 @dataclass(slots=True)
+class Changes:
+    """What changed since the cycle last looked, so that it looks only there: a job that could
+    not fit before, and whose types did not get easier since, still cannot (quota-model.md 4).
+    The state's primitive changes, the lifecycle and the scheduler's API record here; the
+    cycle takes what it needs (``CycleWork``, phases.py)."""
+
+    improved: set[str] = field(default_factory=set)
+    """Types on which something got easier: capacity freed, a limit or the pool changed, a
+    lender stopped protecting, a reservation was lifted, a timer fell due."""
+    placed: set[str] = field(default_factory=set)
+    """Types with a newly placed job: a new candidate victim for reclaim or in-share
+    preemption. Only step 4 can gain from a placement; steps 2 and 3 cannot."""
+    jobs: set[int] = field(default_factory=set)
+    """Jobs new or changed (queued again, a new priority): looked at whatever their types."""
+
+    def take_improved(self) -> set[str]:
+        """The improved types recorded so far; from now on, a new record starts."""
+        improved, self.improved = self.improved, set()
+        return improved
+
+
+@dataclass(slots=True)
 class Snapshot:
     """Everything a cycle reads and changes. ``origin`` is the instant of time 0."""
 
@@ -44,9 +66,9 @@ class Snapshot:
     jobs: dict[int, Job] = field(default_factory=dict)
     live_names: dict[str, int] = field(default_factory=dict)
     latest_names: dict[str, int] = field(default_factory=dict)
+    """The latest job of each name, live or not."""
     refs: dict[int, int] = field(default_factory=dict)
     """The caller's identifier of a job → its seq."""
-    """The latest job of each name, live or not."""
     backoff_until: dict[tuple[str, str | None], float] = field(default_factory=dict)
     meter: Meter = field(default_factory=Meter)
     overtakes: OvertakeLog = field(default_factory=OvertakeLog)
@@ -57,12 +79,8 @@ class Snapshot:
     reserving_shares: tuple[str, ...] = ()
     """LEND_AND_BORROW shares whose starving jobs hold reservations: only they can hold
     borrowing pool-wide (none under the defaults, so the check costs nothing then)."""
-    improved: set[str] = field(default_factory=set)
-    new_victims: set[str] = field(default_factory=set)
-    """Types with a newly placed job: a new candidate for in-share preemption or reclaim.
-    Only preemption (step 4) can gain from a placement; steps 2 and 3 cannot."""
-    """Types on which something got easier since the last look: capacity freed, a limit or
-    the pool changed, a lender stopped protecting, a victim became available."""
+    changes: Changes = field(default_factory=Changes)
+    """What changed since the cycle last looked: every change below records itself there."""
 
     def __post_init__(self) -> None:
         self.load_config(self.config, 0.0)
@@ -111,7 +129,7 @@ class Snapshot:
                 hourly_price=plan.hourly_price,
                 used=used,
             )
-        self.improved |= set(self.types)
+        self.changes.improved |= set(self.types)
 
     def accelerated(self, instance_type: str) -> bool:
         spec = self.catalogue.get(instance_type)
@@ -272,7 +290,7 @@ class Snapshot:
         """Take a job out of its share's queue; types its share may stop protecting become
         lendable, and a starving job's reservation is lifted."""
         if job.starving:
-            self.improved |= job.instance_types
+            self.changes.improved |= job.instance_types
         self.overtakes.forget(job)
         queue = self.queues[job.share]
         for name in queue.remove_runnable(job):
@@ -280,7 +298,7 @@ class Snapshot:
             headroom = ledger.limit_of(job.share) - ledger.usage_of(job.share)
             smallest = queue.smallest(name)
             if job.entry_on(name).count <= headroom and (smallest is None or smallest > headroom):
-                self.improved.add(name)
+                self.changes.improved.add(name)
 
     def take(self, job: Job, entry: Entry, now: float) -> None:
         """Count ``entry`` in the job's share usage and in its source."""
@@ -290,13 +308,13 @@ class Snapshot:
         ledger.change_usage(job.share, entry.count)
         lends = ledger.lends.get(job.share, True)
         if lends and self.protection_changed(job.share, ledger, before, before + entry.count):
-            self.improved.add(entry.instance_type)
+            self.changes.improved.add(entry.instance_type)
         self.share_usage[job.share] += entry.count
         if entry.training_plan is not None:
             self.plans[entry.training_plan].used += entry.count
         else:
             ledger.on_demand_used += entry.count
-        self.new_victims.add(entry.instance_type)
+        self.changes.placed.add(entry.instance_type)
 
     def give_back(self, job: Job, now: float) -> Placement:
         """Release what the job holds; the time it held it is charged to the job."""
@@ -320,7 +338,7 @@ class Snapshot:
             self.queues[job.share].remove_running(job, entry.instance_type)
             charge(job, entry, now - placement.placed_at, ledger.gpus, price)
         job.placement = None
-        self.improved.add(entry.instance_type)
+        self.changes.improved.add(entry.instance_type)
         return placement
 
     def final_jobs_forget(self, job: Job) -> None:

@@ -137,7 +137,7 @@ class QuotaStore:
             return job
 
     def _snapshot_of_latest(self, session: Session) -> Snapshot:
-        """The latest configuration as a snapshot to check submissions against; the version is
+        """The latest configuration as a quota state to check submissions against; the version is
         looked up at most once a second (the scheduler checks every submission again when it
         takes it in, against the configuration then in force)."""
         now = time.monotonic()

@@ -145,9 +145,7 @@ def run_checked(loaded: LoadedScenario, literal: bool = False) -> list[Decision]
         original = scheduler.run_cycle
 
         def rescanning_cycle(now: float) -> list[Decision]:
-            snap = scheduler.snapshot
-            snap.improved |= set(snap.types)
-            scheduler._dirty_jobs |= {j.seq for j in snap.jobs.values() if scheduler.queued(j)}
+            scheduler.rescan_next_cycle()
             return original(now)
 
         scheduler.run_cycle = rescanning_cycle  # type: ignore[method-assign]

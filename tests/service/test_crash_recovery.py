@@ -270,7 +270,7 @@ def invariant_problems(config: QuotaConfig, holding: dict[tuple[str, str], int])
 
 
 def holding_now(engine: Engine) -> dict[tuple[str, str], int]:
-    """Usage per (share, type) from the job rows in one statement (one consistent snapshot)."""
+    """Usage per (share, type) from the job rows in one statement (one consistent read)."""
     query = (
         select(JobRow.share, JobRow.instance_type, func.sum(JobRow.count))
         .where(JobRow.state.in_(HOLDING))

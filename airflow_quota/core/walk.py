@@ -1,0 +1,109 @@
+"""The walk each placing step of the cycle makes (quota-model.md 4, steps 2, 3 and 4): over the
+jobs that might fit now, in the step's order, each job tried once, a bucket dropped as soon as
+its jobs can no longer fit.
+
+The jobs come from sorted streams of job keys, merged lazily (``MergedStreams``), each with a tag:
+
+- ``NewJobs(share)``: the share's queued jobs that are new or changed since the last cycle,
+  tried whatever their types;
+- ``Bucket(share, instance_type, instances)``: the share's queued jobs with an entry asking
+  that many instances of the type. A type's buckets join the walk only when something got
+  easier on the type, and only those the step's bound lets fit.
+
+What differs from step to step is a ``WalkPolicy``: the order, the bound, what to keep, what to
+try, and which types to look at again after a success.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Iterable, Sequence
+from typing import Any, NamedTuple
+
+from sortedcontainers import SortedList
+
+from airflow_quota.core.lifecycle import Lifecycle, queued
+from airflow_quota.core.model import Job
+from airflow_quota.core.queues import JobKey, MergedStreams
+
+
+class NewJobs(NamedTuple):
+    """The tag of a stream of a share's new or changed queued jobs."""
+
+    share: str
+
+
+class Bucket(NamedTuple):
+    """The tag of a stream of a share's queued jobs with an entry asking ``instances`` of
+    ``instance_type``."""
+
+    share: str
+    instance_type: str
+    instances: int
+    """How many instances of the type each job of the bucket asks for."""
+
+
+class WalkPolicy(ABC):
+    """What one step's walk does differently: the order, the bound, what to keep and what to try."""
+
+    shares: Sequence[str]
+    """The shares whose buckets the walk merges."""
+    seen: set[int]
+    """Jobs already tried (or not to be tried) in this walk."""
+
+    def order(self, key: JobKey) -> Any:
+        """The walk's order; it must grow with the keys of every stream. Queue order by default."""
+        return key
+
+    @abstractmethod
+    def admits(self, bucket: Bucket, first: JobKey) -> bool:
+        """The bound: whether the bucket, whose first job is ``first``, may fit now. A bucket
+        joins the walk only then."""
+
+    @abstractmethod
+    def keeps(self, bucket: Bucket, job: Job) -> bool:
+        """Whether ``job``, next in the bucket, and every job after it may still fit:
+        otherwise the bucket is dropped until something gets easier on its type."""
+
+    @abstractmethod
+    def attempt(self, job: Job) -> bool:
+        """Try the job (place it, or preempt for it); True when it got capacity."""
+
+    @abstractmethod
+    def look_again(self) -> Iterable[str]:
+        """After a success: the types whose buckets may fit now, walked from that job on."""
+
+
+def walk(life: Lifecycle, policy: WalkPolicy, new_jobs: Iterable[tuple[str, SortedList]], types: Iterable[str]) -> None:
+    """Try, in the policy's order, the ``new_jobs`` (share, keys) and the jobs of the buckets of
+    ``types`` the policy admits, each job once; drop a bucket once the policy does not keep it."""
+    jobs = life.snapshot.jobs
+    streams = MergedStreams(policy.order)
+    streams.seen = policy.seen
+    for share, keys in new_jobs:
+        streams.add(keys, NewJobs(share))
+    for instance_type in types:
+        _add_buckets(life, policy, streams, instance_type, None)
+    while (item := streams.pop()) is not None:
+        key, tag, position = item
+        job = jobs[key[2]]
+        if type(tag) is Bucket and not policy.keeps(tag, job):
+            streams.drop(tag)
+            continue
+        streams.seen.add(job.seq)
+        if queued(job) and policy.attempt(job):
+            for instance_type in policy.look_again():
+                _add_buckets(life, policy, streams, instance_type, position)
+
+
+def _add_buckets(life: Lifecycle, policy: WalkPolicy, streams: MergedStreams, instance_type: str, after: Any) -> None:
+    """Merge in the buckets of the type that the policy admits, from ``after`` on if given."""
+    queues = life.snapshot.queues
+    for share in policy.shares:
+        queue = queues[share]
+        for count in queue.counts.get(instance_type, ()):
+            keys = queue.buckets[(instance_type, count)]
+            if keys:
+                bucket = Bucket(share, instance_type, count)
+                if policy.admits(bucket, keys[0]):
+                    streams.add(keys, bucket, after)
