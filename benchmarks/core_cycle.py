@@ -44,11 +44,11 @@ def cycle_latency(runnable: int, running: int = 2000, cycles: int = 200) -> dict
     rng = random.Random(3)
     scheduler = QuotaScheduler(config)
     i = 0
-    while sum(1 for j in scheduler.snapshot.jobs.values() if j.state is JobState.SCHEDULED) < running and i < 20000:
+    while sum(1 for j in scheduler.state.jobs.values() if j.state is JobState.SCHEDULED) < running and i < 20000:
         scheduler.submit(_request(rng, raw, i), 0.0)
         scheduler.run_cycle(0.0)
         i += 1
-    placed = [j for j in scheduler.snapshot.jobs.values() if j.state is JobState.SCHEDULED]
+    placed = [j for j in scheduler.state.jobs.values() if j.state is JobState.SCHEDULED]
     for n in range(runnable):
         scheduler.submit(_request(rng, raw, i + n), 1.0)
     start = time.perf_counter()
@@ -61,7 +61,7 @@ def cycle_latency(runnable: int, running: int = 2000, cycles: int = 200) -> dict
     for k in range(cycles):
         victim = finishing[k % len(finishing)]
         if not victim.state.holds_capacity:
-            victim = next(j for j in scheduler.snapshot.jobs.values() if j.state.holds_capacity)
+            victim = next(j for j in scheduler.state.jobs.values() if j.state.holds_capacity)
         start = time.perf_counter()
         scheduler.job_running(victim, now)
         scheduler.job_finished(victim, now, succeeded=True)

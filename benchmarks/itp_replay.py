@@ -118,13 +118,13 @@ def what_if(mode: str) -> None:
     the reverse, and only for entries that fit under the share's limit), or ``measure-idle`` (see
     ``IdleWhileWaiting``). Comma-separated."""
     from airflow_quota.core import phases
-    from airflow_quota.core.snapshot import Snapshot
+    from airflow_quota.core.state import QuotaState
 
     for item in filter(None, mode.split(",")):
         if item == "measure-idle":
             continue  # the worker attaches the meter
         if item == "no-lender-protection":
-            Snapshot.protected_idle = lambda self, ledger, now, usage=None: 0  # type: ignore[method-assign]
+            QuotaState.protected_idle = lambda self, ledger, now, usage=None: 0  # type: ignore[method-assign]
         elif item == "no-preemption":
             phases.preemption = lambda *args, **kwargs: False
         elif item == "borrowing-hold-only":
@@ -142,19 +142,19 @@ def _in_share_hold_only() -> None:
     entries that fit under the share's limit: no pool-wide borrowing hold."""
     from airflow_quota.core.lifecycle import Lifecycle
     from airflow_quota.core.model import Job
-    from airflow_quota.core.snapshot import Snapshot
+    from airflow_quota.core.state import QuotaState
 
-    Snapshot.borrowing_holder = lambda self, instance_type: None  # type: ignore[method-assign]
+    QuotaState.borrowing_holder = lambda self, instance_type: None  # type: ignore[method-assign]
     start_starving = Lifecycle.start_starving
 
     def starving_within_limit(self: Lifecycle, job: Job, now: float) -> None:
         start_starving(self, job, now)
-        snapshot = self.snapshot
-        queue = snapshot.queues[job.share]
+        state = self.state
+        queue = state.queues[job.share]
         if job.key not in queue.starving_types:
             return
         fitting = frozenset(
-            e.instance_type for e in job.entries if e.count <= snapshot.types[e.instance_type].limit_of(job.share)
+            e.instance_type for e in job.entries if e.count <= state.types[e.instance_type].limit_of(job.share)
         )
         if fitting:
             queue.starving_types[job.key] = fitting
@@ -179,10 +179,10 @@ class IdleWhileWaiting:
     def __call__(self, now: float, _cycles: int, _finished: int) -> None:
         if self.fits:
             self.gpu_seconds += self.idle * (now - self.last)
-        snapshot = self.simulator.scheduler.snapshot
-        ledger = snapshot.types[INSTANCE_TYPE]
+        state = self.simulator.scheduler.state
+        ledger = state.types[INSTANCE_TYPE]
         self.idle = ledger.capacity - ledger.used - ledger.draining
-        waiting = [n for q in snapshot.queues.values() for (_, n), bucket in q.buckets.items() if bucket]
+        waiting = [n for q in state.queues.values() for (_, n), bucket in q.buckets.items() if bucket]
         self.fits = bool(waiting) and min(waiting) <= self.idle
         self.last = now
 

@@ -78,10 +78,10 @@ class LendableMeter:
             self.lendable_hours += self.lendable * span
             for share, over in self.borrowed.items():
                 self.borrowed_hours[share] = self.borrowed_hours.get(share, 0.0) + over * span
-        snapshot = self.simulator.scheduler.snapshot
-        ledger = snapshot.types[INSTANCE_TYPE]
+        state = self.simulator.scheduler.state
+        ledger = state.types[INSTANCE_TYPE]
         free = ledger.capacity - ledger.used - ledger.draining
-        self.lendable = max(0, free - snapshot.protected_idle(ledger, now))
+        self.lendable = max(0, free - state.protected_idle(ledger, now))
         self.borrowed = {s: max(0, u - ledger.limit_of(s)) for s, u in ledger.usage.items()}
         self.last = now
 

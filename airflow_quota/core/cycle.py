@@ -1,6 +1,6 @@
 """The quota scheduler core (quota-model.md 4, 5, 6): ``QuotaScheduler`` and its cycle.
 
-``QuotaScheduler`` holds the live quota state (``Snapshot``) and the ``Lifecycle`` that changes
+``QuotaScheduler`` holds the live quota state (``QuotaState``) and the ``Lifecycle`` that changes
 it. Its callers (the simulator, the quota service) tell it what happened (a submission, a job
 running or finishing, a victim stopped, a configuration change) and run a cycle at a given
 time; every call returns the decisions it made, each with its reason. Nothing here reads a
@@ -14,7 +14,7 @@ of quota-model.md 4. The core then reads top-down in this order:
 3. ``walk.py``: the one bucket walk steps 2, 3 and 4 make, and the ``WalkPolicy`` each gives it;
 4. ``lifecycle.py``: how a job changes state (placed, preempted, requeued, failed, starving),
    the timers, and the decisions emitted;
-5. ``snapshot.py``: the live state, the placement check ``Snapshot.check`` every step uses,
+5. ``state.py``: the live state, the placement check ``QuotaState.check`` every step uses,
    and ``Changes``, the record of what got easier since the cycle last looked;
 6. ``quota.py`` (the invariant's arithmetic per type), ``preempt.py`` (victim selection),
    ``queues.py`` (the per-share indexes and the merge the walk runs on);
@@ -44,7 +44,7 @@ from airflow_quota.core.model import (
     Submitted,
     Succeeded,
 )
-from airflow_quota.core.snapshot import Snapshot
+from airflow_quota.core.state import QuotaState
 from airflow_quota.core.submission import check_submission
 from airflow_quota.exceptions import ChangeRefused
 
@@ -58,10 +58,10 @@ class QuotaScheduler:
     """Whether a job waits in its share's queue (``lifecycle.queued``)."""
 
     def __init__(self, config: QuotaConfig, origin: datetime = EPOCH) -> None:
-        self.snapshot = Snapshot(config, origin)
+        self.state = QuotaState(config, origin)
         """The live quota state: configuration, ledgers, queues, jobs."""
-        self.lifecycle = Lifecycle(self.snapshot)
-        """Moves jobs between states on ``snapshot``, keeps the timers, collects the decisions."""
+        self.lifecycle = Lifecycle(self.state)
+        """Moves jobs between states on ``state``, keeps the timers, collects the decisions."""
         self.cycles = 0
         self._seq = 0
         self._guarantees = GuaranteeWatch()
@@ -74,9 +74,9 @@ class QuotaScheduler:
     def rescan_next_cycle(self) -> None:
         """Have the next cycle look at every queued job on every type, as a cycle that rescans
         everything would (what the property tests compare the incremental cycle against)."""
-        changes = self.snapshot.changes
-        changes.improved |= set(self.snapshot.types)
-        changes.jobs |= {job.seq for job in self.snapshot.jobs.values() if queued(job)}
+        changes = self.state.changes
+        changes.improved |= set(self.state.types)
+        changes.jobs |= {job.seq for job in self.state.jobs.values() if queued(job)}
 
     # -- what happened -------------------------------------------------------------------
 
@@ -85,7 +85,7 @@ class QuotaScheduler:
 
         ``ref`` is the caller's identifier for the job (its id in the quota database), found
         again with ``by_ref``."""
-        check_submission(self.snapshot, request)
+        check_submission(self.state, request)
         self._seq += 1
         job = Job(
             seq=self._seq,
@@ -97,29 +97,29 @@ class QuotaScheduler:
             submitted_at=now,
         )
         job.ref = ref
-        self.snapshot.jobs[job.seq] = job
+        self.state.jobs[job.seq] = job
         if ref is not None:
-            self.snapshot.refs[ref] = job.seq
-        self.snapshot.live_names[job.name] = job.seq
-        self.snapshot.latest_names[job.name] = job.seq
+            self.state.refs[ref] = job.seq
+        self.state.live_names[job.name] = job.seq
+        self.state.latest_names[job.name] = job.seq
         self.lifecycle.emit(Submitted(now, job.name, job.share))
         self.lifecycle.make_runnable(job, now)
         return self.lifecycle.flush()
 
     def job(self, name: str) -> Job:
         """The live job of that name, else the latest one of that name."""
-        seq = self.snapshot.live_names.get(name) or self.snapshot.latest_names.get(name)
+        seq = self.state.live_names.get(name) or self.state.latest_names.get(name)
         if seq is None:
             raise KeyError(name)
-        return self.snapshot.jobs[seq]
+        return self.state.jobs[seq]
 
     def by_ref(self, ref: int) -> Job:
         """The job submitted with this ``ref``."""
-        return self.snapshot.jobs[self.snapshot.refs[ref]]
+        return self.state.jobs[self.state.refs[ref]]
 
     def set_priority(self, job: Job, priority: int, now: float) -> list[Decision]:
         """UpdateServiceJob: takes effect in the next cycle; above max_priority it is refused."""
-        share = self.snapshot.shares[job.share]
+        share = self.state.shares[job.share]
         if job.state.is_final:
             raise ChangeRefused(f"job {job.name!r} is {job.state.value}; its priority can no longer change")
         if not 0 <= priority <= share.max_priority:
@@ -128,22 +128,22 @@ class QuotaScheduler:
                 f"{share.max_priority}"
             )
         old = job.priority
-        queue = self.snapshot.queues[job.share]
+        queue = self.state.queues[job.share]
         queued = job.state is JobState.RUNNABLE and job.placement is None
         running = job.state.holds_capacity and job.placement is not None and not job.stopping
         if queued:
-            self.snapshot.dequeue(job)
+            self.state.dequeue(job)
         if running:
             assert job.placement is not None
             queue.remove_running(job, job.placement.entry.instance_type)
         job.priority = priority
         if queued:
-            self.snapshot.enqueue(job)
-            self.snapshot.changes.jobs.add(job.seq)
+            self.state.enqueue(job)
+            self.state.changes.jobs.add(job.seq)
         if running:
             assert job.placement is not None
             queue.add_running(job, job.placement.entry.instance_type)
-            self.snapshot.changes.improved.add(job.placement.entry.instance_type)
+            self.state.changes.improved.add(job.placement.entry.instance_type)
         self.lifecycle.emit(PriorityChanged(now, job.name, job.share, old, priority))
         return self.lifecycle.flush()
 
@@ -152,7 +152,7 @@ class QuotaScheduler:
         if job.state.is_final:
             raise ChangeRefused(f"job {job.name!r} is already {job.state.value}")
         if job.placement is None and job.state is JobState.RUNNABLE and not job.stopping:
-            self.snapshot.dequeue(job)
+            self.state.dequeue(job)
         elif job.placement is not None:
             self.lifecycle.release(job, now)
         self.lifecycle.fail(job, FailureReason.CANCELLED, detail, now)
@@ -160,18 +160,18 @@ class QuotaScheduler:
 
     def apply_config(self, config: QuotaConfig, now: float) -> list[Decision]:
         """A new configuration takes effect in the next cycle (quota-model.md 5)."""
-        self.snapshot.load_config(config, now)
+        self.state.load_config(config, now)
         self._plan_timers()
         return self.lifecycle.flush()
 
     def set_provider_available(self, instance_type: str, available: int | None, now: float) -> None:
         """How many on-demand instances of a type the provider can give (None: unlimited)."""
-        ledger = self.snapshot.types.get(instance_type)
+        ledger = self.state.types.get(instance_type)
         if ledger is None:
             return
-        self.snapshot.meter.touch(ledger, now)
+        self.state.meter.touch(ledger, now)
         ledger.available = available
-        self.snapshot.changes.improved.add(instance_type)
+        self.state.changes.improved.add(instance_type)
 
     def capacity_error(self, job: Job, now: float, backoff_seconds: float) -> list[Decision]:
         """The backend had no capacity for the placed entry: the job is RUNNABLE again and the
@@ -180,7 +180,7 @@ class QuotaScheduler:
         entry = job.placement.entry
         self.lifecycle.release(job, now)
         job.attempts -= 1
-        self.snapshot.backoff_until[(entry.instance_type, entry.training_plan)] = now + backoff_seconds
+        self.state.backoff_until[(entry.instance_type, entry.training_plan)] = now + backoff_seconds
         self.lifecycle.timer(now + backoff_seconds, TYPE, entry.instance_type)
         self.lifecycle.make_runnable(job, now, keep_pending_clock=True)
         return self.lifecycle.flush()
@@ -200,7 +200,7 @@ class QuotaScheduler:
         if succeeded:
             job.state = JobState.SUCCEEDED
             job.progress += done
-            self.snapshot.final_jobs_forget(job)
+            self.state.final_jobs_forget(job)
             self.lifecycle.emit(Succeeded(now, job.name, job.share))
             return self.lifecycle.flush()
         job.failed_attempts += 1
@@ -235,7 +235,7 @@ class QuotaScheduler:
 
     def _plan_timers(self) -> None:
         """A cycle at every plan window's start and end."""
-        for plan in self.snapshot.plans.values():
+        for plan in self.state.plans.values():
             self.lifecycle.timer(plan.starts_at, TYPE, plan.instance_type)
             self.lifecycle.timer(plan.ends_at, TYPE, plan.instance_type)
 
@@ -263,7 +263,7 @@ class QuotaScheduler:
         life = self.lifecycle
         life.fire_timers(now)  # 0 and 1
         life.start_ready(now)  # 0
-        work = phases.begin(self.snapshot)
+        work = phases.begin(self.state)
         phases.within_quota(life, now, work)  # 2
         work.catch_up()
         phases.borrowing(life, now, work)  # 3
@@ -273,6 +273,6 @@ class QuotaScheduler:
         phases.fail_fast(life, now, work)  # 5
         work.catch_up()
         for seq in work.changed:
-            work.improved |= self.snapshot.jobs[seq].instance_types
+            work.improved |= self.state.jobs[seq].instance_types
         self._guarantees.check(life, now, work.improved)  # 6, where anything changed
         return life.flush()

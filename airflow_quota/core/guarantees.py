@@ -9,7 +9,7 @@ from airflow_quota.core.lifecycle import Lifecycle, queued
 from airflow_quota.core.model import AlertKind, Job
 from airflow_quota.core.phases import SOURCE_BLOCKS
 from airflow_quota.core.quota import Block
-from airflow_quota.core.snapshot import Mode, Snapshot
+from airflow_quota.core.state import Mode, QuotaState
 
 
 class GuaranteeWatch:
@@ -23,13 +23,13 @@ class GuaranteeWatch:
         """Step 6: a RUNNABLE job with an entry under its share's limit must not keep waiting
         unless for a plan window, provider capacity, a starving job, or victims (stopping or
         protected). Looked at where something changed, and for jobs already found waiting."""
-        snap = life.snapshot
+        state = life.state
         suspects: dict[int, tuple[str, int]] = {}
         for seq, (instance_type, count, _) in self.violating.items():
             suspects[seq] = (instance_type, count)
-        for name, queue in snap.queues.items():
+        for name, queue in state.queues.items():
             for instance_type in types & queue.counts.keys():
-                headroom = snap.types[instance_type].limit_of(name) - snap.types[instance_type].usage_of(name)
+                headroom = state.types[instance_type].limit_of(name) - state.types[instance_type].usage_of(name)
                 if headroom <= 0:
                     continue
                 for count in queue.counts[instance_type]:
@@ -40,10 +40,10 @@ class GuaranteeWatch:
                             suspects.setdefault(key[2], (instance_type, count))
         still: dict[int, tuple[str, int, int]] = {}
         for seq, (instance_type, count) in sorted(suspects.items()):
-            job = snap.jobs[seq]
-            ledger = snap.types[instance_type]
+            job = state.jobs[seq]
+            ledger = state.types[instance_type]
             fits = ledger.usage_of(job.share) + count <= ledger.limit_of(job.share)
-            if not queued(job) or not fits or self._excused(snap, job, instance_type, count, now):
+            if not queued(job) or not fits or self._excused(state, job, instance_type, count, now):
                 continue
             cycles = self.violating.get(seq, (instance_type, count, 0))[2] + 1
             still[seq] = (instance_type, count, cycles)
@@ -56,21 +56,21 @@ class GuaranteeWatch:
                 )
         self.violating = still
 
-    def _excused(self, snap: Snapshot, job: Job, instance_type: str, count: int, now: float) -> bool:
+    def _excused(self, state: QuotaState, job: Job, instance_type: str, count: int, now: float) -> bool:
         """Waiting for a plan window, provider capacity, a starving job, or victims (stopping or
         protected): the reasons a job under its limit may wait."""
         entry = next(e for e in job.entries if e.instance_type == instance_type)
-        block = snap.check(job, entry, Mode.WITHIN_QUOTA, now)
+        block = state.check(job, entry, Mode.WITHIN_QUOTA, now)
         if block in (*SOURCE_BLOCKS, Block.HELD_FOR_STARVING, Block.BORROWING_HELD):
             return True
-        ledger = snap.types[instance_type]
+        ledger = state.types[instance_type]
         if ledger.draining > 0:
             return True
         for other, usage in ledger.usage.items():
             if usage > ledger.limit_of(other):
-                for key in snap.queues[other].running.get(instance_type, ()):
-                    victim = snap.jobs[-key[3]]
-                    protection = snap.shares[other].preemption_protection_seconds
+                for key in state.queues[other].running.get(instance_type, ()):
+                    victim = state.jobs[-key[3]]
+                    protection = state.shares[other].preemption_protection_seconds
                     if now - victim.placement.placed_at < protection:  # type: ignore[union-attr]
                         return True
         return False

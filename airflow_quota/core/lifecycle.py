@@ -1,5 +1,5 @@
 """How jobs move between states when the core decides (quota-model.md 3, 6, 8): queued,
-placed, preempted, stopped, requeued, failed, starving. Keeps the snapshot's indexes, the timers
+placed, preempted, stopped, requeued, failed, starving. Keeps the state's indexes, the timers
 and the outbox of decisions in step; the cycle and the scheduler's API call into it.
 """
 
@@ -23,7 +23,7 @@ from airflow_quota.core.model import (
     PreemptionKind,
     PreemptionRecord,
 )
-from airflow_quota.core.snapshot import Snapshot
+from airflow_quota.core.state import QuotaState
 
 # timer kinds
 DEADLINE, STARVE, TYPE = 0, 1, 2
@@ -37,8 +37,8 @@ def queued(job: Job) -> bool:
 class Lifecycle:
     """Job state changes on the quota state, with the timers they need and the decisions they make."""
 
-    def __init__(self, snapshot: Snapshot) -> None:
-        self.snapshot = snapshot
+    def __init__(self, state: QuotaState) -> None:
+        self.state = state
         self._timers: list[tuple[float, int, int, Any]] = []
         self._timer_seq = 0
         self._ready: list[int] = []
@@ -61,7 +61,7 @@ class Lifecycle:
         if kind == TYPE:
             return False
         seq, since = payload
-        job = self.snapshot.jobs[seq]
+        job = self.state.jobs[seq]
         if not queued(job) or job.runnable_since != since:
             return True
         return job.pending_deadline != at if kind == DEADLINE else job.starving
@@ -71,17 +71,17 @@ class Lifecycle:
         heapq.heappush(self._timers, (at, self._timer_seq, kind, payload))
 
     def fire_timers(self, now: float) -> None:
-        snap = self.snapshot
+        state = self.state
         while self._timers and self._timers[0][0] <= now:
             at, _, kind, payload = heapq.heappop(self._timers)
             if kind == TYPE:
-                snap.changes.improved.add(payload)
+                state.changes.improved.add(payload)
                 continue
             if self._stale(at, kind, payload):
                 continue
-            job = snap.jobs[payload[0]]
+            job = state.jobs[payload[0]]
             if kind == DEADLINE:
-                snap.dequeue(job)
+                state.dequeue(job)
                 self.fail(
                     job,
                     FailureReason.PENDING_TIMEOUT,
@@ -89,19 +89,19 @@ class Lifecycle:
                     now,
                 )
             elif kind == STARVE:
-                due = job.runnable_since + snap.shares[job.share].starvation_after_seconds
+                due = job.runnable_since + state.shares[job.share].starvation_after_seconds
                 if due > now:
                     self.timer(due, STARVE, payload)  # the threshold was raised meanwhile
-                elif snap.overtakes.overtaken(job) > 0:
+                elif state.overtakes.overtaken(job) > 0:
                     self.start_starving(job, now)
                 else:
-                    snap.overtakes.watch(job)  # queueing, not starving, until someone overtakes it
+                    state.overtakes.watch(job)  # queueing, not starving, until someone overtakes it
 
     def start_ready(self, now: float) -> None:
         """Step 0 of the cycle: preemptors whose victims have all stopped are placed."""
-        snap = self.snapshot
+        state = self.state
         for seq in self._ready:
-            held = snap.jobs[seq]
+            held = state.jobs[seq]
             if held.placement is not None and held.state is JobState.RUNNABLE:
                 self.start_held(held, now)
         self._ready = []
@@ -109,7 +109,7 @@ class Lifecycle:
     # -- state changes -------------------------------------------------------------------
 
     def make_runnable(self, job: Job, now: float, keep_pending_clock: bool = False) -> None:
-        snap = self.snapshot
+        state = self.state
         job.state = JobState.RUNNABLE
         job.placement = None
         job.stopping = False
@@ -120,32 +120,32 @@ class Lifecycle:
         if max_pending is not None and not (keep_pending_clock and job.pending_deadline is not None):
             start = now
             if all(e.training_plan for e in job.entries):
-                start = max(now, min(snap.plans[e.training_plan].starts_at for e in job.entries if e.training_plan))
+                start = max(now, min(state.plans[e.training_plan].starts_at for e in job.entries if e.training_plan))
             job.pending_deadline = start + max_pending
         if job.pending_deadline is not None:
             self.timer(job.pending_deadline, DEADLINE, (job.seq, now))
-        self.timer(now + snap.shares[job.share].starvation_after_seconds, STARVE, (job.seq, now))
-        snap.enqueue(job)
-        snap.overtakes.became_runnable(job)
-        snap.changes.jobs.add(job.seq)
+        self.timer(now + state.shares[job.share].starvation_after_seconds, STARVE, (job.seq, now))
+        state.enqueue(job)
+        state.overtakes.became_runnable(job)
+        state.changes.jobs.add(job.seq)
 
     def place(self, job: Job, entry: Entry, borrowed: int, now: float, why: str) -> None:
-        snap = self.snapshot
-        snap.dequeue(job)
+        state = self.state
+        state.dequeue(job)
         job.starving = False
-        snap.take(job, entry, now)
+        state.take(job, entry, now)
         job.placement = Placement(entry, borrowed, now)
         self.start_held(job, now, why)
 
     def start_held(self, job: Job, now: float, why: str = "its victims have stopped") -> None:
         """The job's capacity is its own now: SCHEDULED, a new attempt."""
-        snap = self.snapshot
+        state = self.state
         placement = job.placement
         assert placement is not None
-        ledger = snap.types[placement.entry.instance_type]
+        ledger = state.types[placement.entry.instance_type]
         if placement.draining:
             ledger.draining -= placement.draining
-            snap.changes.improved.add(ledger.name)
+            state.changes.improved.add(ledger.name)
             placement.draining = 0
         placement.placed_at = now
         job.state = JobState.SCHEDULED
@@ -154,9 +154,9 @@ class Lifecycle:
         job.pending_deadline = None
         job.last_placement = placement.entry
         job.last_borrowed = placement.borrowed
-        snap.queues[job.share].add_running(job, ledger.name)
-        snap.changes.placed.add(ledger.name)
-        protection = snap.shares[job.share].preemption_protection_seconds
+        state.queues[job.share].add_running(job, ledger.name)
+        state.changes.placed.add(ledger.name)
+        protection = state.shares[job.share].preemption_protection_seconds
         if protection > 0:
             self.timer(now + protection, TYPE, ledger.name)
         borrowing = f", borrowing {placement.borrowed}" if placement.borrowed else ""
@@ -164,16 +164,16 @@ class Lifecycle:
         self.overtake(job, placement.entry, placement.borrowed, now)
 
     def preempt(self, job: Job, entry: Entry, victims: list[tuple[Job, PreemptionKind]], now: float) -> None:
-        snap = self.snapshot
+        state = self.state
         stopping = 0
         waiting: set[int] = set()
         for victim, kind in victims:
-            grace = snap.shares[victim.share].preemption_grace_seconds
+            grace = state.shares[victim.share].preemption_grace_seconds
             checkpoints = victim.request.checkpoint_interval is not None
             lost = 0.0 if grace > 0 and checkpoints else victim.unsaved_work(now + grace)
             assert victim.placement is not None
             count = victim.placement.entry.count
-            victim.lost_gpu_seconds += lost * count * snap.types[victim.placement.entry.instance_type].gpus
+            victim.lost_gpu_seconds += lost * count * state.types[victim.placement.entry.instance_type].gpus
             self.release(victim, now)
             victim.stopping = True
             victim.stop_lost = lost
@@ -191,14 +191,14 @@ class Lifecycle:
                     f"{job.name} ({job.share}, priority {job.priority}) {what} on {entry.instance_type}",
                 )
             )
-            if len(victim.preemptions) == snap.shares[victim.share].preempted_alert_after:
+            if len(victim.preemptions) == state.shares[victim.share].preempted_alert_after:
                 self.alert(victim, AlertKind.PREEMPTED_REPEATEDLY, f"preempted {len(victim.preemptions)} times", now)
             if grace > 0:
                 waiting.add(victim.seq)
                 victim.stopping_for = job.seq
                 stopping += count
-        ledger = snap.types[entry.instance_type]
-        borrowed = snap.borrowed_by(job.share, entry)
+        ledger = state.types[entry.instance_type]
+        borrowed = state.borrowed_by(job.share, entry)
         for victim, _ in victims:
             if victim.seq not in waiting:
                 self.victim_down(victim, now)
@@ -206,16 +206,16 @@ class Lifecycle:
         if not waiting:
             self.place(job, entry, borrowed, now, why)
             return
-        snap.dequeue(job)
+        state.dequeue(job)
         job.starving = False
-        snap.take(job, entry, now)
+        state.take(job, entry, now)
         job.placement = Placement(entry, borrowed, now, waiting)
         job.placement.draining = max(0, stopping - entry.count)
         ledger.draining += job.placement.draining
 
     def victim_down(self, victim: Job, now: float) -> None:
         """A preempted job has stopped: it is RUNNABLE again with its checkpoint, or FAILED."""
-        snap = self.snapshot
+        state = self.state
         lost = victim.stop_lost
         done = now - victim.running_since if victim.running_since is not None else 0.0
         victim.progress = saved_progress(victim, done, lost)
@@ -228,14 +228,14 @@ class Lifecycle:
         else:
             self.make_runnable(victim, now)
         if preemptor_seq is not None:
-            preemptor = snap.jobs[preemptor_seq]
+            preemptor = state.jobs[preemptor_seq]
             if preemptor.placement is not None and victim.seq in preemptor.placement.waiting_for:
                 preemptor.placement.waiting_for.discard(victim.seq)
                 if not preemptor.placement.waiting_for:
                     self._ready.append(preemptor.seq)
 
     def release(self, job: Job, now: float) -> None:
-        self.snapshot.give_back(job, now)
+        self.state.give_back(job, now)
 
     def fail(self, job: Job, reason: FailureReason, detail: str, now: float) -> None:
         if job.state is JobState.RUNNABLE and not job.stopping:
@@ -244,28 +244,28 @@ class Lifecycle:
         job.failure = reason
         job.failure_detail = detail
         job.starving = False
-        self.snapshot.final_jobs_forget(job)
+        self.state.final_jobs_forget(job)
         self.emit(Failed(now, job.name, job.share, reason, detail))
 
     def overtake(self, job: Job, entry: Entry, borrowed: int, now: float) -> None:
         """``job`` was just given ``entry``: the watched jobs it overtakes start starving now,
         in the middle of the cycle, so their reservations apply to the rest of it."""
-        snap = self.snapshot
-        for seq in snap.overtakes.placed(job, entry.instance_type, borrowed > 0):
-            other = snap.jobs[seq]
+        state = self.state
+        for seq in state.overtakes.placed(job, entry.instance_type, borrowed > 0):
+            other = state.jobs[seq]
             if queued(other) and not other.starving:
                 self.start_starving(other, now)
 
     def start_starving(self, job: Job, now: float) -> None:
         """Past its threshold and overtaken (quota-model.md 8): the alert, and a reservation
         when it is the first starving job of its share."""
-        snap = self.snapshot
-        queue = snap.queues[job.share]
+        state = self.state
+        queue = state.queues[job.share]
         job.starving = True
         queue.add_starving(job)
         age = now - job.runnable_since
         if AlertKind.STARVING not in job.alerts:
-            overtaken = snap.overtakes.overtaken(job)
+            overtaken = state.overtakes.overtaken(job)
             reason = f"RUNNABLE for {age:g} s, overtaken by {overtaken} later placement{'s' * (overtaken != 1)}"
             self.alert(job, AlertKind.STARVING, reason, now, age, overtaken)
 
@@ -280,7 +280,7 @@ class Lifecycle:
     ) -> None:
         """Raise an alert (once per job and kind) with the job's position in its share."""
         job.alerts.add(kind)
-        queue = self.snapshot.queues[job.share]
+        queue = self.state.queues[job.share]
         position = queue.position(job.key) if queued(job) else None
         self.emit(Alert(now, job.name, job.share, kind, reason, position, age, overtaken))
 

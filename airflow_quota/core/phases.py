@@ -22,14 +22,14 @@ from airflow_quota.core.model import Entry, FailureReason, Job
 from airflow_quota.core.preempt import find_victims
 from airflow_quota.core.queues import JobKey
 from airflow_quota.core.quota import Block, holding_cap
-from airflow_quota.core.snapshot import Changes, Mode, Snapshot
+from airflow_quota.core.state import Changes, Mode, QuotaState
 from airflow_quota.core.walk import Bucket, WalkPolicy, walk
 
 CAPACITY_BLOCKS = (Block.NO_PROVIDER_CAPACITY, Block.PLAN_FULL, Block.BACKING_OFF)
 BUCKET_BLOCKS = frozenset(
     {Block.HELD_FOR_STARVING, Block.SHARE_LIMIT, Block.BORROW_LIMIT, Block.POOL_FULL, Block.NOT_LENDABLE}
 )
-"""Blocks that ``Snapshot.check`` finds before it looks at the entry's source: they depend on
+"""Blocks that ``QuotaState.check`` finds before it looks at the entry's source: they depend on
 the share, the type and the count (and, for a reservation, on a key every later key shares),
 so they hold for every later job of a bucket until something improves the type."""
 SOURCE_BLOCKS = (*CAPACITY_BLOCKS, Block.PLAN_NOT_ACTIVE)
@@ -63,12 +63,12 @@ class CycleWork:
             self.changes.placed = set()
 
 
-def begin(snap: Snapshot) -> CycleWork:
+def begin(state: QuotaState) -> CycleWork:
     """The cycle's working sets, taken from what changed since the last cycle."""
-    changes = snap.changes
-    changed = {seq for seq in changes.jobs if queued(snap.jobs[seq])}
+    changes = state.changes
+    changed = {seq for seq in changes.jobs if queued(state.jobs[seq])}
     changes.jobs = set()
-    return CycleWork(changes, changes.take_improved(), changed, group_by_share(snap, changed))
+    return CycleWork(changes, changes.take_improved(), changed, group_by_share(state, changed))
 
 
 # -- step 2 -------------------------------------------------------------------------------------
@@ -77,9 +77,9 @@ def begin(snap: Snapshot) -> CycleWork:
 def within_quota(life: Lifecycle, now: float, work: CycleWork) -> None:
     """Step 2: share by share (lowest usage/limit first), each job in order takes the first
     entry that fits under its share's limit with the invariant holding. It borrows nothing."""
-    snap = life.snapshot
-    for name in share_order(snap, candidate_shares(snap, work.improved, work.changed_keys.keys())):
-        if name in work.changed_keys or _fits_within_quota(snap, name, work.improved):
+    state = life.state
+    for name in share_order(state, candidate_shares(state, work.improved, work.changed_keys.keys())):
+        if name in work.changed_keys or _fits_within_quota(state, name, work.improved):
             policy = _WithinQuota(life, name, now, work)
             walk(life, policy, _changed_of([name], work), policy.active)
 
@@ -90,15 +90,15 @@ class _WithinQuota(WalkPolicy):
 
     def __init__(self, life: Lifecycle, share: str, now: float, work: CycleWork) -> None:
         self.life, self.now, self.work = life, now, work
-        self.snap = life.snapshot
-        self.queue = self.snap.queues[share]
+        self.state = life.state
+        self.queue = self.state.queues[share]
         self.shares = (share,)
         self.seen = set()
         self.active = work.improved & self.queue.counts.keys()
         """The types whose buckets joined the walk."""
 
     def admits(self, bucket: Bucket, first: JobKey) -> bool:
-        return bucket.instances <= _within_quota_room(self.snap, bucket.share, bucket.instance_type)
+        return bucket.instances <= _within_quota_room(self.state, bucket.share, bucket.instance_type)
 
     def keeps(self, bucket: Bucket, job: Job) -> bool:
         # a starving job ahead reserving the type holds back every job after it (held_back is
@@ -132,15 +132,15 @@ class _Borrowing(WalkPolicy):
 
     def __init__(self, life: Lifecycle, now: float, work: CycleWork) -> None:
         self.life, self.now, self.work = life, now, work
-        self.snap = snap = life.snapshot
-        self.shares = [n for n, s in snap.shares.items() if s.borrows]
+        self.state = state = life.state
+        self.shares = [n for n, s in state.shares.items() if s.borrows]
         self.seen = set()
-        self.levels = {name: snap.queues[name].priority_levels() for name in self.shares}
+        self.levels = {name: state.queues[name].priority_levels() for name in self.shares}
         """Each share's priority levels at the step's start (``ShareQueue.priority_levels``)."""
 
     def order(self, key: JobKey) -> tuple[float, int, JobKey]:
         """After every job of higher priority in its own share, then by first submission."""
-        before = self.levels[self.snap.jobs[key[2]].share].get(key[0], (float("-inf"), 0))
+        before = self.levels[self.state.jobs[key[2]].share].get(key[0], (float("-inf"), 0))
         holder = max(before, (key[1], key[2]))
         return (holder[0], holder[1], key)
 
@@ -151,7 +151,7 @@ class _Borrowing(WalkPolicy):
         # lender protection would otherwise fail each job of a long queue one by one
         if not self.admits(bucket, job.key):
             return False
-        block = self.snap.check(job, Entry(bucket.instance_type, bucket.instances), Mode.BORROW, self.now)
+        block = self.state.check(job, Entry(bucket.instance_type, bucket.instances), Mode.BORROW, self.now)
         return block not in BUCKET_BLOCKS
 
     def attempt(self, job: Job) -> bool:
@@ -163,8 +163,8 @@ class _Borrowing(WalkPolicy):
         return list(self.work.changes.improved)
 
     def _room(self, instance_type: str, share: str) -> float:
-        ledger = self.snap.types[instance_type]
-        cap = holding_cap(self.snap.shares[share], ledger.limit_of(share))
+        ledger = self.state.types[instance_type]
+        cap = holding_cap(self.state.shares[share], ledger.limit_of(share))
         physical = ledger.capacity - ledger.used - ledger.draining
         return physical if cap is None else min(physical, cap - ledger.usage_of(share))
 
@@ -172,11 +172,11 @@ class _Borrowing(WalkPolicy):
 def _try_place(life: Lifecycle, job: Job, mode: Mode, now: float, waits: set[int]) -> bool:
     """Place the job on its first entry that passes the check in ``mode``; an entry that fails
     only for want of provider or plan capacity puts the job among ``waits``."""
-    snap = life.snapshot
+    state = life.state
     for entry in job.entries:
-        block = snap.check(job, entry, mode, now)
+        block = state.check(job, entry, mode, now)
         if block is None:
-            borrowed = snap.borrowed_by(job.share, entry)
+            borrowed = state.borrowed_by(job.share, entry)
             why = "within its share's limit" if mode is Mode.WITHIN_QUOTA else "borrowing idle capacity"
             life.place(job, entry, borrowed, now, why)
             return True
@@ -193,11 +193,11 @@ def preemption(life: Lifecycle, now: float, work: CycleWork) -> bool:
     step 2, try their entries in list order; the first entry for which a victim set exists
     wins. Capacity a preemption frees beyond its need is seen by the jobs visited after it.
     True when anything was preempted (step 4b then runs)."""
-    snap = life.snapshot
+    state = life.state
     preempted: set[int] = set()
     victims = 0
-    for name in share_order(snap, list(snap.queues)):
-        if name in work.changed_keys or not work.improved.isdisjoint(snap.queues[name].counts):
+    for name in share_order(state, list(state.queues)):
+        if name in work.changed_keys or not work.improved.isdisjoint(state.queues[name].counts):
             policy = _Preemption(life, name, now, work, preempted)
             walk(life, policy, _changed_of([name], work), work.improved & policy.queue.counts.keys())
             victims += policy.victims
@@ -209,9 +209,9 @@ class _Preemption(WalkPolicy):
 
     def __init__(self, life: Lifecycle, share: str, now: float, work: CycleWork, preempted: set[int]) -> None:
         self.life, self.now, self.work = life, now, work
-        self.snap = life.snapshot
+        self.state = life.state
         self.share = share
-        self.queue = self.snap.queues[share]
+        self.queue = self.state.queues[share]
         self.shares = (share,)
         self.seen = preempted
         """Preemptors and victims of the whole step: none is visited again in it."""
@@ -219,18 +219,18 @@ class _Preemption(WalkPolicy):
 
     def admits(self, bucket: Bucket, first: JobKey) -> bool:
         return may_preempt(
-            self.snap, self.share, bucket.instance_type, bucket.instances, self.snap.jobs[first[2]], self.now
+            self.state, self.share, bucket.instance_type, bucket.instances, self.state.jobs[first[2]], self.now
         )
 
     def keeps(self, bucket: Bucket, job: Job) -> bool:
         # the jobs further down the bucket have no higher priority
-        return may_preempt(self.snap, self.share, bucket.instance_type, bucket.instances, job, self.now)
+        return may_preempt(self.state, self.share, bucket.instance_type, bucket.instances, job, self.now)
 
     def attempt(self, job: Job) -> bool:
         for entry in job.entries:
-            if not may_preempt(self.snap, self.share, entry.instance_type, entry.count, job, self.now):
+            if not may_preempt(self.state, self.share, entry.instance_type, entry.count, job, self.now):
                 continue
-            victims = find_victims(self.snap, job, entry, self.now)
+            victims = find_victims(self.state, job, entry, self.now)
             if victims is None:
                 continue
             self.seen.update(v.seq for v, _ in victims)
@@ -246,35 +246,35 @@ class _Preemption(WalkPolicy):
         return changes.improved & self.queue.counts.keys()
 
 
-def may_preempt(snap: Snapshot, share: str, instance_type: str, count: int, job: Job | None, now: float) -> bool:
+def may_preempt(state: QuotaState, share: str, instance_type: str, count: int, job: Job | None, now: float) -> bool:
     """A necessary condition for a job of ``share`` asking ``count`` of the type to start in
     step 4. It fails for every job after a job it fails for in the same bucket (they have
     no higher priority and are behind the same starving jobs), so a bucket can be dropped."""
-    if job is not None and snap.queues[share].held_back(job.key, instance_type):
+    if job is not None and state.queues[share].held_back(job.key, instance_type):
         return False
-    if room_or_reclaim(snap, share, instance_type, count, now):
+    if room_or_reclaim(state, share, instance_type, count, now):
         return True
-    running = snap.queues[share].running.get(instance_type)
+    running = state.queues[share].running.get(instance_type)
     return (
         job is not None
-        and snap.shares[share].in_share_preemption
+        and state.shares[share].in_share_preemption
         and running is not None
         and len(running) > 0
         and running[0][0] < job.priority
     )
 
 
-def room_or_reclaim(snap: Snapshot, share: str, instance_type: str, count: int, now: float) -> bool:
+def room_or_reclaim(state: QuotaState, share: str, instance_type: str, count: int, now: float) -> bool:
     """Room the share could take without victims (the strict check of step 4), or enough
     lent capacity to reclaim."""
-    ledger = snap.types[instance_type]
+    ledger = state.types[instance_type]
     room = ledger.capacity - ledger.used - ledger.draining
     usage, limit = ledger.usage_of(share), ledger.limit_of(share)
-    cap = holding_cap(snap.shares[share], limit)
+    cap = holding_cap(state.shares[share], limit)
     if room >= count and (cap is None or usage + count <= cap):
         if usage + count <= limit:
             return True
-        slack = ledger.capacity - ledger.pressure - snap.protected_idle(ledger, now)
+        slack = ledger.capacity - ledger.pressure - state.protected_idle(ledger, now)
         if slack >= usage + count - max(usage, limit):
             return True
     # a victim may free more than its share's excess, so any excess makes reclaim worth a look
@@ -287,8 +287,8 @@ def room_or_reclaim(snap: Snapshot, share: str, instance_type: str, count: int, 
 def leftovers(life: Lifecycle, now: float, work: CycleWork) -> None:
     """Step 4b, after step 4 preempted: steps 2 and 3 once more (step 4's victims included),
     so that capacity freed beyond the preemptors' need does not idle until the next event."""
-    snap = life.snapshot
-    work.changed_keys = group_by_share(snap, {seq for seq in work.changes.jobs if queued(snap.jobs[seq])})
+    state = life.state
+    work.changed_keys = group_by_share(state, {seq for seq in work.changes.jobs if queued(state.jobs[seq])})
     work.catch_up()
     within_quota(life, now, work)
     work.catch_up()
@@ -297,38 +297,38 @@ def leftovers(life: Lifecycle, now: float, work: CycleWork) -> None:
 
 def fail_fast(life: Lifecycle, now: float, work: CycleWork) -> None:
     """Step 5: a CPU-only list that quota allows but the provider cannot serve fails now."""
-    snap = life.snapshot
+    state = life.state
     for seq in sorted(work.waits):
-        job = snap.jobs[seq]
+        job = state.jobs[seq]
         if not queued(job) or job.request.wait_for_capacity:
             continue
-        if any(snap.accelerated(e.instance_type) for e in job.entries):
+        if any(state.accelerated(e.instance_type) for e in job.entries):
             continue
-        snap.dequeue(job)
+        state.dequeue(job)
         life.fail(job, FailureReason.CAPACITY_ERROR, "no provider capacity for a CPU-only list", now)
 
 
 # -- helpers -------------------------------------------------------------------------------------
 
 
-def share_order(snap: Snapshot, names: Collection[str]) -> list[str]:
+def share_order(state: QuotaState, names: Collection[str]) -> list[str]:
     """Shares by usage/limit in instances (lowest first), then name."""
-    return sorted(names, key=lambda name: (snap.share_usage[name] / snap.share_limit[name], name))
+    return sorted(names, key=lambda name: (state.share_usage[name] / state.share_limit[name], name))
 
 
-def group_by_share(snap: Snapshot, seqs: set[int]) -> KeysByShare:
+def group_by_share(state: QuotaState, seqs: set[int]) -> KeysByShare:
     """The jobs' keys, share by share."""
     grouped: KeysByShare = {}
     for seq in seqs:
-        job = snap.jobs[seq]
+        job = state.jobs[seq]
         grouped.setdefault(job.share, SortedList()).add(job.key)
     return grouped
 
 
-def candidate_shares(snap: Snapshot, improved: set[str], changed_shares: Collection[str]) -> list[str]:
+def candidate_shares(state: QuotaState, improved: set[str], changed_shares: Collection[str]) -> list[str]:
     """Shares with a new or changed job, or a queue on a type that got easier."""
     return [
-        name for name, queue in snap.queues.items() if name in changed_shares or not improved.isdisjoint(queue.counts)
+        name for name, queue in state.queues.items() if name in changed_shares or not improved.isdisjoint(queue.counts)
     ]
 
 
@@ -337,19 +337,19 @@ def _changed_of(shares: Iterable[str], work: CycleWork) -> list[tuple[str, Sorte
     return [(name, work.changed_keys[name]) for name in shares if name in work.changed_keys]
 
 
-def _within_quota_room(snap: Snapshot, share: str, instance_type: str) -> int:
+def _within_quota_room(state: QuotaState, share: str, instance_type: str) -> int:
     """The most instances of the type a job of ``share`` could get within quota now."""
-    ledger = snap.types[instance_type]
+    ledger = state.types[instance_type]
     room = ledger.capacity - ledger.used - ledger.draining
     return min(ledger.limit_of(share) - ledger.usage_of(share), room)
 
 
-def _fits_within_quota(snap: Snapshot, share: str, improved: set[str]) -> bool:
+def _fits_within_quota(state: QuotaState, share: str, improved: set[str]) -> bool:
     """Whether some waiting job of the share asks for an improved type in a count that fits
     within quota now: otherwise step 2 has nothing to look at in this share."""
-    queue = snap.queues[share]
+    queue = state.queues[share]
     for instance_type in improved & queue.counts.keys():
         smallest = queue.smallest(instance_type)
-        if smallest is not None and smallest <= _within_quota_room(snap, share, instance_type):
+        if smallest is not None and smallest <= _within_quota_room(state, share, instance_type):
             return True
     return False

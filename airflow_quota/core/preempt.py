@@ -1,6 +1,6 @@
 """Victim selection (quota-model.md 4, step 4). Only decides; the cycle carries the decision out.
 
-What-if removals are passed to ``Snapshot.check`` as a list of victims, so the snapshot itself
+What-if removals are passed to ``QuotaState.check`` as a list of victims, so the state itself
 is never changed while a victim set is being looked for.
 """
 
@@ -11,34 +11,34 @@ from collections.abc import Iterator
 
 from airflow_quota.core.model import Entry, Job, PreemptionKind
 from airflow_quota.core.queues import victim_key
-from airflow_quota.core.snapshot import Mode, Snapshot
+from airflow_quota.core.state import Mode, QuotaState
 
 
-def _candidates(snapshot: Snapshot, job: Job, entry: Entry, now: float) -> Iterator[tuple[Job, PreemptionKind]]:
+def _candidates(state: QuotaState, job: Job, entry: Entry, now: float) -> Iterator[tuple[Job, PreemptionKind]]:
     """Victim candidates in order: reclaim candidates (other shares above their limit on the
     type, whatever their priority), then in-share candidates (strictly lower priority).
     Within each group, the order of ``victim_key``, with ties of priority and placement
     time broken by the least work since the last checkpoint. Protected jobs are left out."""
     name, n = entry.instance_type, entry.count
-    ledger = snapshot.types[name]
-    share = snapshot.shares[job.share]
+    ledger = state.types[name]
+    share = state.shares[job.share]
     groups: list[tuple[PreemptionKind, list[Iterator[tuple[int, float, float, int]]]]] = []
     if ledger.usage_of(job.share) + n <= ledger.limit_of(job.share):
         sources = [
-            iter(snapshot.queues[other].running.get(name, ()))
+            iter(state.queues[other].running.get(name, ()))
             for other, usage in ledger.usage.items()
             if other != job.share and usage > ledger.limit_of(other)
         ]
         groups.append((PreemptionKind.CROSS_SHARE, sources))
     if share.in_share_preemption:
-        groups.append((PreemptionKind.IN_SHARE, [iter(snapshot.queues[job.share].running.get(name, ()))]))
+        groups.append((PreemptionKind.IN_SHARE, [iter(state.queues[job.share].running.get(name, ()))]))
     for kind, sources in groups:
         pending: list[Job] = []
         for key in heapq.merge(*sources):
             if kind is PreemptionKind.IN_SHARE and key[0] >= job.priority:
                 break
-            victim = snapshot.jobs[-key[3]]
-            if victim.stopping or _protected(snapshot, victim, now):
+            victim = state.jobs[-key[3]]
+            if victim.stopping or _protected(state, victim, now):
                 continue
             if pending and victim_key(pending[0])[:2] != key[:2]:
                 yield from _by_unsaved_work(pending, now, kind)
@@ -54,23 +54,23 @@ def _by_unsaved_work(tied: list[Job], now: float, kind: PreemptionKind) -> Itera
         yield victim, kind
 
 
-def _protected(snapshot: Snapshot, victim: Job, now: float) -> bool:
+def _protected(state: QuotaState, victim: Job, now: float) -> bool:
     """A job placed less than its share's preemption_protection_seconds ago is never a victim."""
     assert victim.placement is not None
-    protection = snapshot.shares[victim.share].preemption_protection_seconds
+    protection = state.shares[victim.share].preemption_protection_seconds
     return protection > 0 and now - victim.placement.placed_at < protection
 
 
-def find_victims(snapshot: Snapshot, job: Job, entry: Entry, now: float) -> list[tuple[Job, PreemptionKind]] | None:
+def find_victims(state: QuotaState, job: Job, entry: Entry, now: float) -> list[tuple[Job, PreemptionKind]] | None:
     """The smallest set of victims, taken greedily in candidate order, that lets ``job`` start
     on ``entry``; then a reverse pass drops every victim whose removal is not needed.
     None when no set works (nothing is preempted then)."""
-    if snapshot.check(job, entry, Mode.PREEMPT, now) is None:
+    if state.check(job, entry, Mode.PREEMPT, now) is None:
         return []
     chosen: list[tuple[Job, PreemptionKind]] = []
     removed_from: dict[str, int] = {}
-    ledger = snapshot.types[entry.instance_type]
-    for victim, kind in _candidates(snapshot, job, entry, now):
+    ledger = state.types[entry.instance_type]
+    for victim, kind in _candidates(state, job, entry, now):
         assert victim.placement is not None
         if kind is PreemptionKind.CROSS_SHARE:
             # a share stops being a source once its usage is back at its limit
@@ -79,12 +79,12 @@ def find_victims(snapshot: Snapshot, job: Job, entry: Entry, now: float) -> list
                 continue
         chosen.append((victim, kind))
         removed_from[victim.share] = removed_from.get(victim.share, 0) + victim.placement.entry.count
-        if snapshot.check(job, entry, Mode.PREEMPT, now, [v for v, _ in chosen]) is None:
+        if state.check(job, entry, Mode.PREEMPT, now, [v for v, _ in chosen]) is None:
             break
     else:
         return None
     for item in reversed(list(chosen)):
         trial = [c for c in chosen if c is not item]
-        if snapshot.check(job, entry, Mode.PREEMPT, now, [v for v, _ in trial]) is None:
+        if state.check(job, entry, Mode.PREEMPT, now, [v for v, _ in trial]) is None:
             chosen = trial
     return chosen

@@ -12,7 +12,7 @@ from pydantic import ValidationError
 from airflow_quota.core.config import pydantic_problems
 from airflow_quota.core.model import JobFields, JobRequest
 from airflow_quota.core.quota import holding_cap
-from airflow_quota.core.snapshot import Snapshot
+from airflow_quota.core.state import QuotaState
 from airflow_quota.exceptions import InvalidInput, Problem, SubmissionRejected
 
 
@@ -46,17 +46,17 @@ def job_fields(raw: Mapping[str, Any]) -> JobFields:
         raise InvalidInput(pydantic_problems(exc)) from None
 
 
-def check_submission(snapshot: Snapshot, request: JobRequest) -> None:
+def check_submission(state: QuotaState, request: JobRequest) -> None:
     """Raise SubmissionRejected naming the rule when the job can never be accepted as it is.
 
     Mirrors SageMaker: if any entry of the list could never be placed, the request is rejected.
     """
-    share = snapshot.shares.get(request.share)
+    share = state.shares.get(request.share)
     if share is None:
         raise SubmissionRejected(f"share: no share named {request.share!r}")
     if share.state.value == "DISABLED":
         raise SubmissionRejected(f"share: share {share.name!r} is DISABLED and accepts no submissions")
-    if request.name in snapshot.live_names:
+    if request.name in state.live_names:
         raise SubmissionRejected(f"name: a live job is already named {request.name!r}")
     if request.priority > share.max_priority:
         raise SubmissionRejected(
@@ -69,10 +69,10 @@ def check_submission(snapshot: Snapshot, request: JobRequest) -> None:
     for i, entry in enumerate(request.entries()):
         where = f"preferences[{i}]"
         name, n = entry.instance_type, entry.count
-        if name not in snapshot.catalogue:
+        if name not in state.catalogue:
             raise SubmissionRejected(f"{where}.instance_type: unknown instance type {name!r}")
         if entry.training_plan is not None:
-            plan = snapshot.plans.get(entry.training_plan)
+            plan = state.plans.get(entry.training_plan)
             if plan is None:
                 raise SubmissionRejected(f"{where}.training_plan: no training plan named {entry.training_plan!r}")
             if plan.instance_type != name:
@@ -81,7 +81,7 @@ def check_submission(snapshot: Snapshot, request: JobRequest) -> None:
                 )
             if n > plan.count:
                 raise SubmissionRejected(f"{where}.count: {n} is more than plan {plan.name!r}'s {plan.count} instances")
-        ledger = snapshot.types.get(name)
+        ledger = state.types.get(name)
         capacity = ledger.capacity if ledger else 0
         if n > capacity:
             raise SubmissionRejected(f"{where}.count: {n}x {name} is more than the pool's capacity of {capacity}")
@@ -95,7 +95,7 @@ def check_submission(snapshot: Snapshot, request: JobRequest) -> None:
             )
             raise SubmissionRejected(f"{where}.count: share {share.name!r} can hold at most {cap}x {name}: {rule}")
         if share.borrows and ledger is not None:
-            others = sum(lim for s, lim in ledger.limits.items() if s != share.name and snapshot.shares[s].lends)
+            others = sum(lim for s, lim in ledger.limits.items() if s != share.name and state.shares[s].lends)
             unassigned = capacity - sum(ledger.limits.values())
             reachable = limit + others + unassigned
             if n > reachable:

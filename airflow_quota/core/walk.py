@@ -77,7 +77,7 @@ class WalkPolicy(ABC):
 def walk(life: Lifecycle, policy: WalkPolicy, new_jobs: Iterable[tuple[str, SortedList]], types: Iterable[str]) -> None:
     """Try, in the policy's order, the ``new_jobs`` (share, keys) and the jobs of the buckets of
     ``types`` the policy admits, each job once; drop a bucket once the policy does not keep it."""
-    jobs = life.snapshot.jobs
+    jobs = life.state.jobs
     streams = MergedStreams(policy.order)
     streams.seen = policy.seen
     for share, keys in new_jobs:
@@ -98,7 +98,7 @@ def walk(life: Lifecycle, policy: WalkPolicy, new_jobs: Iterable[tuple[str, Sort
 
 def _add_buckets(life: Lifecycle, policy: WalkPolicy, streams: MergedStreams, instance_type: str, after: Any) -> None:
     """Merge in the buckets of the type that the policy admits, from ``after`` on if given."""
-    queues = life.snapshot.queues
+    queues = life.state.queues
     for share in policy.shares:
         queue = queues[share]
         for count in queue.counts.get(instance_type, ()):

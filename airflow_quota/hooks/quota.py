@@ -30,7 +30,7 @@ from sqlalchemy.engine import URL
 
 from airflow_quota.core.cycle import EPOCH
 from airflow_quota.core.model import HOLDING_STATES, LIVE_STATES, Job, JobRequest, JobState, PreferenceEntry
-from airflow_quota.core.snapshot import Mode, Snapshot
+from airflow_quota.core.state import Mode, QuotaState
 from airflow_quota.core.submission import job_fields
 from airflow_quota.exceptions import ChangeRefused
 from airflow_quota.notifications.base import alert_message
@@ -347,23 +347,23 @@ class QuotaHook(BaseHook):
             return CapacityCheck(False, None, f"no share named {share!r}")
         probe = JobRequest(name="capacity-check", share=share, preferences=list(preferences))
         now = store.clock()
-        snap = Snapshot(config, EPOCH)
-        if snap.shares[share].state.value == "DISABLED":
+        state = QuotaState(config, EPOCH)
+        if state.shares[share].state.value == "DISABLED":
             return CapacityCheck(False, None, f"share {share!r} is DISABLED")
         seq = 0
         for row in store.jobs(states=LIVE_STATES):
-            if row.share not in snap.shares:
+            if row.share not in state.shares:
                 continue
             seq += 1
             job = _stored_job(seq, row)
-            if row.state in HOLDING_STATES and row.instance_type in snap.types and row.count:
+            if row.state in HOLDING_STATES and row.instance_type in state.types and row.count:
                 entry = next((e for e in job.entries if e.instance_type == row.instance_type), None)
-                if entry is not None and (entry.training_plan is None or entry.training_plan in snap.plans):
-                    snap.take(job, entry, now)
+                if entry is not None and (entry.training_plan is None or entry.training_plan in state.plans):
+                    state.take(job, entry, now)
             elif row.state in (JobState.RUNNABLE.value, JobState.SUBMITTED.value) and all(
-                e.instance_type in snap.types for e in job.entries
+                e.instance_type in state.types for e in job.entries
             ):
-                snap.enqueue(job)
+                state.enqueue(job)
         job = Job(
             seq=seq + 1,
             name=probe.name,
@@ -373,17 +373,17 @@ class QuotaHook(BaseHook):
             request=probe,
             submitted_at=now,
         )
-        snap.enqueue(job)
-        mode = Mode.BORROW if snap.shares[share].borrows else Mode.WITHIN_QUOTA
+        state.enqueue(job)
+        mode = Mode.BORROW if state.shares[share].borrows else Mode.WITHIN_QUOTA
         reasons = []
         for entry in job.entries:
-            if entry.instance_type not in snap.types:
+            if entry.instance_type not in state.types:
                 reasons.append(f"{entry}: not in the pool")
                 continue
-            if entry.training_plan is not None and entry.training_plan not in snap.plans:
+            if entry.training_plan is not None and entry.training_plan not in state.plans:
                 reasons.append(f"{entry}: no such training plan")
                 continue
-            block = snap.check(job, entry, mode, now)
+            block = state.check(job, entry, mode, now)
             if block is None:
                 how = "within the share's limit" if mode is Mode.WITHIN_QUOTA else "within quota or by borrowing"
                 return CapacityCheck(True, str(entry), f"{entry} fits now, {how}")

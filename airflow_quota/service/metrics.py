@@ -17,7 +17,7 @@ name: ``quota.share.<share>.<instance type>.used``, with the dots of an instance
 into underscores (``ml_g5_xlarge``) to keep one name segment each.
 
 Nothing here runs in the cycle: counters walk the decisions the step already has, gauges read
-the snapshot the step already has, and with metrics off every call returns at once.
+the state the step already has, and with metrics off every call returns at once.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from datetime import timedelta
 from typing import Any, Protocol
 
 from airflow_quota.core.model import Alert, Decision, Failed, Placed, Preempted
-from airflow_quota.core.snapshot import Snapshot
+from airflow_quota.core.state import QuotaState
 from airflow_quota.core.visibility import share_view
 from airflow_quota.notifications.base import keeping_logging
 
@@ -175,7 +175,7 @@ class QuotaMetrics:
         if self.backend is not None:
             self._incr("quota.notifications.sent" if sent else "quota.notifications.failed", notifier=notifier)
 
-    def gauges(self, snapshot: Snapshot, now: float) -> None:
+    def gauges(self, state: QuotaState, now: float) -> None:
         """Per share and instance type, at most every ``gauge_seconds``: limit, used,
         borrowed, lent, RUNNABLE count and oldest pending age. A pair shown before and gone now
         (its limit removed, nothing left running or waiting) is sent once more as zeros, so a
@@ -184,8 +184,8 @@ class QuotaMetrics:
             return
         self._last_gauges = now
         shown: set[tuple[str, str]] = set()
-        for share in sorted(snapshot.queues):
-            for instance_type, values in share_view(snapshot, share, now)["types"].items():
+        for share in sorted(state.queues):
+            for instance_type, values in share_view(state, share, now)["types"].items():
                 shown.add((share, instance_type))
                 for gauge in GAUGES:
                     key = "usage" if gauge == "used" else gauge

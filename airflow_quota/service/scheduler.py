@@ -382,7 +382,7 @@ class QuotaService:
         gauges every few seconds."""
         if self.scheduler is None:
             return
-        self.alerts.configure(self.scheduler.snapshot.config.alerts)
+        self.alerts.configure(self.scheduler.state.config.alerts)
         if gathered.alerts:
             self.alerts.wake()
         self.alerts.deliver(now)
@@ -390,7 +390,7 @@ class QuotaService:
             self.metrics.decisions(gathered.decisions)
             if gathered.cycle_seconds is not None and (gathered.decisions or gathered.handled or gathered.ended):
                 self.metrics.cycle(gathered.cycle_seconds)  # idle cycles (one a second) are not timed
-            self.metrics.gauges(self.scheduler.snapshot, now)
+            self.metrics.gauges(self.scheduler.state, now)
 
     def _feed(
         self, gathered: _Step, item: Input, now: float, row: tuple[str, dict[str, Any]] | None = None
@@ -526,8 +526,8 @@ class QuotaService:
 
     def _job(self, job_id: int) -> Job | None:
         assert self.scheduler is not None
-        seq = self.scheduler.snapshot.refs.get(job_id)
-        return None if seq is None else self.scheduler.snapshot.jobs[seq]
+        seq = self.scheduler.state.refs.get(job_id)
+        return None if seq is None else self.scheduler.state.jobs[seq]
 
     # -- committing ----------------------------------------------------------------------
 
@@ -639,13 +639,15 @@ class QuotaService:
         """Write the touched jobs as they now stand; every few seconds, every waiting job's
         pending reason and positions too (they move when anything ahead of them does)."""
         assert self.scheduler is not None
-        snap = self.scheduler.snapshot
+        state = self.scheduler.state
         refresh = now - self._last_refresh >= self.refresh_views_seconds
         if refresh:
             self._last_refresh = now
-            touched = touched | {job.ref for job in snap.jobs.values() if job.state is JobState.RUNNABLE and job.ref}
+            touched = touched | {job.ref for job in state.jobs.values() if job.state is JobState.RUNNABLE and job.ref}
         changes = [
-            _job_columns(snap.jobs[snap.refs[job_id]], snap, now) for job_id in sorted(touched) if job_id in snap.refs
+            _job_columns(state.jobs[state.refs[job_id]], state, now)
+            for job_id in sorted(touched)
+            if job_id in state.refs
         ]
         if changes:
             session.execute(update(JobRow), changes)  # one executemany: an UPDATE by primary key
@@ -698,11 +700,11 @@ class QuotaService:
         plan_arn = None
         gpus = 0
         if self.scheduler is not None:
-            snap = self.scheduler.snapshot
-            spec = snap.catalogue.get(attempt.instance_type)
+            state = self.scheduler.state
+            spec = state.catalogue.get(attempt.instance_type)
             gpus = spec.gpus if spec else 0
             if attempt.training_plan:
-                plan = snap.config.plan(attempt.training_plan)
+                plan = state.config.plan(attempt.training_plan)
                 plan_arn = plan.arn if plan else None
         return AttemptSpec(
             job_id=row.id,
@@ -728,7 +730,7 @@ def _rows_by_id(session: Session, ids: set[int]) -> dict[int, JobRow | None]:
     return found
 
 
-def _job_columns(job: Job, snap: Any, now: float) -> dict[str, Any]:
+def _job_columns(job: Job, state: Any, now: float) -> dict[str, Any]:
     """The columns of ``quota_jobs`` that the scheduler owns, for one job as it now stands."""
     last = job.last_placement
     columns: dict[str, Any] = {
@@ -754,7 +756,7 @@ def _job_columns(job: Job, snap: Any, now: float) -> dict[str, Any]:
         "updated_at": now,
     }
     if job.state is JobState.RUNNABLE:
-        columns.update(pending_view(snap, job, now))
+        columns.update(pending_view(state, job, now))
     return columns
 
 

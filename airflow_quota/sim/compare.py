@@ -156,7 +156,7 @@ class Recorder:
         elif isinstance(decision, Submitted) and self.scheduler is not None:
             job = self.scheduler.job(name)
             entry = job.entries[0]
-            ledger = self.scheduler.snapshot.types[entry.instance_type]
+            ledger = self.scheduler.state.types[entry.instance_type]
             if ledger.usage_of(job.share) + entry.count <= ledger.limit_of(job.share):
                 self.under_limit.add(name)
         elif isinstance(decision, Rejected) and decision.request == "submit":

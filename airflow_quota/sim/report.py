@@ -13,7 +13,7 @@ from airflow_quota.core.model import (
     Job,
     JobState,
 )
-from airflow_quota.core.snapshot import Snapshot
+from airflow_quota.core.state import QuotaState
 from airflow_quota.core.visibility import pending_view
 from airflow_quota.sim.simulator import SimulationResult
 
@@ -21,21 +21,21 @@ from airflow_quota.sim.simulator import SimulationResult
 def build_report(result: SimulationResult) -> dict[str, Any]:
     """The whole ``--json`` document."""
     scheduler = result.scheduler
-    snap = scheduler.snapshot
+    state = scheduler.state
     end = result.end
-    for ledger in snap.types.values():
-        snap.meter.touch(ledger, end)
+    for ledger in state.types.values():
+        state.meter.touch(ledger, end)
 
     jobs: dict[str, Any] = {}
-    waits: dict[str, list[float]] = {name: [] for name in snap.shares}
-    share_cost: dict[str, float] = dict.fromkeys(snap.shares, 0.0)
-    share_lost: dict[str, float] = dict.fromkeys(snap.shares, 0.0)
-    share_preemptions: dict[str, int] = dict.fromkeys(snap.shares, 0)
-    share_fallback: dict[str, float] = dict.fromkeys(snap.shares, 0.0)
-    for job in sorted(snap.jobs.values(), key=lambda j: j.seq):
+    waits: dict[str, list[float]] = {name: [] for name in state.shares}
+    share_cost: dict[str, float] = dict.fromkeys(state.shares, 0.0)
+    share_lost: dict[str, float] = dict.fromkeys(state.shares, 0.0)
+    share_preemptions: dict[str, int] = dict.fromkeys(state.shares, 0)
+    share_fallback: dict[str, float] = dict.fromkeys(state.shares, 0.0)
+    for job in sorted(state.jobs.values(), key=lambda j: j.seq):
         wait = job.wait_seconds
         if job.placement is not None and job.state.holds_capacity and not job.placement.waiting_for:
-            job = _charged_until(snap, job, end)
+            job = _charged_until(state, job, end)
         elif job.state is JobState.RUNNABLE:
             wait += end - job.runnable_since
         gpu_seconds, cost = job.gpu_seconds, job.cost
@@ -68,7 +68,7 @@ def build_report(result: SimulationResult) -> dict[str, Any]:
             ],
         }
         if job.state is JobState.RUNNABLE:
-            record.update(pending_view(snap, job, end))
+            record.update(pending_view(state, job, end))
         jobs[job.name] = record
         waits[job.share].append(wait)
         share_cost[job.share] += cost
@@ -77,8 +77,8 @@ def build_report(result: SimulationResult) -> dict[str, Any]:
         share_fallback[job.share] += job.fallback_cost
 
     shares: dict[str, Any] = {}
-    for name in snap.shares:
-        totals = snap.meter.totals(name)
+    for name in state.shares:
+        totals = state.meter.totals(name)
         ordered = sorted(waits[name])
         shares[name] = {
             "gpu_hours": number(totals.gpu_seconds / 3600),
@@ -96,7 +96,7 @@ def build_report(result: SimulationResult) -> dict[str, Any]:
             "cost": number(share_cost[name], 4),
             "plan_fallback_cost": number(share_fallback[name], 4),
         }
-    meter = snap.meter
+    meter = state.meter
     pool = {
         "gpu_hours": number(meter.pool_gpu_seconds / 3600),
         "utilization": number(meter.pool_gpu_seconds / meter.capacity_gpu_seconds, 4)
@@ -129,13 +129,13 @@ def build_report(result: SimulationResult) -> dict[str, Any]:
     }
 
 
-def _charged_until(snap: Snapshot, job: Job, end: float) -> Job:
+def _charged_until(state: QuotaState, job: Job, end: float) -> Job:
     """A copy of a job still holding capacity at the end of the run, charged up to ``end``."""
     settled = copy.deepcopy(job)
     assert settled.placement is not None
     entry = settled.placement.entry
-    ledger = snap.types[entry.instance_type]
-    price = snap.plans[entry.training_plan].hourly_price if entry.training_plan else ledger.price
+    ledger = state.types[entry.instance_type]
+    price = state.plans[entry.training_plan].hourly_price if entry.training_plan else ledger.price
     charge(settled, entry, end - settled.placement.placed_at, ledger.gpus, price)
     return settled
 

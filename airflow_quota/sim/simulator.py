@@ -108,14 +108,14 @@ class Simulator:
                 next_event += 1
             self._act(self._handle(CycleDue(), now), now)
             if self._progress is not None:
-                snapshot = scheduler.snapshot
-                self._progress(now, scheduler.cycles, len(snapshot.jobs) - len(snapshot.live_names))
+                state = scheduler.state
+                self._progress(now, scheduler.cycles, len(state.jobs) - len(state.live_names))
             if not self._live_jobs() and next_event >= len(events) and not self._happenings:
                 break
         return SimulationResult(scheduler, self.decisions, now, dict(self._by_name), scheduler.cycles)
 
     def _live_jobs(self) -> bool:
-        return len(self.scheduler.snapshot.live_names) > 0
+        return len(self.scheduler.state.live_names) > 0
 
     def _at(self, at: float, what: int, job: Job, attempt: int) -> None:
         self._order += 1
@@ -123,7 +123,7 @@ class Simulator:
 
     def _stale(self, what: int, seq: int, attempt: int) -> bool:
         """A happening of an attempt that was preempted or cancelled: nothing happens then."""
-        job = self.scheduler.snapshot.jobs[seq]
+        job = self.scheduler.state.jobs[seq]
         return what != _STOPPED and (job.attempts != attempt or not job.state.holds_capacity or job.stopping)
 
     def _drop_stale(self) -> None:
@@ -141,7 +141,7 @@ class Simulator:
         scheduler = self.scheduler
         while self._happenings and self._happenings[0][0] <= now:
             _, what, _, seq, attempt = heapq.heappop(self._happenings)
-            job = scheduler.snapshot.jobs[seq]
+            job = scheduler.state.jobs[seq]
             assert job.ref is not None
             if what == _STOPPED:
                 self._record(self._handle(AttemptStopped(job.ref, attempt), now))

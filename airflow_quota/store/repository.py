@@ -19,7 +19,7 @@ from sqlalchemy.orm import Session
 from airflow_quota.core.config import QuotaConfig, parse_config
 from airflow_quota.core.model import HOLDING_STATES, LIVE_STATES, JobRequest
 from airflow_quota.core.quota import TypeLedger, lent_by
-from airflow_quota.core.snapshot import Snapshot
+from airflow_quota.core.state import QuotaState
 from airflow_quota.core.submission import check_submission
 from airflow_quota.exceptions import ChangeRefused, InvalidInput, Problem, SubmissionRejected
 from airflow_quota.store.backend_names import enabled_backends, not_enabled
@@ -48,7 +48,7 @@ class QuotaStore:
         self.engine = engine
         self.sessions = session_factory(engine)
         self.clock = clock
-        self._checked: tuple[int, Snapshot] | None = None
+        self._checked: tuple[int, QuotaState] | None = None
         self._checked_at = float("-inf")
 
     # -- configuration -------------------------------------------------------------------
@@ -110,7 +110,7 @@ class QuotaStore:
                         existing = session.scalars(select(JobRow).where(JobRow.client_token == client_token)).first()
                         if existing is not None:
                             return existing
-                    check_submission(self._snapshot_of_latest(session), request)
+                    check_submission(self._state_of_latest(session), request)
                     job = JobRow(
                         name=request.name,
                         share=request.share,
@@ -136,7 +136,7 @@ class QuotaStore:
                 raise SubmissionRejected(f"name: a live job is already named {request.name!r}") from None
             return job
 
-    def _snapshot_of_latest(self, session: Session) -> Snapshot:
+    def _state_of_latest(self, session: Session) -> QuotaState:
         """The latest configuration as a quota state to check submissions against; the version is
         looked up at most once a second (the scheduler checks every submission again when it
         takes it in, against the configuration then in force)."""
@@ -150,7 +150,7 @@ class QuotaStore:
         if self._checked is None or self._checked[0] != version:
             row = session.get(ConfigVersion, version)
             assert row is not None
-            self._checked = (version, Snapshot(QuotaConfig.model_validate(row.document), _EPOCH))
+            self._checked = (version, QuotaState(QuotaConfig.model_validate(row.document), _EPOCH))
         return self._checked[1]
 
     def set_priority(self, job_id: int, priority: int) -> None:

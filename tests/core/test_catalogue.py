@@ -120,7 +120,7 @@ def test_a_custom_type_is_usable_in_a_pool() -> None:
     assert [(type(d), d.job, d.entry) for d in decisions if isinstance(d, Placed)] == [
         (Placed, "big", Entry("gpu-node", 2))
     ]
-    assert scheduler.snapshot.types["gpu-node"].gpus == 8
+    assert scheduler.state.types["gpu-node"].gpus == 8
 
 
 def test_a_custom_type_is_charged_its_gpus_and_price() -> None:

@@ -51,7 +51,7 @@ def test_a_refused_submission_is_one_rejected_decision_and_changes_nothing() -> 
     rejected = refusal(decisions)
     assert rejected is not None and rejected.job == "j1" and rejected.request == "submit"
     assert "nobody" in rejected.error
-    assert not scheduler.snapshot.jobs
+    assert not scheduler.state.jobs
 
 
 @pytest.mark.parametrize(
@@ -116,5 +116,5 @@ def test_a_replayed_log_rebuilds_the_same_state() -> None:
     ]
     scheduler = replay(rows)
     assert scheduler is not None
-    states = {job.name: job.state.value for job in scheduler.snapshot.jobs.values()}
+    states = {job.name: job.state.value for job in scheduler.state.jobs.values()}
     assert states == {"a": "SUCCEEDED", "b": "SCHEDULED"}

@@ -112,16 +112,16 @@ def scenarios(draw: st.DrawFn) -> LoadedScenario:
 
 
 def check_invariants(scheduler: QuotaScheduler, now: float) -> None:
-    snap = scheduler.snapshot
-    for name, ledger in snap.types.items():
+    state = scheduler.state
+    for name, ledger in state.types.items():
         assert ledger.borrowed() <= ledger.lendable(), f"{name}: borrowed > lendable at t={now}"
         assert ledger.used + ledger.draining <= ledger.capacity, f"{name}: over capacity at t={now}"
         assert ledger.used == sum(ledger.usage.values())
         for share, usage in ledger.usage.items():
-            cap = holding_cap(snap.shares[share], ledger.limit_of(share))
+            cap = holding_cap(state.shares[share], ledger.limit_of(share))
             assert cap is None or usage <= cap, f"{share} holds {usage} {name} over its cap {cap}"
     holding: dict[tuple[str, str], int] = {}
-    for job in snap.jobs.values():
+    for job in state.jobs.values():
         if job.state is JobState.FAILED:
             assert isinstance(job.failure, FailureReason)
         elif job.state is JobState.SUCCEEDED:
@@ -133,9 +133,9 @@ def check_invariants(scheduler: QuotaScheduler, now: float) -> None:
             holding[key] = holding.get(key, 0) + job.placement.entry.count
         else:
             assert job.state is JobState.RUNNABLE
-            assert isinstance(pending_reason(snap, job, now)[0], PendingReason)
+            assert isinstance(pending_reason(state, job, now)[0], PendingReason)
     for (share, name), count in holding.items():
-        assert snap.types[name].usage_of(share) == count, "usage does not match what jobs hold"
+        assert state.types[name].usage_of(share) == count, "usage does not match what jobs hold"
 
 
 def run_checked(loaded: LoadedScenario, literal: bool = False) -> list[Decision]:

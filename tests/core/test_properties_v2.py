@@ -259,17 +259,17 @@ def reservation_check(scheduler: QuotaScheduler, now: float) -> ReservationCheck
     past their threshold; every job HELD_FOR_STARVING_JOB has, for the type it waits for, a
     holder ahead of it in its share, or an earlier holder (in submission order) of a
     LEND_AND_BORROW share whose entry on the type is above its share's limit."""
-    snap = scheduler.snapshot
+    state = scheduler.state
     check = ReservationCheck()
     problems = check.problems
-    queued = [j for j in snap.jobs.values() if scheduler.queued(j)]
-    for job in snap.jobs.values():
+    queued = [j for j in state.jobs.values() if scheduler.queued(j)]
+    for job in state.jobs.values():
         if job.starving and not scheduler.queued(job):
             problems.append(f"t={now:g}: {job.name} is starving but not RUNNABLE in its queue")
     holders: dict[str, Job] = {}
-    for name, queue in snap.queues.items():
+    for name, queue in state.queues.items():
         starving = sorted((j for j in queued if j.share == name and j.starving), key=lambda j: j.key)
-        reserving = reserves(snap.shares[name])
+        reserving = reserves(state.shares[name])
         expected = starving[0].key if starving and reserving else None
         holder = queue.holder()
         if holder != expected:
@@ -283,10 +283,10 @@ def reservation_check(scheduler: QuotaScheduler, now: float) -> ReservationCheck
             check.holders += 1
         for j in starving:
             age = now - j.runnable_since
-            if age < snap.shares[name].starvation_after_seconds:
+            if age < state.shares[name].starvation_after_seconds:
                 problems.append(f"t={now:g}: {j.name} starving after {age:g} s RUNNABLE")
     for job in queued:
-        reason, waiting_for = pending_reason(snap, job, now)
+        reason, waiting_for = pending_reason(state, job, now)
         if reason is not PendingReason.HELD_FOR_STARVING_JOB:
             continue
         check.held += 1
@@ -297,8 +297,8 @@ def reservation_check(scheduler: QuotaScheduler, now: float) -> ReservationCheck
             h.seq < job.seq
             and not (h.share == job.share and job.key < h.key)
             and t in h.instance_types
-            and snap.shares[h.share].strategy is Strategy.LEND_AND_BORROW
-            and h.entry_on(t).count > snap.types[t].limit_of(h.share)
+            and state.shares[h.share].strategy is Strategy.LEND_AND_BORROW
+            and h.entry_on(t).count > state.types[t].limit_of(h.share)
             for h in holders.values()
         )
         if not (in_share or by_borrowing):
@@ -482,7 +482,6 @@ def test_starving_only_after_an_overtaking_placement_by_a_preemptor_with_grace()
     assert not problems, report(problems) + "\n" + lines(trace.decisions)
 
 
-
 def test_a_starving_preemptor_waiting_for_its_victims_is_no_longer_starving() -> None:
     """Hypothesis found it for property 3: a starving job that preempts in-share with a grace
     leaves its queue while its victims stop; it no longer starves (nor reserves) then."""
@@ -499,6 +498,7 @@ def test_a_starving_preemptor_waiting_for_its_victims_is_no_longer_starving() ->
     assert any(isinstance(d, Alert) and d.kind is AlertKind.STARVING and d.job == "wide" for d in trace.decisions)
     assert any(isinstance(d, Preempted) and d.by == "wide" for d in trace.decisions), lines(trace.decisions)
     assert not trace.reservation_problems, report(trace.reservation_problems) + "\n" + lines(trace.decisions)
+
 
 # -- the checks can fail -----------------------------------------------------------------
 

@@ -26,7 +26,7 @@ from airflow_quota.core.model import (
     Submitted,
 )
 from airflow_quota.core.preempt import find_victims
-from airflow_quota.core.snapshot import Mode
+from airflow_quota.core.state import Mode
 from airflow_quota.exceptions import ChangeRefused, SubmissionRejected
 from tests.builders import quota, share
 
@@ -64,7 +64,7 @@ def request(name: str, share_name: str, priority: int = 0, **fields: Any) -> Job
 
 
 def usage(scheduler: QuotaScheduler) -> dict[str, int]:
-    ledger = scheduler.snapshot.types[G5]
+    ledger = scheduler.state.types[G5]
     return {s: ledger.usage_of(s) for s in ("borrower", "lender", "reserved", "closed")}
 
 
@@ -83,7 +83,7 @@ def ledger_state(scheduler: QuotaScheduler) -> dict[str, Any]:
                 "limits": ledger.limits,
             }
         )
-        for name, ledger in scheduler.snapshot.types.items()
+        for name, ledger in scheduler.state.types.items()
     }
 
 
@@ -118,14 +118,14 @@ def test_borrowing_and_the_reserve_limit_in_one_cycle() -> None:
 
 def test_submission_to_a_disabled_share_is_rejected_and_nothing_is_stored() -> None:
     scheduler = make_scheduler()
-    snap = scheduler.snapshot
-    jobs_before, names_before = dict(snap.jobs), dict(snap.live_names)
+    state = scheduler.state
+    jobs_before, names_before = dict(state.jobs), dict(state.live_names)
     ledgers_before = ledger_state(scheduler)
     with pytest.raises(SubmissionRejected, match="DISABLED"):
         scheduler.submit(request("late", "closed"), 0)
-    assert snap.jobs == jobs_before
-    assert snap.live_names == names_before
-    assert len(snap.queues["closed"].runnable) == 0
+    assert state.jobs == jobs_before
+    assert state.live_names == names_before
+    assert len(state.queues["closed"].runnable) == 0
     assert ledger_state(scheduler) == ledgers_before
     assert scheduler.run_cycle(0) == []
     # the name is still free: nothing was kept of the rejected submission
@@ -142,7 +142,7 @@ def test_set_priority_above_max_priority_is_refused_and_changes_nothing() -> Non
     scheduler.submit(request("c", "borrower", priority=1), 0)
     scheduler.run_cycle(0)  # b and a run, c waits
     waiting = scheduler.job("c")
-    queue = scheduler.snapshot.queues["borrower"]
+    queue = scheduler.state.queues["borrower"]
     before = (waiting.priority, waiting.key, list(queue.runnable), {t: list(v) for t, v in queue.running.items()})
     with pytest.raises(ChangeRefused, match="max_priority"):
         scheduler.set_priority(waiting, 6, 10)
@@ -167,7 +167,7 @@ def test_cancel_of_a_running_job_releases_its_capacity_for_a_waiting_job() -> No
     scheduler.submit(request("first", "reserved"), 0)
     scheduler.submit(request("second", "reserved"), 0)
     assert scheduler.run_cycle(0) == [Placed(0, "first", "reserved", entry=ONE, borrowed=0, attempt=1, reason=ANY)]
-    ledger = scheduler.snapshot.types[G5]
+    ledger = scheduler.state.types[G5]
     pressure_running = ledger.pressure
     running = scheduler.job("first")
     scheduler.job_running(running, 0)
@@ -191,7 +191,7 @@ def test_cancel_of_a_borrowing_job_lowers_borrowed() -> None:
     scheduler.submit(request("own", "borrower"), 0)
     scheduler.submit(request("lent", "borrower"), 0)
     scheduler.run_cycle(0)
-    ledger = scheduler.snapshot.types[G5]
+    ledger = scheduler.state.types[G5]
     assert (ledger.borrowed_total, ledger.pressure) == (1, 4)
     scheduler.cancel(scheduler.job("lent"), 10)
     assert (ledger.borrowed_total, ledger.pressure, ledger.used) == (0, 3, 1)
@@ -210,7 +210,7 @@ def test_a_failed_attempt_with_retries_left_is_requeued_and_placed_again() -> No
         Requeued(100, "flaky", "reserved", "ExitCode:1"),
     ]
     assert job.state is JobState.RUNNABLE
-    assert scheduler.snapshot.types[G5].usage_of("reserved") == 0
+    assert scheduler.state.types[G5].usage_of("reserved") == 0
     assert scheduler.run_cycle(100) == [
         Placed(100, "flaky", "reserved", entry=ONE, borrowed=0, attempt=2, reason=ANY),
     ]
@@ -231,7 +231,7 @@ def test_capacity_error_requeues_without_consuming_an_attempt() -> None:
     assert job.state is JobState.RUNNABLE
     assert job.placement is None
     assert (job.attempts, job.failed_attempts) == (0, 0)
-    assert scheduler.snapshot.types[G5].usage_of("reserved") == 0
+    assert scheduler.state.types[G5].usage_of("reserved") == 0
     assert scheduler.run_cycle(10) == []  # the entry backs off
     assert scheduler.run_cycle(70) == [Placed(70, "j", "reserved", entry=ONE, borrowed=0, attempt=1, reason=ANY)]
     # the one genuine attempt allowed is still there: a success ends the job
@@ -255,7 +255,7 @@ def test_next_timer_is_the_max_pending_deadline() -> None:
     ]
 
 
-# -- what-if checks leave the snapshot alone ----------------------------------------------------
+# -- what-if checks leave the state alone ----------------------------------------------------
 
 
 def test_find_victims_and_check_do_not_change_the_snapshot() -> None:
@@ -267,23 +267,23 @@ def test_find_victims_and_check_do_not_change_the_snapshot() -> None:
         scheduler.job_running(scheduler.job(name), 0)
     scheduler.submit(request("owner", "lender"), 100)
     scheduler.submit(request("urgent", "borrower", priority=5), 100)
-    snap = scheduler.snapshot
+    state = scheduler.state
     before = ledger_state(scheduler)
-    states_before = {j.name: (j.state, j.placement, j.stopping) for j in snap.jobs.values()}
-    share_usage_before = dict(snap.share_usage)
+    states_before = {j.name: (j.state, j.placement, j.stopping) for j in state.jobs.values()}
+    share_usage_before = dict(state.share_usage)
 
     owner, urgent = scheduler.job("owner"), scheduler.job("urgent")
-    reclaim = find_victims(snap, owner, ONE, 100)
+    reclaim = find_victims(state, owner, ONE, 100)
     assert reclaim == [(scheduler.job("lent"), PreemptionKind.CROSS_SHARE)]
-    in_share = find_victims(snap, urgent, ONE, 100)
+    in_share = find_victims(state, urgent, ONE, 100)
     assert in_share is not None and len(in_share) == 1
     victims = [v for v, _ in reclaim]
-    assert snap.check(owner, ONE, Mode.PREEMPT, 100, victims) is None
-    assert snap.check(owner, ONE, Mode.PREEMPT, 100) is not None
+    assert state.check(owner, ONE, Mode.PREEMPT, 100, victims) is None
+    assert state.check(owner, ONE, Mode.PREEMPT, 100) is not None
 
     assert ledger_state(scheduler) == before
-    assert {j.name: (j.state, j.placement, j.stopping) for j in snap.jobs.values()} == states_before
-    assert snap.share_usage == share_usage_before
+    assert {j.name: (j.state, j.placement, j.stopping) for j in state.jobs.values()} == states_before
+    assert state.share_usage == share_usage_before
 
     # the cycle then does preempt: the situation above was a real reclaim
     decisions = scheduler.run_cycle(100)

@@ -119,9 +119,9 @@ def held_for_starving_job() -> tuple[QuotaScheduler, str, float]:
 def test_pending_reason(build: Any, reason: PendingReason, entry: str) -> None:
     scheduler, name, now = build()
     job = scheduler.job(name)
-    assert pending_reason(scheduler.snapshot, job, now) == (reason, entry)
-    assert pending_view(scheduler.snapshot, job, now)["pending_reason"] == reason.value
-    assert pending_view(scheduler.snapshot, job, now)["waiting_for"] == entry
+    assert pending_reason(scheduler.state, job, now) == (reason, entry)
+    assert pending_view(scheduler.state, job, now)["pending_reason"] == reason.value
+    assert pending_view(scheduler.state, job, now)["waiting_for"] == entry
 
 
 def test_a_reserve_share_at_its_limit_does_not_wait_for_capacity_when_the_pool_has_room() -> None:
@@ -131,7 +131,7 @@ def test_a_reserve_share_at_its_limit_does_not_wait_for_capacity_when_the_pool_h
     submit(s, "holder", "team", 0)
     submit(s, "waiter", "team", 0)
     s.run_cycle(0)
-    assert pending_reason(s.snapshot, s.job("waiter"), 0)[0] is PendingReason.WAITING_FOR_QUOTA
+    assert pending_reason(s.state, s.job("waiter"), 0)[0] is PendingReason.WAITING_FOR_QUOTA
 
 
 # -- positions ----------------------------------------------------------------------------------
@@ -166,14 +166,14 @@ def four_waiting_jobs() -> QuotaScheduler:
 def test_positions_are_one_based_by_priority_then_submission(name: str, in_share: int, in_queue: int) -> None:
     s = four_waiting_jobs()
     job = s.job(name)
-    view = pending_view(s.snapshot, job, 3)
+    view = pending_view(s.state, job, 3)
     assert (view["position_in_share"], view["position_in_queue"]) == (in_share, in_queue)
-    assert queue_position(s.snapshot, job) == in_queue
+    assert queue_position(s.state, job) == in_queue
 
 
 def test_a_running_job_has_no_position() -> None:
     s = four_waiting_jobs()
-    view = pending_view(s.snapshot, s.job("hold1"), 3)
+    view = pending_view(s.state, s.job("hold1"), 3)
     assert (view["position_in_share"], view["position_in_queue"]) == (None, None)
 
 
@@ -181,8 +181,8 @@ def test_positions_move_up_when_a_job_ahead_is_placed() -> None:
     s = four_waiting_jobs()
     s.cancel(s.job("hold1"), 10)
     s.run_cycle(10)  # y, first in c1, takes the freed instance
-    assert pending_view(s.snapshot, s.job("v"), 10)["position_in_share"] == 1
-    assert [queue_position(s.snapshot, s.job(n)) for n in ("z", "v", "w", "x")] == [1, 2, 3, 4]
+    assert pending_view(s.state, s.job("v"), 10)["position_in_share"] == 1
+    assert [queue_position(s.state, s.job(n)) for n in ("z", "v", "w", "x")] == [1, 2, 3, 4]
 
 
 # -- share view -----------------------------------------------------------------------------------
@@ -205,7 +205,7 @@ def borrowing_state() -> QuotaScheduler:
 
 
 def test_share_view_of_a_borrower() -> None:
-    view = share_view(borrowing_state().snapshot, "borrower", 70)
+    view = share_view(borrowing_state().state, "borrower", 70)
     assert view["share"] == "borrower"
     assert view["runnable"] == 1
     assert set(view["types"]) == {G5}  # no limit, usage nor demand on ml.c5.xlarge
@@ -221,7 +221,7 @@ def test_share_view_of_a_borrower() -> None:
 
 
 def test_share_view_of_a_lender() -> None:
-    view = share_view(borrowing_state().snapshot, "lender", 70)
+    view = share_view(borrowing_state().state, "lender", 70)
     assert view["runnable"] == 0
     assert set(view["types"]) == {G5, "ml.c5.xlarge"}
     for name in (G5, "ml.c5.xlarge"):
@@ -240,9 +240,9 @@ def test_share_view_reports_lent_capacity() -> None:
     """quota-model.md 7: every share's view has, per type, what it lends. The lender's one idle
     ml.g5.xlarge is what the borrower runs above its limit (the pool has nothing unassigned), so
     the lender lends 1 of it and none of ml.c5.xlarge, and the borrower lends nothing."""
-    snapshot = borrowing_state().snapshot
-    lender = share_view(snapshot, "lender", 70)["types"]
-    borrower = share_view(snapshot, "borrower", 70)["types"]
+    state = borrowing_state().state
+    lender = share_view(state, "lender", 70)["types"]
+    borrower = share_view(state, "borrower", 70)["types"]
     assert lender[G5].get("lent") == 1
     assert lender["ml.c5.xlarge"].get("lent") == 0
     assert borrower[G5].get("lent") == 0

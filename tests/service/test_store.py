@@ -137,8 +137,8 @@ def test_the_scheduler_takes_the_inbox_in_and_a_restart_replays_it(engine: Engin
     again = QuotaService(engine, {"fake": fake}, clock=clock)
     again.recover()
     assert again.scheduler is not None and service.scheduler is not None
-    assert {j.name: j.state for j in again.scheduler.snapshot.jobs.values()} == {
-        j.name: j.state for j in service.scheduler.snapshot.jobs.values()
+    assert {j.name: j.state for j in again.scheduler.state.jobs.values()} == {
+        j.name: j.state for j in service.scheduler.state.jobs.values()
     }
     assert fake.starts == [f"{a.id}-1", f"{b.id}-1"]
     assert rows(engine, Input) >= 5

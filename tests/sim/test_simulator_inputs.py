@@ -29,5 +29,5 @@ def test_events_reach_the_latest_job_of_a_name() -> None:
     assert [(d.job, d.reason.value) for d in failed] == [("b", "CANCELLED")]
     rejected = [(d.job, d.request) for d in run.decisions if isinstance(d, Rejected)]
     assert rejected == [("x", "submit"), ("x", "cancel")]
-    final = {j.name: j.state.value for j in run.scheduler.snapshot.jobs.values()}
+    final = {j.name: j.state.value for j in run.scheduler.state.jobs.values()}
     assert final == {"a": "SUCCEEDED", "b": "FAILED"}

@@ -53,7 +53,7 @@ class Changes:
 
 
 @dataclass(slots=True)
-class Snapshot:
+class QuotaState:
     """Everything a cycle reads and changes. ``origin`` is the instant of time 0."""
 
     config: QuotaConfig
