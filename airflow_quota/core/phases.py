@@ -197,7 +197,7 @@ def preemption(life: Lifecycle, now: float, work: CycleWork) -> bool:
     preempted: set[int] = set()
     victims = 0
     for name in share_order(state, list(state.queues)):
-        if name in work.changed_keys or not work.improved.isdisjoint(state.queues[name].counts):
+        if name in work.changed_keys or _may_preempt_in(state, name, work.improved, now):
             policy = _Preemption(life, name, now, work, preempted)
             walk(life, policy, _changed_of([name], work), work.improved & policy.queue.counts.keys())
             victims += policy.victims
@@ -330,6 +330,25 @@ def candidate_shares(state: QuotaState, improved: set[str], changed_shares: Coll
     return [
         name for name, queue in state.queues.items() if name in changed_shares or not improved.isdisjoint(queue.counts)
     ]
+
+
+def _may_preempt_in(state: QuotaState, share: str, improved: set[str], now: float) -> bool:
+    """Whether some waiting job of the share asks for an improved type in a count for which
+    ``may_preempt`` might hold: otherwise step 4 would admit none of the share's buckets and
+    has nothing to look at in it. ``room_or_reclaim`` only gets harder as the count grows, so
+    the smallest count the share asks of the type decides; in-share preemption needs a job of
+    the share running on the type."""
+    queue = state.queues[share]
+    in_share = state.shares[share].in_share_preemption
+    for instance_type in improved & queue.counts.keys():
+        smallest = queue.smallest(instance_type)
+        if smallest is None:
+            continue
+        if room_or_reclaim(state, share, instance_type, smallest, now) or (
+            in_share and queue.running.get(instance_type)
+        ):
+            return True
+    return False
 
 
 def _changed_of(shares: Iterable[str], work: CycleWork) -> list[tuple[str, SortedList]]:
