@@ -24,22 +24,8 @@ class GuaranteeWatch:
         unless for a plan window, provider capacity, a starving job, or victims (stopping or
         protected). Looked at where something changed, and for jobs already found waiting."""
         state = life.state
-        suspects: dict[int, tuple[str, int]] = {}
-        for seq, (instance_type, count, _) in self.violating.items():
-            suspects[seq] = (instance_type, count)
-        for name, queue in state.queues.items():
-            for instance_type in types & queue.counts.keys():
-                headroom = state.types[instance_type].limit_of(name) - state.types[instance_type].usage_of(name)
-                if headroom <= 0:
-                    continue
-                for count in queue.counts[instance_type]:
-                    if count <= headroom:
-                        for key in queue.buckets[(instance_type, count)]:
-                            if queue.held_back(key, instance_type):
-                                break  # so are all the jobs behind it
-                            suspects.setdefault(key[2], (instance_type, count))
         still: dict[int, tuple[str, int, int]] = {}
-        for seq, (instance_type, count) in sorted(suspects.items()):
+        for seq, (instance_type, count) in sorted(self._suspects(state, types).items()):
             job = state.jobs[seq]
             ledger = state.types[instance_type]
             fits = ledger.usage_of(job.share) + count <= ledger.limit_of(job.share)
@@ -55,6 +41,27 @@ class GuaranteeWatch:
                     now,
                 )
         self.violating = still
+
+    def _suspects(self, state: QuotaState, types: set[str]) -> dict[int, tuple[str, int]]:
+        """The jobs to look at, each with the (type, count) of its entry under the limit: those
+        already found waiting, and the queued jobs of each share with an entry under its limit
+        on a type in ``types``. A share none of whose waiting jobs asks a type in a count under
+        its limit has none (the smallest count it asks decides)."""
+        suspects = {seq: (instance_type, count) for seq, (instance_type, count, _) in self.violating.items()}
+        for name, queue in state.queues.items():
+            for instance_type in types & queue.counts.keys():
+                ledger = state.types[instance_type]
+                headroom = ledger.limit_of(name) - ledger.usage_of(name)
+                smallest = queue.smallest(instance_type)
+                if headroom <= 0 or smallest is None or smallest > headroom:
+                    continue
+                for count in queue.counts[instance_type]:
+                    if count <= headroom:
+                        for key in queue.buckets[(instance_type, count)]:
+                            if queue.held_back(key, instance_type):
+                                break  # so are all the jobs behind it
+                            suspects.setdefault(key[2], (instance_type, count))
+        return suspects
 
     def _excused(self, state: QuotaState, job: Job, instance_type: str, count: int, now: float) -> bool:
         """Waiting for a plan window, provider capacity, a starving job, or victims (stopping or
