@@ -1,11 +1,12 @@
 """What a person asks of the queue (quota-model.md 7): why a job waits, where it stands, and
-what each share holds. Computed on demand, never in the cycle's hot path."""
+what each share holds. Computed by the quota scheduler after it commits (the read model of
+``store/views.py`` and the job columns of ``quota_jobs``), never in the cycle's hot path."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from airflow_quota.core.model import Job, JobState, PendingReason
+from airflow_quota.core.model import Entry, Job, JobRequest, JobState, PendingReason
 from airflow_quota.core.quota import Block, lent_by
 from airflow_quota.core.snapshot import Mode, Snapshot
 
@@ -53,25 +54,90 @@ def pending_view(snapshot: Snapshot, job: Job, now: float) -> dict[str, Any]:
     }
 
 
-def share_view(snapshot: Snapshot, share: str, now: float) -> dict[str, Any]:
-    """Per instance type: limit, usage, borrowed, lent, RUNNABLE count, oldest pending age."""
+def pending_seconds(runnable_since: float | None, now: float) -> float:
+    """How long a job RUNNABLE since ``runnable_since`` has waited at ``now``, to a tenth of a
+    second; 0 when nothing waits (None). The one definition of every ``oldest_pending_seconds``
+    (CLI, API, Quotas page, metrics): views store the instant, readers call this."""
+    return 0.0 if runnable_since is None else round(max(0.0, now - runnable_since), 1)
+
+
+def share_view(snapshot: Snapshot, share: str) -> dict[str, Any]:
+    """What a share holds and waits for (quota-model.md 7): its RUNNABLE and running job
+    counts and, per instance type with a limit, usage or demand: capacity, limit, used,
+    borrowed, lent, idle, RUNNABLE count, and when the longest-waiting of those jobs became
+    RUNNABLE (``oldest_runnable_since``, None when none waits; its age is ``pending_seconds``).
+
+    Instants rather than ages, so the view stays true until the state changes, whenever it is
+    read. One pass over the share's RUNNABLE jobs."""
     queue = snapshot.queues[share]
-    runnable = [snapshot.jobs[key[2]] for key in queue.runnable]
+    asking: dict[str, int] = {}
+    oldest: dict[str, float] = {}
+    for key in queue.runnable:
+        job = snapshot.jobs[key[2]]
+        for name in job.instance_types:
+            asking[name] = asking.get(name, 0) + 1
+            oldest[name] = min(oldest.get(name, job.runnable_since), job.runnable_since)
     types: dict[str, Any] = {}
     for name, ledger in snapshot.types.items():
-        lent = lent_by(ledger).get(share, 0.0)
         limit = ledger.limit_of(share)
-        usage = ledger.usage_of(share)
-        asking = [j for j in runnable if name in j.instance_types]
-        if not (limit or usage or asking):
+        used = ledger.usage_of(share)
+        if not (limit or used or asking.get(name)):
             continue
         types[name] = {
+            "capacity": ledger.capacity,
+            "gpus_per_instance": ledger.gpus,
             "limit": limit,
-            "usage": usage,
-            "borrowed": max(0, usage - limit),
-            "lent": lent,
-            "idle": max(0, limit - usage),
-            "runnable": len(asking),
-            "oldest_pending_seconds": max((now - j.runnable_since for j in asking), default=0.0),
+            "used": used,
+            "borrowed": max(0, used - limit),
+            "lent": lent_by(ledger).get(share, 0.0),
+            "idle": max(0, limit - used),
+            "runnable": asking.get(name, 0),
+            "oldest_runnable_since": oldest.get(name),
         }
-    return {"share": share, "runnable": len(runnable), "types": types}
+    return {
+        "share": share,
+        "running": sum(len(keys) for keys in queue.running.values()),
+        "runnable": len(queue.runnable),
+        "oldest_runnable_since": min(oldest.values(), default=None),
+        "types": types,
+    }
+
+
+PROBE_SEQ = 1 << 62
+"""The submission order of the job ``most_placeable`` imagines: after every real job."""
+
+
+def most_placeable(snapshot: Snapshot, share: str, entry: Entry, now: float) -> tuple[int, Block | None]:
+    """The most instances of ``entry``'s type and source (its plan, or on demand) a new job of
+    ``share`` could be placed on now without preempting anyone, and why one more could not.
+
+    The answer is the core's placement check (``Snapshot.check``) for a job at the back of the
+    share's queue (priority 0, submitted now): within the share's limit, or up to its borrow
+    limit for a share that borrows; starving jobs' reservations, lenders protecting their own
+    demand, draining victims, plan windows, back-offs and provider capacity included. A larger
+    count is never easier for any rule of the check, so a binary search finds the edge.
+    ``entry.count`` is ignored."""
+    mode = Mode.BORROW if snapshot.shares[share].borrows else Mode.WITHIN_QUOTA
+    probe = Job(
+        seq=PROBE_SEQ,
+        name="capacity-probe",
+        share=share,
+        priority=0,
+        entries=(entry,),
+        request=JobRequest.model_construct(name="capacity-probe", share=share, priority=0, preferences=[]),
+        submitted_at=now,
+    )
+
+    def block(count: int) -> Block | None:
+        sized = Entry(entry.instance_type, count, entry.training_plan)
+        probe.entries = (sized,)
+        return snapshot.check(probe, sized, mode, now)
+
+    fits, too_many = 0, snapshot.types[entry.instance_type].capacity + 1  # more than the pool never fits
+    while too_many - fits > 1:
+        middle = (fits + too_many) // 2
+        if block(middle) is None:
+            fits = middle
+        else:
+            too_many = middle
+    return fits, block(too_many)
