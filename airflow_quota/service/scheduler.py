@@ -6,7 +6,8 @@ One step of the leader:
 2. ask the backends what became of the attempts they run (running, finished, stopped);
 3. run a cycle when anything came in, a timer of the core fell due, or a second has passed;
 4. commit, in one transaction: the inputs (the log that rebuilds the state), the decisions, the
-   jobs as they now stand, and the backend actions still to do (start, stop);
+   jobs as they now stand, the backend actions still to do (start, stop), and the shares' view
+   when it changed (the read model every reader shows, ``store/views.py``);
 5. carry the actions out through the backends, then mark them done;
 6. send the alerts just recorded to the notifiers (``service/alerts.py``), and the step's
    metrics (``service/metrics.py``).
@@ -26,6 +27,7 @@ once their transaction has committed, so a decision is never logged by two leade
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import socket
@@ -81,6 +83,7 @@ from airflow_quota.store.models import (
     Request,
 )
 from airflow_quota.store.repository import NOTIFY_CHANNEL
+from airflow_quota.store.views import QuotaView, view_of, write_view
 
 log = logging.getLogger("airflow_quota.scheduler")
 
@@ -157,6 +160,9 @@ class QuotaService:
         standby takes over a leader that stopped beating this long (``--lease-seconds``).
     :param lease_seconds: the same, under its older name (what the CLI passes).
     """
+
+    _view: QuotaView | None = None
+    """The shares' view as this leader last committed it (``store/views.py``); None before."""
 
     def __init__(
         self,
@@ -308,6 +314,7 @@ class QuotaService:
         self.scheduler = replay((kind, payload, at) for kind, payload, at in rows)
         self._last_cycle = float("-inf")
         log.info("recovered from %d inputs", len(rows))
+        self._rewrite_view()
         self._act()
         self.alerts.wake()  # alerts the last leader recorded and did not finish delivering
         self.recovered = True
@@ -335,6 +342,7 @@ class QuotaService:
                 self._last_cycle = now
             if gathered.inputs or gathered.handled or gathered.ended or gathered.running:
                 self._commit(gathered, now)
+            self._rewrite_view_when_due(now)
             for decision in gathered.decisions:  # committed: never logged by two leaders
                 log.info(describe(decision, wall_clock=self.wall_clock))
             self._act()
@@ -355,7 +363,7 @@ class QuotaService:
             self.metrics.decisions(gathered.decisions)
             if gathered.cycle_seconds is not None and (gathered.decisions or gathered.handled or gathered.ended):
                 self.metrics.cycle(gathered.cycle_seconds)  # idle cycles (one a second) are not timed
-            self.metrics.gauges(self.scheduler.snapshot, now)
+            self.metrics.gauges(self._view, now)
 
     def _feed(self, gathered: _Step, kind: str, payload: dict[str, Any], now: float) -> list[Decision]:
         """Apply one input to the core and keep it for the log (refusals are not inputs)."""
@@ -506,6 +514,41 @@ class QuotaService:
                 if row is not None:
                     session.delete(row)
             self._write_jobs(session, gathered.touched - set(gathered.rejected_jobs), now)
+            view = self._write_view(session, now)
+        self._view = view  # committed
+
+    def _write_view(self, session: Session, now: float) -> QuotaView | None:
+        """The shares' view of the core's state (``store/views.py``), rewritten in the commit's
+        transaction when it differs from what this leader last committed; returned either way."""
+        if self.scheduler is None:
+            return self._view
+        view = view_of(self.scheduler.snapshot, now)
+        if self._view is not None and view == self._view:
+            # unchanged: the stored one, computed when it last changed, valid until the next timer
+            return dataclasses.replace(self._view, valid_until=view.valid_until)
+        write_view(session, view)
+        return view
+
+    def _rewrite_view_when_due(self, now: float) -> None:
+        """Time alone changes what a new job could be placed on (a plan window opens or closes, a
+        back-off ends) without any commit: at such an instant the view is rewritten."""
+        if self._view is None or self._view.valid_until is None or now < self._view.valid_until:
+            return
+        with self.sessions() as session, session.begin():
+            self._fence(session)
+            view = self._write_view(session, now)
+        self._view = view
+
+    def _rewrite_view(self) -> None:
+        """After recovery: write the view of the replayed state whatever is stored (a database
+        just upgraded has none; the last leader's may be older than its last commit)."""
+        self._view = None
+        if self.scheduler is None:
+            return
+        with self.sessions() as session, session.begin():
+            self._fence(session)
+            view = self._write_view(session, self.clock.now())
+        self._view = view
 
     def _record(self, session: Session, decision: Decision, gathered: _Step, now: float) -> None:
         assert self.scheduler is not None
@@ -701,10 +744,11 @@ def _job_columns(job: Job, snap: Any, now: float) -> dict[str, Any]:
         "waiting_for": None,
         "position_in_share": None,
         "position_in_queue": None,
+        "runnable_since": None,
         "updated_at": now,
     }
     if job.state is JobState.RUNNABLE:
-        columns.update(pending_view(snap, job, now))
+        columns.update(pending_view(snap, job, now), runnable_since=job.runnable_since)
     return columns
 
 
