@@ -4,6 +4,7 @@ what each share holds. Computed by the quota scheduler after it commits (the rea
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from airflow_quota.core.model import Entry, Job, JobRequest, JobState, PendingReason
@@ -61,27 +62,52 @@ def pending_seconds(runnable_since: float | None, now: float) -> float:
     return 0.0 if runnable_since is None else round(max(0.0, now - runnable_since), 1)
 
 
-def share_view(snapshot: Snapshot, share: str) -> dict[str, Any]:
+@dataclass(frozen=True, slots=True)
+class Waiting:
+    """A share's RUNNABLE jobs: how many, when the longest-waiting became RUNNABLE, and the
+    same per instance type a job lists (``(count, oldest)``)."""
+
+    runnable: int
+    oldest: float | None
+    by_type: dict[str, tuple[int, float]]
+
+
+def waiting(snapshot: Snapshot, share: str) -> Waiting:
+    """One pass over the share's RUNNABLE jobs. It changes only with them (a job becomes
+    RUNNABLE when it enters the queue), so a caller may keep it while the queue's ``version``
+    stays the same."""
+    jobs = snapshot.jobs
+    oldest: dict[str, float] = {}
+    for key in snapshot.queues[share].runnable:
+        job = jobs[key[2]]
+        since = job.runnable_since
+        for entry in job.entries:
+            if since < oldest.get(entry.instance_type, float("inf")):
+                oldest[entry.instance_type] = since
+    sizes = snapshot.queues[share].sizes
+    return Waiting(
+        runnable=len(snapshot.queues[share].runnable),
+        oldest=min(oldest.values(), default=None),
+        by_type={name: (len(sizes[name]), since) for name, since in oldest.items()},
+    )
+
+
+def share_view(snapshot: Snapshot, share: str, waits: Waiting | None = None) -> dict[str, Any]:
     """What a share holds and waits for (quota-model.md 7): its RUNNABLE and running job
     counts and, per instance type with a limit, usage or demand: capacity, limit, used,
     borrowed, lent, idle, RUNNABLE count, and when the longest-waiting of those jobs became
     RUNNABLE (``oldest_runnable_since``, None when none waits; its age is ``pending_seconds``).
 
     Instants rather than ages, so the view stays true until the state changes, whenever it is
-    read. One pass over the share's RUNNABLE jobs."""
+    read. ``waits``: ``waiting(snapshot, share)`` if the caller kept it."""
     queue = snapshot.queues[share]
-    asking: dict[str, int] = {}
-    oldest: dict[str, float] = {}
-    for key in queue.runnable:
-        job = snapshot.jobs[key[2]]
-        for name in job.instance_types:
-            asking[name] = asking.get(name, 0) + 1
-            oldest[name] = min(oldest.get(name, job.runnable_since), job.runnable_since)
+    waits = waiting(snapshot, share) if waits is None else waits
     types: dict[str, Any] = {}
     for name, ledger in snapshot.types.items():
         limit = ledger.limit_of(share)
         used = ledger.usage_of(share)
-        if not (limit or used or asking.get(name)):
+        asking, oldest = waits.by_type.get(name, (0, None))
+        if not (limit or used or asking):
             continue
         types[name] = {
             "capacity": ledger.capacity,
@@ -91,14 +117,14 @@ def share_view(snapshot: Snapshot, share: str) -> dict[str, Any]:
             "borrowed": max(0, used - limit),
             "lent": lent_by(ledger).get(share, 0.0),
             "idle": max(0, limit - used),
-            "runnable": asking.get(name, 0),
-            "oldest_runnable_since": oldest.get(name),
+            "runnable": asking,
+            "oldest_runnable_since": oldest,
         }
     return {
         "share": share,
         "running": sum(len(keys) for keys in queue.running.values()),
-        "runnable": len(queue.runnable),
-        "oldest_runnable_since": min(oldest.values(), default=None),
+        "runnable": waits.runnable,
+        "oldest_runnable_since": waits.oldest,
         "types": types,
     }
 

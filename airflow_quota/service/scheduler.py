@@ -83,7 +83,7 @@ from airflow_quota.store.models import (
     Request,
 )
 from airflow_quota.store.repository import NOTIFY_CHANNEL
-from airflow_quota.store.views import QuotaView, view_of, write_view
+from airflow_quota.store.views import QuotaView, ViewBuilder, write_view
 
 log = logging.getLogger("airflow_quota.scheduler")
 
@@ -163,6 +163,8 @@ class QuotaService:
 
     _view: QuotaView | None = None
     """The shares' view as this leader last committed it (``store/views.py``); None before."""
+    _views: ViewBuilder | None = None
+    """What computes it, keeping each share's waiting figures until its queue changes."""
 
     def __init__(
         self,
@@ -522,7 +524,9 @@ class QuotaService:
         transaction when it differs from what this leader last committed; returned either way."""
         if self.scheduler is None:
             return self._view
-        view = view_of(self.scheduler.snapshot, now)
+        if self._views is None:
+            self._views = ViewBuilder()
+        view = self._views.view_of(self.scheduler.snapshot, now)
         if self._view is not None and view == self._view:
             # unchanged: the stored one, computed when it last changed, valid until the next timer
             return dataclasses.replace(self._view, valid_until=view.valid_until)

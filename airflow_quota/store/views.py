@@ -25,8 +25,9 @@ from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
 
 from airflow_quota.core.model import Entry
+from airflow_quota.core.queues import ShareQueue
 from airflow_quota.core.snapshot import Snapshot
-from airflow_quota.core.visibility import most_placeable, pending_seconds, share_view
+from airflow_quota.core.visibility import Waiting, most_placeable, pending_seconds, share_view, waiting
 from airflow_quota.store.models import PlaceableViewRow, ShareTypeViewRow, ShareViewRow
 
 
@@ -102,26 +103,44 @@ _TYPE_FIELDS = tuple(f.name for f in dataclasses.fields(TypeView))
 """The columns of ``quota_share_type_views`` beside ``share``: one per field of ``TypeView``."""
 
 
-def view_of(snapshot: Snapshot, now: float) -> QuotaView:
-    """The view of the core's state: ``core.visibility.share_view`` of every share."""
-    shares = []
-    for share in snapshot.config.shares:
-        figures = share_view(snapshot, share.name)
-        shares.append(
-            ShareView(
-                share=share.name,
-                strategy=share.strategy.value,
-                state=share.state.value,
-                borrow_limit=share.borrow_limit,
-                in_share_preemption=share.in_share_preemption,
-                max_priority=share.max_priority,
-                running=figures["running"],
-                runnable=figures["runnable"],
-                oldest_runnable_since=figures["oldest_runnable_since"],
-                types=tuple(TypeView(instance_type=name, **t) for name, t in sorted(figures["types"].items())),
+class ViewBuilder:
+    """Computes the view of the core's state; what comes from a share's RUNNABLE jobs
+    (``core.visibility.waiting``: one pass over them) is kept until its queue changes, so a
+    commit costs a pass only over the shares whose queues it changed."""
+
+    def __init__(self) -> None:
+        self._waiting: dict[str, tuple[ShareQueue, int, Waiting]] = {}
+
+    def view_of(self, snapshot: Snapshot, now: float) -> QuotaView:
+        """``core.visibility.share_view`` of every share, and ``most_placeable`` of every
+        share, type and source, at ``now``."""
+        shares = []
+        for share in snapshot.config.shares:
+            figures = share_view(snapshot, share.name, self._waits(snapshot, share.name))
+            shares.append(
+                ShareView(
+                    share=share.name,
+                    strategy=share.strategy.value,
+                    state=share.state.value,
+                    borrow_limit=share.borrow_limit,
+                    in_share_preemption=share.in_share_preemption,
+                    max_priority=share.max_priority,
+                    running=figures["running"],
+                    runnable=figures["runnable"],
+                    oldest_runnable_since=figures["oldest_runnable_since"],
+                    types=tuple(TypeView(instance_type=name, **t) for name, t in sorted(figures["types"].items())),
+                )
             )
-        )
-    return QuotaView(tuple(shares), _placeable(snapshot, now), now, _valid_until(snapshot, now))
+        return QuotaView(tuple(shares), _placeable(snapshot, now), now, _valid_until(snapshot, now))
+
+    def _waits(self, snapshot: Snapshot, share: str) -> Waiting:
+        queue = snapshot.queues[share]
+        kept = self._waiting.get(share)
+        if kept is not None and kept[0] is queue and kept[1] == queue.version:
+            return kept[2]
+        waits = waiting(snapshot, share)
+        self._waiting[share] = (queue, queue.version, waits)
+        return waits
 
 
 def _placeable(snapshot: Snapshot, now: float) -> tuple[Placeable, ...]:

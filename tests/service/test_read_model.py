@@ -15,6 +15,7 @@ import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -35,7 +36,11 @@ from airflow_quota.service.backends.fake import FakeBackend
 from airflow_quota.service.clock import ManualClock
 from airflow_quota.service.metrics import QuotaMetrics
 from airflow_quota.service.scheduler import QuotaService
+from airflow_quota.sim.scenario import load_scenario
+from airflow_quota.sim.simulator import Simulator
 from airflow_quota.store.repository import QuotaStore
+from airflow_quota.store.views import ViewBuilder
+from tests.conftest import ROOT
 
 G5, P3 = "ml.g5.xlarge", "ml.p3.2xlarge"
 QUOTA: dict[str, Any] = {
@@ -272,3 +277,22 @@ def test_the_capacity_hook_sees_a_plan_window_open_without_any_commit(world: Wor
     assert world.api_shares()["computed_at"] == 3000  # rewritten at the window's opening
     assert [e.type for e in world.store.events()] == []  # though nothing was decided
     assert not QuotaHook().can_place_now("prod", night).placeable  # prod has no p3 limit and lends only
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "tests" / "scenarios").glob("*.yaml")), ids=lambda p: p.stem)
+def test_the_leaders_kept_figures_equal_a_fresh_computation(path: Path) -> None:
+    """The leader keeps each share's waiting figures until its queue changes
+    (``ViewBuilder``): after every cycle of every scenario, its view equals one computed
+    afresh."""
+    simulator = Simulator(load_scenario(path))
+    kept = ViewBuilder()
+    problems: list[str] = []
+
+    def after_cycle(now: float, cycles: int, finished: int) -> None:
+        snapshot = simulator.scheduler.snapshot
+        if kept.view_of(snapshot, now) != ViewBuilder().view_of(snapshot, now):
+            problems.append(f"t={now:g}")
+
+    simulator._progress = after_cycle
+    simulator.run()
+    assert not problems, problems
