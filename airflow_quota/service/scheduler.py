@@ -545,7 +545,8 @@ class QuotaService:
 
     def _rewrite_view(self) -> None:
         """After recovery: write the view of the replayed state whatever is stored (a database
-        just upgraded has none; the last leader's may be older than its last commit)."""
+        just upgraded has none, and what could be placed may have changed with time while no
+        leader ran)."""
         self._view = None
         if self.scheduler is None:
             return
