@@ -23,6 +23,7 @@ from airflow_quota.store.settings import airflow_home, database_url, redacted
 if TYPE_CHECKING:  # the store (SQLAlchemy, alembic) loads only for the commands that use it
     from airflow_quota.store.models import JobRow
     from airflow_quota.store.repository import QuotaStore
+    from airflow_quota.store.views import ShareView
 
 
 def add_commands(commands: Any) -> None:
@@ -267,45 +268,56 @@ def gpu_indices(text: str) -> dict[str, list[int]]:
 
 
 def show_shares(args: argparse.Namespace) -> int:
-    views = _store(args).shares()
+    """The shares' view as the leading quota scheduler last committed it (``store/views.py``),
+    waits as of now on the database's clock."""
+    store = _store(args)
+    view, now = store.view(), store.clock()
     if args.json:
-        _print_json({"shares": views})
+        shares = [_share_record(share, now) for share in view.shares]
+        _print_json({"now": now, "computed_at": view.computed_at, "shares": shares})
         return 0
-    rows = []
-    for view in views:
-        for name, t in view["types"].items():
-            rows.append(
-                [
-                    view["share"],
-                    view["strategy"],
-                    name,
-                    t["limit"],
-                    t["used"],
-                    t["borrowed"],
-                    t["lent"],
-                    t["idle"],
-                    t["runnable"],
-                    t["oldest_pending_seconds"],
-                ]
-            )
-    print(
-        _table(
-            [
-                "share",
-                "strategy",
-                "instance type",
-                "limit",
-                "used",
-                "borrowed",
-                "lent",
-                "idle",
-                "RUNNABLE",
-                "oldest wait s",
-            ],
-            rows,
-        )
-    )
+    rows = [
+        [
+            share.share,
+            share.strategy,
+            t.instance_type,
+            t.limit,
+            t.used,
+            t.borrowed,
+            round(t.lent, 3),
+            t.idle,
+            t.runnable,
+            t.oldest_pending_seconds(now),
+        ]
+        for share in view.shares
+        for t in share.types
+    ]
+    headers = ["share", "strategy", "instance type", "limit", "used", "borrowed", "lent", "idle", "RUNNABLE"]
+    print(_table([*headers, "oldest wait s"], rows))
     return 0
+
+
+def _share_record(share: ShareView, now: float) -> dict[str, Any]:
+    return {
+        "share": share.share,
+        "strategy": share.strategy,
+        "state": share.state,
+        "running": share.running,
+        "runnable": share.runnable,
+        "oldest_pending_seconds": share.oldest_pending_seconds(now),
+        "types": {
+            t.instance_type: {
+                "limit": t.limit,
+                "used": t.used,
+                "borrowed": t.borrowed,
+                "lent": t.lent,
+                "idle": t.idle,
+                "runnable": t.runnable,
+                "oldest_pending_seconds": t.oldest_pending_seconds(now),
+            }
+            for t in share.types
+        },
+    }
 
 
 def _job_record(job: JobRow) -> dict[str, Any]:

@@ -48,9 +48,9 @@ def port_or_free(preferred: int) -> int:
 def quota_table(store: QuotaStore, dag_id: str, run_id: str) -> str:
     """The shares and the run's quota jobs, as two small tables."""
     rows = [
-        [view["share"], name, t["limit"], t["used"], t["borrowed"], t["lent"], t["idle"], t["runnable"]]
-        for view in store.shares()
-        for name, t in view["types"].items()
+        [share.share, t.instance_type, t.limit, t.used, t.borrowed, round(t.lent, 3), t.idle, t.runnable]
+        for share in store.view().shares
+        for t in share.types
     ]
     shares = table(["share", "instance type", "limit", "used", "borrowed", "lent", "idle", "RUNNABLE"], rows)
     jobs = [j for j in store.jobs(dag_id=dag_id) if j.run_id == run_id]

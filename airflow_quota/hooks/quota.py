@@ -28,9 +28,7 @@ from airflow.sdk.exceptions import AirflowNotFoundException
 from sqlalchemy import select
 from sqlalchemy.engine import URL
 
-from airflow_quota.core.cycle import EPOCH
-from airflow_quota.core.model import HOLDING_STATES, LIVE_STATES, Job, JobRequest, JobState, PreferenceEntry
-from airflow_quota.core.state import Mode, QuotaState
+from airflow_quota.core.model import HOLDING_STATES, JobRequest, JobState, PreferenceEntry
 from airflow_quota.core.submission import job_fields
 from airflow_quota.exceptions import ChangeRefused
 from airflow_quota.notifications.base import alert_message
@@ -38,6 +36,7 @@ from airflow_quota.store.engine import make_engine, reachable
 from airflow_quota.store.models import AlertRow, Attempt, JobRow, Request
 from airflow_quota.store.repository import QuotaStore
 from airflow_quota.store.settings import ENV_URL, configured_url, normalize, redacted
+from airflow_quota.store.views import share_placeable
 
 """Job states after which nothing more happens (quota-model.md 3)."""
 
@@ -326,68 +325,45 @@ class QuotaHook(BaseHook):
     # -- capacity --------------------------------------------------------------------------
 
     def can_place_now(self, share: str, preferences: Sequence[dict[str, Any] | PreferenceEntry]) -> CapacityCheck:
-        """Whether ``share`` could place a job with these preferences now, without preemption.
+        """Whether ``share`` could place a job with these preferences now, without preemption:
+        the first entry whose count is at most what the leading quota scheduler's core found a
+        new job of the share could be placed on, on that type and source, at its last commit
+        (``core.visibility.most_placeable``, kept in the read model by ``store/views.py``).
 
-        It rebuilds the quota arithmetic from the latest configuration and the jobs as stored
-        (holding jobs count in their share's usage; RUNNABLE jobs make their lenders protect
-        the types they ask for), then asks the core's placement check about each entry in order,
-        within quota or, for a LEND_AND_BORROW share, borrowing. An approximation of what the
-        scheduler would do at its next cycle: it does not see starving jobs' reservations,
-        capacity errors backing off, victims still draining, training plans' usage by jobs
-        it cannot place, nor changes the scheduler made since it last wrote the jobs. Queued jobs
-        of the same share that would be placed first are not subtracted either: "could place a
-        job", not "your next job starts".
+        That is the core's own placement check, within quota or, for a LEND_AND_BORROW share,
+        by borrowing, with everything the core sees: starving jobs' reservations, lenders
+        protecting their own demand, victims still draining, plan windows, back-offs, provider
+        capacity. It is as of the scheduler's last commit (a submission it has not taken in yet
+        does not count), and "could place a job", not "your next job starts": queued jobs of the
+        same share that would be placed first are not subtracted.
         """
-        store = self.store
-        latest = store.latest_config()
-        if latest is None:
-            return CapacityCheck(False, None, "no quota configuration is applied yet")
-        config = latest[1]
-        if config.share(share) is None:
-            return CapacityCheck(False, None, f"no share named {share!r}")
         probe = JobRequest(name="capacity-check", share=share, preferences=list(preferences))
-        now = store.clock()
-        state = QuotaState(config, EPOCH)
-        if state.shares[share].state.value == "DISABLED":
+        store = self.store
+        with reachable(str(store.engine.url)), store.sessions() as session:
+            found = share_placeable(session, share)
+        if found is None:
+            latest = store.latest_config()
+            if latest is None:
+                return CapacityCheck(False, None, "no quota configuration is applied yet")
+            if latest[1].share(share) is not None:
+                return CapacityCheck(False, None, f"the quota scheduler has not taken share {share!r} in yet")
+            return CapacityCheck(False, None, f"no share named {share!r}")
+        view, placeable = found
+        if view.state == "DISABLED":
             return CapacityCheck(False, None, f"share {share!r} is DISABLED")
-        seq = 0
-        for row in store.jobs(states=LIVE_STATES):
-            if row.share not in state.shares:
-                continue
-            seq += 1
-            job = _stored_job(seq, row)
-            if row.state in HOLDING_STATES and row.instance_type in state.types and row.count:
-                entry = next((e for e in job.entries if e.instance_type == row.instance_type), None)
-                if entry is not None and (entry.training_plan is None or entry.training_plan in state.plans):
-                    state.take(job, entry, now)
-            elif row.state in (JobState.RUNNABLE.value, JobState.SUBMITTED.value) and all(
-                e.instance_type in state.types for e in job.entries
-            ):
-                state.enqueue(job)
-        job = Job(
-            seq=seq + 1,
-            name=probe.name,
-            share=share,
-            priority=0,
-            entries=probe.entries(),
-            request=probe,
-            submitted_at=now,
-        )
-        state.enqueue(job)
-        mode = Mode.BORROW if state.shares[share].borrows else Mode.WITHIN_QUOTA
+        most = {(p.instance_type, p.training_plan): p for p in placeable}
+        types = {p.instance_type for p in placeable}
+        how = "within quota or by borrowing" if view.strategy == "LEND_AND_BORROW" else "within the share's limit"
         reasons = []
-        for entry in job.entries:
-            if entry.instance_type not in state.types:
-                reasons.append(f"{entry}: not in the pool")
-                continue
-            if entry.training_plan is not None and entry.training_plan not in state.plans:
-                reasons.append(f"{entry}: no such training plan")
-                continue
-            block = state.check(job, entry, mode, now)
-            if block is None:
-                how = "within the share's limit" if mode is Mode.WITHIN_QUOTA else "within quota or by borrowing"
+        for entry in probe.entries():
+            source = most.get((entry.instance_type, entry.training_plan))
+            if source is None:
+                missing = "not in the pool" if entry.instance_type not in types else "no such training plan"
+                reasons.append(f"{entry}: {missing}")
+            elif entry.count <= source.most:
                 return CapacityCheck(True, str(entry), f"{entry} fits now, {how}")
-            reasons.append(f"{entry}: {block.value}")
+            else:
+                reasons.append(f"{entry}: {source.blocked_by}; at most {source.most} now")
         return CapacityCheck(False, None, "; ".join(reasons))
 
     async def acan_place_now(
@@ -395,17 +371,3 @@ class QuotaHook(BaseHook):
     ) -> CapacityCheck:
         await self._astore()
         return await asyncio.to_thread(self.can_place_now, share, preferences)
-
-
-def _stored_job(seq: int, row: JobRow) -> Job:
-    """A core ``Job`` for a stored job, enough for the placement arithmetic."""
-    request = JobRequest.model_validate(row.request)
-    return Job(
-        seq=seq,
-        name=row.name,
-        share=row.share,
-        priority=row.priority,
-        entries=request.entries(),
-        request=request,
-        submitted_at=row.submitted_at,
-    )

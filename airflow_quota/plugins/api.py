@@ -37,6 +37,7 @@ from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from airflow_quota.core.model import LIVE_STATES, JobState
+from airflow_quota.core.visibility import pending_seconds
 from airflow_quota.exceptions import ChangeRefused
 from airflow_quota.plugins import URL_PREFIX
 from airflow_quota.plugins.security import ANOTHER_JOB, DagAccess, DagAccessDep, SameOriginJson
@@ -75,6 +76,10 @@ class _Model(BaseModel):
 class SharesResponse(BaseModel):
     now: float
     config_version: int | None
+    computed_at: float | None = Field(
+        description="when the leading quota scheduler computed this view, at the commit that last changed it "
+        "(None before its first commit); it stays exact until the next commit, ages are as of now"
+    )
     shares: list[dashboard.ShareSummary]
 
 
@@ -109,7 +114,8 @@ class JobModel(_Model):
     waiting_for: str | None = Field(description="the preference entry it waits for")
     position_in_share: int | None
     position_in_queue: int | None
-    waiting_since: float | None = Field(description="when a waiting job last became RUNNABLE")
+    waiting_since: float | None = Field(description="when a RUNNABLE job last became RUNNABLE")
+    pending_seconds: float | None = Field(description="how long a RUNNABLE job has waited since then, now")
     preferences: list[PreferenceModel]
     dag_id: str | None
     task_id: str | None
@@ -200,11 +206,15 @@ router = APIRouter(prefix="/api", tags=["quotas"])
 
 @router.get("/shares", response_model=SharesResponse, summary="Shares with per-type use, lending and queue")
 def get_shares(store: StoreDep) -> SharesResponse:
+    """The leader's view of every share (``store/views.py``), with GPU-hours and cost."""
     latest = store.latest_config()
+    now = store.clock()
+    computed_at, shares = dashboard.share_summaries(store, now)
     return SharesResponse(
-        now=store.clock(),
+        now=now,
         config_version=latest[0] if latest else None,
-        shares=dashboard.share_summaries(store),
+        computed_at=computed_at,
+        shares=shares,
     )
 
 
@@ -220,12 +230,9 @@ def get_jobs(
 ) -> JobsResponse:
     jobs = dashboard.list_jobs(store, share=share, states=state, dag_id=dag_id, limit=limit)
     readable = access.readable(jobs, lambda job: job.dag_id)
-    since = dashboard.waiting_since_of(store, readable)
     charges = dashboard.running_charges(store, readable)
-    return JobsResponse(
-        now=store.clock(),
-        jobs=[job_model(request, job, access, since.get(job.id), charges.get(job.id)) for job in readable],
-    )
+    now = store.clock()
+    return JobsResponse(now=now, jobs=[job_model(request, job, access, now, charges.get(job.id)) for job in readable])
 
 
 @router.get("/jobs/{job_id}", response_model=JobDetailResponse, summary="One job: attempts, preemptions, cost, story")
@@ -236,15 +243,10 @@ def get_job(request: Request, job_id: int, store: StoreDep, access: DagAccessDep
     access.require_read(detail.job)
     preemptions = hide_preemptors(store, access, detail.preemptions)
     caused = access.readable(detail.caused, lambda p: p.dag_id)
+    now = store.clock()
     return JobDetailResponse(
-        now=store.clock(),
-        job=job_model(
-            request,
-            detail.job,
-            access,
-            dashboard.waiting_since_of(store, [detail.job]).get(job_id),
-            dashboard.running_charges(store, [detail.job]).get(job_id),
-        ),
+        now=now,
+        job=job_model(request, detail.job, access, now, dashboard.running_charges(store, [detail.job]).get(job_id)),
         attempts=[AttemptModel.model_validate(a) for a in detail.attempts],
         preemptions=preemptions,
         caused=caused,
@@ -427,11 +429,12 @@ def job_model(
     request: Request,
     job: JobRow,
     access: DagAccess,
-    waiting_since: float | None = None,
+    now: float,
     running: dashboard.Charge | None = None,
 ) -> JobModel:
-    """A job row with its links, what its running attempt has cost so far, and whether this
-    user may change it."""
+    """A job row with its links, what its running attempt has cost so far, how long it has
+    waited at ``now`` (from the ``runnable_since`` the scheduler wrote), and whether this user
+    may change it."""
     root = request.scope.get("root_path", "") or URL_PREFIX
     airflow_root = root[: -len(URL_PREFIX)] if root.endswith(URL_PREFIX) else ""
     task_url = None
@@ -441,13 +444,14 @@ def job_model(
     values: dict[str, Any] = {
         column: getattr(job, column)
         for column in JobModel.model_fields
-        if column not in ("preferences", "can_edit", "page_url", "task_url", "waiting_since")
+        if column not in ("preferences", "can_edit", "page_url", "task_url", "waiting_since", "pending_seconds")
     }
     if running is not None:
         values["gpu_hours"] = job.gpu_hours + running.gpu_hours
         values["cost"] = job.cost + running.cost
     values.update(
-        waiting_since=waiting_since,
+        waiting_since=job.runnable_since,
+        pending_seconds=None if job.runnable_since is None else pending_seconds(job.runnable_since, now),
         preferences=[PreferenceModel.model_validate(p) for p in job.request.get("preferences", [])],
         can_edit=job.state in LIVE_STATES and access.allows("PUT", job.dag_id),
         page_url=f"{root}/jobs/{job.id}",

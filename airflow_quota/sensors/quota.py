@@ -103,8 +103,8 @@ class QuotaJobSensor(BaseSensorOperator):
 
 class QuotaCapacitySensor(BaseSensorOperator):
     """Wait until a share could place a preference list now (``QuotaHook.can_place_now``: the
-    latest configuration and the jobs as stored, no preemption). Useful to start expensive
-    preparation only when training could start.
+    quota scheduler's own placement check as of its last commit, no preemption). Useful to
+    start expensive preparation only when training could start.
 
     :param share: the quota share. (templated)
     :param instance_preferences: the list to place, as for ``QuotaTrainingOperator``. (templated)

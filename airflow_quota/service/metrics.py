@@ -4,7 +4,9 @@ Airflow's ``[metrics]`` section says), or nowhere when Airflow is not installed 
 What is sent (the README's "Alerts and metrics" has the table):
 
 - gauges per share and instance type, at most every ``gauge_seconds``: ``limit``, ``used``,
-  ``borrowed``, ``lent``, ``runnable``, ``oldest_pending_seconds`` (``core.visibility.share_view``);
+  ``borrowed``, ``lent``, ``runnable``, ``oldest_pending_seconds``, from the shares' view the
+  leader last committed (the read model of ``store/views.py``, the figures the CLI and the
+  Quotas page show);
 - counters per step, from the decisions it made: placements (share, instance type),
   preemptions (share, kind), failures (share, reason), alerts (share, kind), and the
   notifications sent and failed (notifier);
@@ -17,7 +19,7 @@ name: ``quota.share.<share>.<instance type>.used``, with the dots of an instance
 into underscores (``ml_g5_xlarge``) to keep one name segment each.
 
 Nothing here runs in the cycle: counters walk the decisions the step already has, gauges read
-the state the step already has, and with metrics off every call returns at once.
+the view the step already has, and with metrics off every call returns at once.
 """
 
 from __future__ import annotations
@@ -29,9 +31,8 @@ from datetime import timedelta
 from typing import Any, Protocol
 
 from airflow_quota.core.model import Alert, Decision, Failed, Placed, Preempted
-from airflow_quota.core.state import QuotaState
-from airflow_quota.core.visibility import share_view
 from airflow_quota.notifications.base import keeping_logging
+from airflow_quota.store.views import QuotaView
 
 log = logging.getLogger("airflow_quota.scheduler")
 
@@ -175,24 +176,31 @@ class QuotaMetrics:
         if self.backend is not None:
             self._incr("quota.notifications.sent" if sent else "quota.notifications.failed", notifier=notifier)
 
-    def gauges(self, state: QuotaState, now: float) -> None:
-        """Per share and instance type, at most every ``gauge_seconds``: limit, used,
-        borrowed, lent, RUNNABLE count and oldest pending age. A pair shown before and gone now
-        (its limit removed, nothing left running or waiting) is sent once more as zeros, so a
-        dashboard does not keep its last value."""
-        if self.backend is None or now - self._last_gauges < self.gauge_seconds:
+    def gauges(self, view: QuotaView | None, now: float) -> None:
+        """Per share and instance type of the leader's view, at most every ``gauge_seconds``:
+        limit, used, borrowed, lent, RUNNABLE count and oldest pending age (at ``now``). A pair
+        shown before and gone now (its limit removed, nothing left running or waiting) is sent
+        once more as zeros, so a dashboard does not keep its last value."""
+        if self.backend is None or view is None or now - self._last_gauges < self.gauge_seconds:
             return
         self._last_gauges = now
         shown: set[tuple[str, str]] = set()
-        for share in sorted(state.queues):
-            for instance_type, values in share_view(state, share, now)["types"].items():
-                shown.add((share, instance_type))
+        for share in sorted(view.shares, key=lambda s: s.share):
+            for t in share.types:
+                shown.add((share.share, t.instance_type))
+                values = {
+                    "limit": t.limit,
+                    "used": t.used,
+                    "borrowed": t.borrowed,
+                    "lent": t.lent,
+                    "runnable": t.runnable,
+                    "oldest_pending_seconds": t.oldest_pending_seconds(now),
+                }
                 for gauge in GAUGES:
-                    key = "usage" if gauge == "used" else gauge
-                    self._gauge(gauge, float(values[key]), share, instance_type)
-        for share, instance_type in sorted(self._gauged - shown):
+                    self._gauge(gauge, float(values[gauge]), share.share, t.instance_type)
+        for share_name, instance_type in sorted(self._gauged - shown):
             for gauge in GAUGES:
-                self._gauge(gauge, 0.0, share, instance_type)
+                self._gauge(gauge, 0.0, share_name, instance_type)
         self._gauged = shown
 
     # -- names ---------------------------------------------------------------------------

@@ -8,7 +8,8 @@ One step of the leader:
    each on its own interval, so the step never waits on a backend's API;
 3. run a cycle when anything came in, a timer of the core fell due, or a second has passed;
 4. commit, in one transaction: the inputs (the log that rebuilds the state), the decisions, the
-   jobs as they now stand, and the backend actions still to do (start, stop);
+   jobs as they now stand, the backend actions still to do (start, stop), and the shares' view
+   when it changed (the read model every reader shows, ``store/views.py``);
 5. carry the actions out through the backends, then mark them done. These calls stay in the
    step (one or two per placement or stop, never per running attempt): the next step's
    preemption or cancel rewrites a START not yet marked done as "never started", which holds
@@ -31,6 +32,7 @@ once their transaction has committed, so a decision is never logged by two leade
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import socket
@@ -95,6 +97,7 @@ from airflow_quota.store.models import (
 )
 from airflow_quota.store.models import Input as InputRow
 from airflow_quota.store.repository import NOTIFY_CHANNEL
+from airflow_quota.store.views import QuotaView, ViewBuilder, write_view
 
 log = logging.getLogger("airflow_quota.scheduler")
 
@@ -174,6 +177,11 @@ class QuotaService:
     :param poll_workers: the cap on one backend's polls in flight at once (``--poll-workers``);
         how often each attempt is polled is its backend's ``poll_interval_seconds``.
     """
+
+    _view: QuotaView | None = None
+    """The shares' view as this leader last committed it (``store/views.py``); None before."""
+    _views: ViewBuilder | None = None
+    """What computes it, keeping each share's waiting figures until its queue changes."""
 
     def __init__(
         self,
@@ -334,6 +342,7 @@ class QuotaService:
         log.info("recovered from %d inputs", len(rows))
         if self.poller.background:  # the poller starts on the open attempts while the rest recovers
             self._track_open_attempts(self.clock.now())
+        self._rewrite_view()
         self._act()
         self.alerts.wake()  # alerts the last leader recorded and did not finish delivering
         self.recovered = True
@@ -356,6 +365,7 @@ class QuotaService:
                 self._cycle(gathered, now)
             if gathered.inputs or gathered.handled or gathered.ended or gathered.running:
                 self._commit(gathered, now)
+            self._rewrite_view_when_due(now)
             for decision in gathered.decisions:  # committed: never logged by two leaders
                 log.info(describe(decision, wall_clock=self.wall_clock))
             self._act()
@@ -390,7 +400,7 @@ class QuotaService:
             self.metrics.decisions(gathered.decisions)
             if gathered.cycle_seconds is not None and (gathered.decisions or gathered.handled or gathered.ended):
                 self.metrics.cycle(gathered.cycle_seconds)  # idle cycles (one a second) are not timed
-            self.metrics.gauges(self.scheduler.state, now)
+            self.metrics.gauges(self._view, now)
 
     def _feed(
         self, gathered: _Step, item: Input, now: float, row: tuple[str, dict[str, Any]] | None = None
@@ -556,6 +566,44 @@ class QuotaService:
                 if row is not None:
                     session.delete(row)
             self._write_jobs(session, gathered.touched - set(gathered.rejected_jobs), now)
+            view = self._write_view(session, now)
+        self._view = view  # committed
+
+    def _write_view(self, session: Session, now: float) -> QuotaView | None:
+        """The shares' view of the core's state (``store/views.py``), rewritten in the commit's
+        transaction when it differs from what this leader last committed; returned either way."""
+        if self.scheduler is None:
+            return self._view
+        if self._views is None:
+            self._views = ViewBuilder()
+        view = self._views.view_of(self.scheduler.state, now)
+        if self._view is not None and view == self._view:
+            # unchanged: the stored one, computed when it last changed, valid until the next timer
+            return dataclasses.replace(self._view, valid_until=view.valid_until)
+        write_view(session, view)
+        return view
+
+    def _rewrite_view_when_due(self, now: float) -> None:
+        """Time alone changes what a new job could be placed on (a plan window opens or closes, a
+        back-off ends) without any commit: at such an instant the view is rewritten."""
+        if self._view is None or self._view.valid_until is None or now < self._view.valid_until:
+            return
+        with self.sessions() as session, session.begin():
+            self._fence(session)
+            view = self._write_view(session, now)
+        self._view = view
+
+    def _rewrite_view(self) -> None:
+        """After recovery: write the view of the replayed state whatever is stored (a database
+        just upgraded has none, and what could be placed may have changed with time while no
+        leader ran)."""
+        self._view = None
+        if self.scheduler is None:
+            return
+        with self.sessions() as session, session.begin():
+            self._fence(session)
+            view = self._write_view(session, self.clock.now())
+        self._view = view
 
     def _record(self, session: Session, decision: Decision, gathered: _Step, now: float) -> None:
         assert self.scheduler is not None
@@ -753,10 +801,11 @@ def _job_columns(job: Job, state: Any, now: float) -> dict[str, Any]:
         "waiting_for": None,
         "position_in_share": None,
         "position_in_queue": None,
+        "runnable_since": None,
         "updated_at": now,
     }
     if job.state is JobState.RUNNABLE:
-        columns.update(pending_view(state, job, now))
+        columns.update(pending_view(state, job, now), runnable_since=job.runnable_since)
     return columns
 
 

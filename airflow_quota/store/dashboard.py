@@ -2,10 +2,11 @@
 for; the queue and the running jobs; one job with its attempts, placements and preemptions; the
 preemption history; alerts still open; and GPU use over time per share.
 
-Everything is derived from the tables the quota scheduler writes (``quota_jobs``,
-``quota_attempts``, ``quota_preemptions``, ``quota_alerts``, ``quota_events``,
-``quota_config_versions``); nothing here writes, and nothing needs a table of its own. Figures
-are as of the scheduler's last write, read at ``QuotaStore.clock()``.
+Everything is read from the tables the quota scheduler writes; nothing here writes. What each
+share holds and waits for is the leader's view (``store/views.py``), and why a job waits and
+where it stands are its columns of ``quota_jobs``: both are computed by the core
+(``core.visibility``) and only read here, never re-derived. Figures are as of the scheduler's
+last commit; ages are computed from the stored instants at ``QuotaStore.clock()``.
 
 The quota scheduler charges an attempt (GPU-hours, cost) when it ends; ``running_charges`` adds
 what a job holding capacity has run up since its placement, so a running job's cost is never
@@ -27,8 +28,7 @@ from pydantic import Field
 from sqlalchemy import func, or_, select
 
 from airflow_quota.core.config import QuotaConfig
-from airflow_quota.core.model import HOLDING_STATES, LIVE_STATES, WAITING_STATES
-from airflow_quota.core.quota import TypeLedger, lent_by
+from airflow_quota.core.model import HOLDING_STATES, LIVE_STATES, WAITING_STATES, JobState
 from airflow_quota.store.engine import reachable
 from airflow_quota.store.models import (
     AlertRow,
@@ -39,6 +39,7 @@ from airflow_quota.store.models import (
     Preemption,
 )
 from airflow_quota.store.repository import QuotaStore
+from airflow_quota.store.views import TypeView, read_view
 
 """States of a job that waits for capacity (SUBMITTED: not taken in by the scheduler yet)."""
 
@@ -64,8 +65,10 @@ class TypeUsage:
     borrowed: Annotated[int, Field(description="instances held above the limit: borrowed from others")]
     lent: Annotated[float, Field(description="of the idle limit, instances others borrow now (may be fractional)")]
     idle: Annotated[int, Field(description="limit the share does not use, lent or not (limit - used, at least 0)")]
-    runnable: Annotated[int, Field(description="waiting jobs that list this type")]
-    oldest_pending_seconds: Annotated[float, Field(description="how long the longest-waiting of them has waited")]
+    runnable: Annotated[int, Field(description="RUNNABLE jobs that list this type")]
+    oldest_pending_seconds: Annotated[
+        float, Field(description="how long the longest-waiting of them has been RUNNABLE, now; 0 when none")
+    ]
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,8 +84,10 @@ class ShareSummary:
     max_priority: int
     types: tuple[TypeUsage, ...]
     running: Annotated[int, Field(description="jobs holding capacity")]
-    runnable: Annotated[int, Field(description="jobs waiting (RUNNABLE or not yet taken in)")]
-    oldest_pending_seconds: float
+    runnable: Annotated[int, Field(description="RUNNABLE jobs (a submission counts once the scheduler took it in)")]
+    oldest_pending_seconds: Annotated[
+        float, Field(description="how long the share's longest-waiting job has been RUNNABLE, now; 0 when none")
+    ]
     gpu_hours: Annotated[float, Field(description="GPU-hours of the share's jobs, all time, running attempts included")]
     lost_gpu_hours: Annotated[float, Field(description="GPU-hours of work lost to preemptions and failures")]
     cost: Annotated[float, Field(description="USD, on-demand prices of the catalogue or the plan's")]
@@ -124,102 +129,61 @@ def running_charges(store: QuotaStore, jobs: Sequence[JobRow], config: QuotaConf
     return charges
 
 
-def waiting_since(job: JobRow, last_ended: float | None) -> float:
-    """When a waiting job last became RUNNABLE: its submission, or the end of its last attempt
-    (a preempted or failed job waits again from then, as starvation counts it)."""
-    return max(job.submitted_at, last_ended) if last_ended is not None else job.submitted_at
-
-
-def share_summaries(store: QuotaStore) -> list[ShareSummary]:
-    """Every share of the latest configuration, in configuration order; empty before the first
-    configuration is applied. One pass over the live jobs plus two aggregate queries."""
-    latest = store.latest_config()
-    if latest is None:
-        return []
-    config = latest[1]
-    now = store.clock()
+def share_summaries(store: QuotaStore, now: float) -> tuple[float | None, list[ShareSummary]]:
+    """Every share of the leader's view (``store/views.py``), in configuration order, with when
+    that view was computed (None, and no shares, before the leader's first commit). Ages are
+    at ``now``; GPU-hours and cost add the running attempts' charges so far."""
     with reachable(str(store.engine.url)), store.sessions() as session:
-        live = list(session.scalars(select(JobRow).where(JobRow.state.in_(LIVE_STATES))))
-        waiting_ids = [j.id for j in live if j.state in WAITING_STATES]
-        last_ended = _last_attempt_ends(session, waiting_ids)
+        view = read_view(session)
+        holding = list(session.scalars(select(JobRow).where(JobRow.state.in_(HOLDING_STATES))))
         totals = {
             share: (float(gpu or 0.0), float(lost or 0.0), float(cost or 0.0), int(preempted or 0))
             for share, gpu, lost, cost, preempted in session.execute(_share_totals())
         }
-    charges = running_charges(store, live, config)
-    holding: dict[tuple[str, str], int] = {}
-    waiting: dict[tuple[str, str], list[float]] = {}
-    running: dict[str, int] = {}
+    charges = running_charges(store, holding)
     accrued: dict[str, tuple[float, float]] = {}
-    runnable: dict[str, list[float]] = {}
-    for job in live:
-        if job.state in HOLDING_STATES:
-            running[job.share] = running.get(job.share, 0) + 1
-            charge = charges.get(job.id, Charge(0.0, 0.0))
-            gpu, cost = accrued.get(job.share, (0.0, 0.0))
-            accrued[job.share] = (gpu + charge.gpu_hours, cost + charge.cost)
-            if job.instance_type:
-                key = (job.share, job.instance_type)
-                holding[key] = holding.get(key, 0) + (job.count or 0)
-        elif job.state in WAITING_STATES:
-            since = waiting_since(job, last_ended.get(job.id))
-            runnable.setdefault(job.share, []).append(since)
-            for entry in job.request.get("preferences", []):
-                waiting.setdefault((job.share, entry["instance_type"]), []).append(since)
-    catalogue = config.catalogue()
-    ledgers = {
-        name: TypeLedger.of(config, name, {s.name: holding.get((s.name, name), 0) for s in config.shares})
-        for name in config.pool.capacity
-    }
-    lent = {name: lent_by(ledger) for name, ledger in ledgers.items()}
+    for job in holding:
+        charge = charges.get(job.id, Charge(0.0, 0.0))
+        gpu, cost = accrued.get(job.share, (0.0, 0.0))
+        accrued[job.share] = (gpu + charge.gpu_hours, cost + charge.cost)
     summaries = []
-    for share in config.shares:
-        types = []
-        for name, ledger in ledgers.items():
-            limit, used = ledger.limit_of(share.name), ledger.usage_of(share.name)
-            queued = waiting.get((share.name, name), [])
-            if not (limit or used or queued):
-                continue
-            spec = catalogue.get(name)
-            types.append(
-                TypeUsage(
-                    instance_type=name,
-                    gpus_per_instance=spec.gpus if spec else 0,
-                    capacity=ledger.capacity,
-                    limit=limit,
-                    used=used,
-                    borrowed=max(0, used - limit),
-                    lent=round(lent[name].get(share.name, 0.0), 3),
-                    idle=max(0, limit - used),
-                    runnable=len(queued),
-                    oldest_pending_seconds=_age(now, queued),
-                )
-            )
-        gpu, lost, cost, preempted = totals.get(share.name, (0.0, 0.0, 0.0, 0))
-        running_gpu, running_cost = accrued.get(share.name, (0.0, 0.0))
+    for share in view.shares:
+        gpu, lost, cost, preempted = totals.get(share.share, (0.0, 0.0, 0.0, 0))
+        running_gpu, running_cost = accrued.get(share.share, (0.0, 0.0))
         summaries.append(
             ShareSummary(
-                name=share.name,
-                strategy=share.strategy.value,
-                state=share.state.value,
+                name=share.share,
+                strategy=share.strategy,
+                state=share.state,
                 borrow_limit=share.borrow_limit,
                 in_share_preemption=share.in_share_preemption,
                 max_priority=share.max_priority,
-                types=tuple(types),
-                running=running.get(share.name, 0),
-                runnable=len(runnable.get(share.name, [])),
-                oldest_pending_seconds=_age(now, runnable.get(share.name, [])),
+                types=tuple(_type_usage(t, now) for t in share.types),
+                running=share.running,
+                runnable=share.runnable,
+                oldest_pending_seconds=share.oldest_pending_seconds(now),
                 gpu_hours=round(gpu + running_gpu, 6),
                 lost_gpu_hours=round(lost, 6),
                 cost=round(cost + running_cost, 4),
                 preemptions=preempted,
             )
         )
-    return summaries
+    return view.computed_at, summaries
 
 
-def _age(now: float, instants: Sequence[float]) -> float:
-    return round(max(0.0, now - min(instants)), 1) if instants else 0.0
+def _type_usage(view: TypeView, now: float) -> TypeUsage:
+    return TypeUsage(
+        instance_type=view.instance_type,
+        gpus_per_instance=view.gpus_per_instance,
+        capacity=view.capacity,
+        limit=view.limit,
+        used=view.used,
+        borrowed=view.borrowed,
+        lent=view.lent,
+        idle=view.idle,
+        runnable=view.runnable,
+        oldest_pending_seconds=view.oldest_pending_seconds(now),
+    )
 
 
 def _share_totals() -> Any:
@@ -230,18 +194,6 @@ def _share_totals() -> Any:
         func.sum(JobRow.cost),
         func.sum(JobRow.preemptions),
     ).group_by(JobRow.share)
-
-
-def _last_attempt_ends(session: Any, job_ids: Sequence[int]) -> dict[int, float]:
-    """The latest ``ended_at`` of each job's attempts (jobs without an ended attempt are absent)."""
-    if not job_ids:
-        return {}
-    query = (
-        select(Attempt.job_id, func.max(Attempt.ended_at))
-        .where(Attempt.job_id.in_(list(job_ids)), Attempt.ended_at.is_not(None))
-        .group_by(Attempt.job_id)
-    )
-    return {int(job_id): float(ended) for job_id, ended in session.execute(query) if ended is not None}
 
 
 # -- jobs --------------------------------------------------------------------------------------
@@ -266,16 +218,6 @@ def list_jobs(
             query = query.where(JobRow.dag_id == dag_id)
         rows = list(session.scalars(query.order_by(JobRow.id.desc()).limit(limit)))
     return sorted(rows, key=queue_order)
-
-
-def waiting_since_of(store: QuotaStore, jobs: Sequence[JobRow]) -> dict[int, float]:
-    """When each waiting job among ``jobs`` last became RUNNABLE (see ``waiting_since``)."""
-    waiting = [job for job in jobs if job.state in WAITING_STATES]
-    if not waiting:
-        return {}
-    with reachable(str(store.engine.url)), store.sessions() as session:
-        ended = _last_attempt_ends(session, [job.id for job in waiting])
-    return {job.id: waiting_since(job, ended.get(job.id)) for job in waiting}
 
 
 def queue_order(job: JobRow) -> tuple[int, int, int]:
@@ -431,7 +373,7 @@ def alert_records(
     """Alerts, newest first."""
     with reachable(str(store.engine.url)), store.sessions() as session:
         query = (
-            select(AlertRow, JobRow.dag_id, JobRow.state)
+            select(AlertRow, JobRow.dag_id, JobRow.state, JobRow.runnable_since)
             .outerjoin(JobRow, JobRow.id == AlertRow.job_id)
             .order_by(AlertRow.id.desc())
         )
@@ -440,14 +382,11 @@ def alert_records(
         if job_id is not None:
             query = query.where(AlertRow.job_id == job_id)
         rows = list(session.execute(query))
-        ended = _last_attempt_ends(
-            session, sorted({alert.job_id for alert, _, state in rows if state in WAITING_STATES})
-        )
     records = []
-    for alert, dag_id, state in rows:
+    for alert, dag_id, state, runnable_since in rows:
         if alert.kind in OPEN_WHILE_WAITING:
-            # still the same wait: not placed (and requeued) since the alert was raised
-            is_open = state in WAITING_STATES and ended.get(alert.job_id, float("-inf")) <= alert.at
+            # still the same wait: RUNNABLE since before the alert (not placed and requeued since)
+            is_open = state == JobState.RUNNABLE.value and runnable_since is not None and runnable_since <= alert.at
         else:
             is_open = state in LIVE_STATES
         if only_open and not is_open:

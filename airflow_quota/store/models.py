@@ -84,6 +84,9 @@ class JobRow(Base):
     waiting_for: Mapped[str | None] = mapped_column(String(200))
     position_in_share: Mapped[int | None] = mapped_column(Integer)
     position_in_queue: Mapped[int | None] = mapped_column(Integer)
+    runnable_since: Mapped[float | None] = mapped_column(Float)
+    """When a RUNNABLE job last became RUNNABLE (the core's instant: its wait and starvation
+    count from it); None in any other state."""
     updated_at: Mapped[float] = mapped_column(Float, default=0.0)
 
     __table_args__ = (
@@ -213,6 +216,63 @@ class Input(Base):
     at: Mapped[float] = mapped_column(Float)
     kind: Mapped[str] = mapped_column(String(20))
     payload: Mapped[dict[str, Any]]
+
+
+class ShareViewRow(Base):
+    """The read model of one share (``core.visibility.share_view``), written by the leader in
+    the transaction of each commit that changed it (``store/views.py``)."""
+
+    __tablename__ = "quota_share_views"
+
+    share: Mapped[str] = mapped_column(String(128), primary_key=True)
+    position: Mapped[int] = mapped_column(Integer)
+    """Its place in the configuration's list of shares."""
+    strategy: Mapped[str] = mapped_column(String(20))
+    state: Mapped[str] = mapped_column(String(20))
+    borrow_limit: Mapped[int | None] = mapped_column(Integer)
+    in_share_preemption: Mapped[bool] = mapped_column(Boolean)
+    max_priority: Mapped[int] = mapped_column(Integer)
+    running: Mapped[int] = mapped_column(Integer)
+    runnable: Mapped[int] = mapped_column(Integer)
+    oldest_runnable_since: Mapped[float | None] = mapped_column(Float)
+    """When its longest-waiting RUNNABLE job became RUNNABLE; None when none waits."""
+    computed_at: Mapped[float] = mapped_column(Float)
+    """The commit that computed the view (it has not changed since: the leader rewrites it at
+    every commit that changes it)."""
+
+
+class ShareTypeViewRow(Base):
+    """The read model of one share's use of one instance type (``core.visibility.share_view``)."""
+
+    __tablename__ = "quota_share_type_views"
+
+    share: Mapped[str] = mapped_column(String(128), primary_key=True)
+    instance_type: Mapped[str] = mapped_column(String(64), primary_key=True)
+    gpus_per_instance: Mapped[int] = mapped_column(Integer)
+    capacity: Mapped[int] = mapped_column(Integer)
+    limit: Mapped[int] = mapped_column(Integer)
+    used: Mapped[int] = mapped_column(Integer)
+    borrowed: Mapped[int] = mapped_column(Integer)
+    lent: Mapped[float] = mapped_column(Float)
+    idle: Mapped[int] = mapped_column(Integer)
+    runnable: Mapped[int] = mapped_column(Integer)
+    oldest_runnable_since: Mapped[float | None] = mapped_column(Float)
+
+
+class PlaceableViewRow(Base):
+    """The read model of what a new job of a share could be placed on now, per instance type
+    and source (``core.visibility.most_placeable``): what ``QuotaHook.can_place_now`` reads."""
+
+    __tablename__ = "quota_placeable_views"
+
+    share: Mapped[str] = mapped_column(String(128), primary_key=True)
+    instance_type: Mapped[str] = mapped_column(String(64), primary_key=True)
+    training_plan: Mapped[str] = mapped_column(String(128), primary_key=True)
+    """The plan's name; empty for on-demand capacity."""
+    most: Mapped[int] = mapped_column(Integer)
+    """The most instances a new job of the share could be placed on now without preemption."""
+    blocked_by: Mapped[str | None] = mapped_column(String(80))
+    """Why one more could not (a ``core.quota.Block`` value)."""
 
 
 class Leader(Base):

@@ -17,8 +17,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from airflow_quota.core.config import QuotaConfig, parse_config
-from airflow_quota.core.model import HOLDING_STATES, LIVE_STATES, JobRequest
-from airflow_quota.core.quota import TypeLedger, lent_by
+from airflow_quota.core.model import LIVE_STATES, JobRequest
 from airflow_quota.core.state import QuotaState
 from airflow_quota.core.submission import check_submission
 from airflow_quota.exceptions import ChangeRefused, InvalidInput, Problem, SubmissionRejected
@@ -33,6 +32,7 @@ from airflow_quota.store.models import (
     Preemption,
     Request,
 )
+from airflow_quota.store.views import QuotaView, read_view
 
 NOTIFY_CHANNEL = "airflow_quota"
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
@@ -292,48 +292,12 @@ class QuotaStore:
         with self._session() as session:
             return int(session.scalar(select(func.count()).where(Request.handled.is_(False))) or 0)
 
-    def shares(self) -> list[dict[str, Any]]:
-        """Per share and instance type: limit, used, borrowed, lent, idle, RUNNABLE count and
-        oldest pending age, from the jobs as the scheduler last wrote them."""
-        latest = self.latest_config()
-        if latest is None:
-            return []
-        config = latest[1]
-        now = self.clock()
-        holding: dict[tuple[str, str], int] = {}
-        waiting: dict[tuple[str, str], list[float]] = {}
-        for job in self.jobs(states=[*HOLDING_STATES, "RUNNABLE", "SUBMITTED"]):
-            if job.state in HOLDING_STATES and job.instance_type:
-                key = (job.share, job.instance_type)
-                holding[key] = holding.get(key, 0) + (job.count or 0)
-            elif job.state in ("RUNNABLE", "SUBMITTED"):
-                for entry in job.request.get("preferences", []):
-                    waiting.setdefault((job.share, entry["instance_type"]), []).append(job.submitted_at)
-        ledgers = {
-            name: TypeLedger.of(config, name, {s.name: holding.get((s.name, name), 0) for s in config.shares})
-            for name in config.pool.capacity
-        }
-        views = []
-        for share in config.shares:
-            types = {}
-            for name, ledger in ledgers.items():
-                limit, used = ledger.limit_of(share.name), ledger.usage_of(share.name)
-                queued = waiting.get((share.name, name), [])
-                if not (limit or used or queued):
-                    continue
-                types[name] = {
-                    "limit": limit,
-                    "used": used,
-                    "borrowed": max(0, used - limit),
-                    "lent": round(lent_by(ledger).get(share.name, 0.0), 3),
-                    "idle": max(0, limit - used),
-                    "runnable": len(queued),
-                    "oldest_pending_seconds": round(now - min(queued), 1) if queued else 0.0,
-                }
-            views.append(
-                {"share": share.name, "strategy": share.strategy.value, "state": share.state.value, "types": types}
-            )
-        return views
+    def view(self) -> QuotaView:
+        """The shares' view as the leading quota scheduler last committed it (``store/views.py``):
+        per share and instance type, limit, used, borrowed, lent, idle, RUNNABLE count and when
+        the oldest waiting job became RUNNABLE. Empty before the leader's first commit."""
+        with self._session() as session:
+            return read_view(session)
 
     # -- plumbing ------------------------------------------------------------------------
 

@@ -90,6 +90,7 @@ def world(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[QuotaWorl
     store.apply_config(QUOTA)
     fake = FakeBackend(clock.now)
     service = QuotaService(engine, {"fake": fake, "local": fake}, clock=clock, refresh_views_seconds=0.0)
+    service.step()  # the scheduler takes the configuration in and writes its first view
     monkeypatch.setenv("AIRFLOW_CONN_QUOTA_DEFAULT", url)
     yield QuotaWorld(url, engine, clock, store, service, fake)
     engine.dispose()

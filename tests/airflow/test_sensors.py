@@ -110,7 +110,7 @@ def test_the_capacity_sensor_sees_room_come_and_go(world: QuotaWorld) -> None:
             "prod",
             [{"instance_type": "ml.g5.xlarge", "count": 2}],
             False,
-            "2x ml.g5.xlarge: over the share's limit",
+            "2x ml.g5.xlarge: over the share's limit; at most 1 now",
         ),
         (
             "research",
@@ -136,13 +136,17 @@ def test_can_place_now(
     assert (check.placeable, check.reason) == (placeable, reason)
 
 
-def test_a_lender_with_a_waiting_job_protects_its_idle_capacity(world: QuotaWorld) -> None:
+def test_the_capacity_check_is_the_schedulers_answer_at_its_last_commit(world: QuotaWorld) -> None:
+    """The hook answers from the leader's view: a submission counts once the quota scheduler
+    has taken it in, and then the answer is the core's placement check."""
     world.submit("mine", {"duration": 1000})
     world.step(1000.0)
     assert QuotaHook().can_place_now("research", G5).placeable is True  # by borrowing prod's idle g5
-    world.submit("theirs", {"duration": 10}, share="prod")  # waiting, not yet taken in
+    world.submit("theirs", {"duration": 10}, share="prod")
+    assert QuotaHook().can_place_now("research", G5).placeable is True  # not taken in yet
+    world.step(1000.0)  # prod's job takes prod's own idle instance
     check = QuotaHook().can_place_now("research", G5)
-    assert (check.placeable, check.reason) == (False, "1x ml.g5.xlarge: no lendable capacity")
+    assert (check.placeable, check.reason) == (False, "1x ml.g5.xlarge: pool capacity in use; at most 0 now")
 
 
 def test_the_capacity_sensor_defers_and_resumes(world: QuotaWorld) -> None:

@@ -1,17 +1,32 @@
 """What a person asks of the queue (quota-model.md 7): ``pending_reason``, ``pending_view``,
-``queue_position`` and ``share_view`` on small states built through the scheduler's API."""
+``queue_position``, ``share_view`` and ``most_placeable`` on small states built through the
+scheduler's API, and ``most_placeable`` against every count on random scenarios."""
 
 from __future__ import annotations
 
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
 
 from airflow_quota.core.config import parse_config
 from airflow_quota.core.cycle import QuotaScheduler
-from airflow_quota.core.model import JobRequest, PendingReason
-from airflow_quota.core.visibility import pending_reason, pending_view, queue_position, share_view
+from airflow_quota.core.model import Entry, Job, JobRequest, PendingReason
+from airflow_quota.core.quota import Block
+from airflow_quota.core.state import Mode
+from airflow_quota.core.visibility import (
+    PROBE_SEQ,
+    most_placeable,
+    pending_reason,
+    pending_seconds,
+    pending_view,
+    queue_position,
+    share_view,
+)
+from airflow_quota.sim.scenario import LoadedScenario
+from airflow_quota.sim.simulator import Simulator
 from tests.builders import quota, share
+from tests.core.test_properties_v2 import v2_scenarios
 
 G5 = "ml.g5.xlarge"
 P4 = "ml.p4d.24xlarge"
@@ -205,35 +220,38 @@ def borrowing_state() -> QuotaScheduler:
 
 
 def test_share_view_of_a_borrower() -> None:
-    view = share_view(borrowing_state().state, "borrower", 70)
+    view = share_view(borrowing_state().state, "borrower")
     assert view["share"] == "borrower"
     assert view["runnable"] == 1
     assert set(view["types"]) == {G5}  # no limit, usage nor demand on ml.c5.xlarge
     g5 = view["types"][G5]
-    assert {k: g5[k] for k in ("limit", "usage", "borrowed", "idle", "runnable")} == {
+    assert {k: g5[k] for k in ("limit", "used", "borrowed", "idle", "runnable")} == {
         "limit": 1,
-        "usage": 2,
+        "used": 2,
         "borrowed": 1,
         "idle": 0,
         "runnable": 1,
     }
-    assert g5["oldest_pending_seconds"] == 60
+    assert g5["oldest_runnable_since"] == 10  # "waiting" was submitted at 10
+    assert pending_seconds(g5["oldest_runnable_since"], 70) == 60
+    assert (view["running"], view["oldest_runnable_since"]) == (2, 10)
 
 
 def test_share_view_of_a_lender() -> None:
-    view = share_view(borrowing_state().state, "lender", 70)
+    view = share_view(borrowing_state().state, "lender")
     assert view["runnable"] == 0
     assert set(view["types"]) == {G5, "ml.c5.xlarge"}
     for name in (G5, "ml.c5.xlarge"):
         t = view["types"][name]
-        assert {k: t[k] for k in ("limit", "usage", "borrowed", "idle", "runnable")} == {
+        assert {k: t[k] for k in ("limit", "used", "borrowed", "idle", "runnable")} == {
             "limit": 1,
-            "usage": 0,
+            "used": 0,
             "borrowed": 0,
             "idle": 1,
             "runnable": 0,
         }
-        assert t["oldest_pending_seconds"] == 0
+        assert t["oldest_runnable_since"] is None
+        assert pending_seconds(t["oldest_runnable_since"], 70) == 0
 
 
 def test_share_view_reports_lent_capacity() -> None:
@@ -241,8 +259,92 @@ def test_share_view_reports_lent_capacity() -> None:
     ml.g5.xlarge is what the borrower runs above its limit (the pool has nothing unassigned), so
     the lender lends 1 of it and none of ml.c5.xlarge, and the borrower lends nothing."""
     state = borrowing_state().state
-    lender = share_view(state, "lender", 70)["types"]
-    borrower = share_view(state, "borrower", 70)["types"]
+    lender = share_view(state, "lender")["types"]
+    borrower = share_view(state, "borrower")["types"]
     assert lender[G5].get("lent") == 1
     assert lender["ml.c5.xlarge"].get("lent") == 0
     assert borrower[G5].get("lent") == 0
+
+
+# -- what a new job could be placed on -------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("build", "share_name", "entry", "expected"),
+    [
+        (borrowing_state, "borrower", Entry(G5, 1), (0, Block.POOL_FULL)),
+        (borrowing_state, "lender", Entry(G5, 1), (0, Block.POOL_FULL)),
+        (borrowing_state, "lender", Entry("ml.c5.xlarge", 1), (1, Block.SHARE_LIMIT)),
+        (waiting_for_capacity, "team", Entry(G5, 1), (0, Block.NO_PROVIDER_CAPACITY)),
+        (waiting_for_plan, "team", Entry(P4, 1, "december"), (0, Block.PLAN_NOT_ACTIVE)),
+        (waiting_for_plan, "team", Entry(P4, 1), (1, Block.SHARE_LIMIT)),
+        (held_for_starving_job, "team", Entry(G5, 1), (0, Block.HELD_FOR_STARVING)),
+    ],
+    ids=[
+        "the borrower holds the whole pool",
+        "the lender's idle instance is lent: only preemption would give it back",
+        "the lender's own idle type, up to its limit",
+        "the provider has none",
+        "the plan's window has not begun",
+        "on demand beside the plan, up to the share's limit",
+        "a starving job ahead reserves the type",
+    ],
+)
+def test_most_placeable(build: Any, share_name: str, entry: Entry, expected: tuple[int, Block]) -> None:
+    built = build()
+    scheduler = built[0] if isinstance(built, tuple) else built
+    now = built[2] if isinstance(built, tuple) else 10
+    assert most_placeable(scheduler.state, share_name, entry, now) == expected
+
+
+def test_a_borrower_may_place_up_to_its_borrow_limit_in_an_idle_pool() -> None:
+    s = scheduler_for(
+        share("borrower", {G5: 2}, "LEND_AND_BORROW", borrow_limit=100),
+        share("lender", {G5: 6}, "LEND"),
+        capacity={G5: 8},
+    )
+    s.run_cycle(0)
+    assert most_placeable(s.state, "borrower", Entry(G5, 1), 0) == (4, Block.BORROW_LIMIT)
+    assert most_placeable(s.state, "lender", Entry(G5, 1), 0) == (6, Block.SHARE_LIMIT)
+
+
+def fitting_counts(scheduler: QuotaScheduler, share_name: str, entry: Entry, now: float) -> list[int]:
+    """Every count from 1 to the pool's capacity that the core's check lets a new job of the
+    share place now: what ``most_placeable``'s binary search assumes is 1..most."""
+    state = scheduler.state
+    mode = Mode.BORROW if state.shares[share_name].borrows else Mode.WITHIN_QUOTA
+    found = []
+    for count in range(1, state.types[entry.instance_type].capacity + 1):
+        sized = Entry(entry.instance_type, count, entry.training_plan)
+        request = JobRequest.model_construct(name="probe", share=share_name, priority=0, preferences=[])
+        probe = Job(PROBE_SEQ, "probe", share_name, 0, (sized,), request, now)
+        if state.check(probe, sized, mode, now) is None:
+            found.append(count)
+    return found
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(v2_scenarios())
+def test_the_counts_that_fit_are_one_to_most(loaded: LoadedScenario) -> None:
+    """The binary search of ``most_placeable`` is exact: after every cycle of random
+    scenarios, for every share, type and source, the counts the core's check accepts are
+    exactly 1..most (a larger count never fits where a smaller one does not)."""
+    simulator = Simulator(loaded)
+    scheduler = simulator.scheduler
+    problems: list[str] = []
+
+    def after_cycle(now: float, cycles: int, finished: int) -> None:
+        state = scheduler.state
+        for share_name in state.shares:
+            for name in state.types:
+                plans = [p.name for p in state.plans.values() if p.instance_type == name]
+                for source in [None, *plans]:
+                    entry = Entry(name, 1, source)
+                    most, _ = most_placeable(state, share_name, entry, now)
+                    fits = fitting_counts(scheduler, share_name, entry, now)
+                    if fits != list(range(1, most + 1)):
+                        problems.append(f"t={now:g} {share_name} {entry}: most {most}, fits {fits}")
+
+    simulator._progress = after_cycle
+    simulator.run()
+    assert not problems, "\n".join(problems[:5])

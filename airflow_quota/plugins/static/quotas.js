@@ -54,7 +54,7 @@
     return entry.img;
   }
 
-  function queueTable(share, jobs, now) {
+  function queueTable(share, jobs) {
     const rows = jobs.map((job) => h("tr", {dataset: {jobId: job.id, state: job.state}},
       h("td", {class: "num", dataset: {role: "position"}, title: "position in the share / in the whole queue"},
         job.position_in_share === null ? "–" : job.position_in_share + (job.position_in_queue === null ? "" : " / " + job.position_in_queue)),
@@ -62,7 +62,7 @@
       h("td", {}, priorityControl(job, share.max_priority, () => tick && tick())),
       h("td", {dataset: {role: "reason"}}, job.state === "SUBMITTED" ? "SUBMITTED (not taken in yet)" : (job.pending_reason || "")),
       h("td", {}, job.waiting_for || ""),
-      h("td", {class: "num"}, job.waiting_since ? duration(now - job.waiting_since) : "")));
+      h("td", {class: "num"}, job.pending_seconds === null ? "" : duration(job.pending_seconds))));
     return table([["# share / queue", {class: "num"}], "job", "priority", "pending reason", "waiting for", ["waited", {class: "num"}]], rows, "Nobody waits.");
   }
 
@@ -78,7 +78,7 @@
     return table(["job", "on", "state", "priority", ["attempt", {class: "num"}], ["cost", {class: "num"}]], rows, "Nothing runs.");
   }
 
-  function shareCard(share, jobs, now) {
+  function shareCard(share, jobs) {
     const waiting = jobs.filter((j) => WAITING.includes(j.state)).sort((a, b) => (a.position_in_share || 1e9) - (b.position_in_share || 1e9) || a.id - b.id);
     const running = jobs.filter((j) => !WAITING.includes(j.state));
     return h("section", {class: "share", dataset: {share: share.name}, "aria-label": "share " + share.name},
@@ -97,7 +97,7 @@
       share.types.map(typeRow),
       chart(share),
       h("h3", {}, "Queue"),
-      h("div", {dataset: {role: "queue"}}, queueTable(share, waiting, now)),
+      h("div", {dataset: {role: "queue"}}, queueTable(share, waiting)),
       h("h3", {}, "Running"),
       h("div", {dataset: {role: "running"}}, runningTable(share, running)));
   }
@@ -108,7 +108,7 @@
       fill(main, h("p", {class: "empty"}, "No quota configuration is applied yet (airflow-quota apply quota.yaml)."));
       return;
     }
-    fill(main, ...answer.shares.map((share) => shareCard(share, jobs.filter((j) => j.share === share.name), answer.now)));
+    fill(main, ...answer.shares.map((share) => shareCard(share, jobs.filter((j) => j.share === share.name))));
   }
 
   function renderAlerts(answer) {

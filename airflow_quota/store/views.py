@@ -1,0 +1,247 @@
+"""The read model: what each share holds and waits for, as the leading quota scheduler's core
+sees it (``core.visibility.share_view``), stored so that every reader shows the same figures.
+
+The leader computes the view after each step that commits anything and, when it differs from
+what it last wrote, rewrites ``quota_share_views`` and ``quota_share_type_views`` in the same
+transaction as the decisions (``QuotaService._commit``). The view changes only when the core's
+state does, so between commits it stays exact; it stores instants, not ages (when the oldest
+RUNNABLE job became RUNNABLE), and readers turn them into ages at read time with
+``core.visibility.pending_seconds``, the one definition. The per-job half of the read model
+(pending reason, the entry waited for, positions, ``runnable_since``) is in the columns of
+``quota_jobs`` the leader writes (``service/scheduler.py``, ``_job_columns``).
+
+Readers: ``airflow-quota shares`` (``QuotaStore.shares``), the JSON API and the Quotas page
+(``store/dashboard.py``, ``share_summaries``), and the scheduler's gauges
+(``service/metrics.py``, from the view the leader just wrote).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy import delete, select
+from sqlalchemy.orm import Session
+
+from airflow_quota.core.model import Entry
+from airflow_quota.core.queues import ShareQueue
+from airflow_quota.core.state import QuotaState
+from airflow_quota.core.visibility import Waiting, most_placeable, pending_seconds, share_view, waiting
+from airflow_quota.store.models import PlaceableViewRow, ShareTypeViewRow, ShareViewRow
+
+
+@dataclass(frozen=True, slots=True)
+class TypeView:
+    """One share's use of one instance type (a type it has a limit on, uses or waits for)."""
+
+    instance_type: str
+    gpus_per_instance: int
+    capacity: int
+    limit: int
+    used: int
+    borrowed: int
+    lent: float
+    idle: int
+    runnable: int
+    oldest_runnable_since: float | None
+
+    def oldest_pending_seconds(self, now: float) -> float:
+        return pending_seconds(self.oldest_runnable_since, now)
+
+
+@dataclass(frozen=True, slots=True)
+class ShareView:
+    """One share: its configuration as the leader applies it, its job counts, its types."""
+
+    share: str
+    strategy: str
+    state: str
+    borrow_limit: int | None
+    in_share_preemption: bool
+    max_priority: int
+    running: int
+    runnable: int
+    oldest_runnable_since: float | None
+    types: tuple[TypeView, ...] = ()
+
+    def oldest_pending_seconds(self, now: float) -> float:
+        return pending_seconds(self.oldest_runnable_since, now)
+
+
+@dataclass(frozen=True, slots=True)
+class Placeable:
+    """The most instances of a type, from a source (a plan, or on demand when None), that a new
+    job of the share could be placed on now without preemption, and why one more could not."""
+
+    share: str
+    instance_type: str
+    training_plan: str | None
+    most: int
+    blocked_by: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class QuotaView:
+    """Every share of the leader's configuration, in configuration order (each share's types
+    by name), and what a new job of each could be placed on, as computed at ``computed_at``
+    (None: no leader has written a view yet).
+
+    ``valid_until``: the next instant at which time alone changes what could be placed (a plan
+    window opens or closes, a back-off ends); the leader rewrites the view then."""
+
+    shares: tuple[ShareView, ...] = ()
+    placeable: tuple[Placeable, ...] = ()
+    computed_at: float | None = field(default=None, compare=False)
+    valid_until: float | None = field(default=None, compare=False)
+
+    def share(self, name: str) -> ShareView | None:
+        return next((view for view in self.shares if view.share == name), None)
+
+
+_TYPE_FIELDS = tuple(f.name for f in dataclasses.fields(TypeView))
+"""The columns of ``quota_share_type_views`` beside ``share``: one per field of ``TypeView``."""
+
+
+class ViewBuilder:
+    """Computes the view of the core's state; what comes from a share's RUNNABLE jobs
+    (``core.visibility.waiting``: one pass over them) is kept until its queue changes, so a
+    commit costs a pass only over the shares whose queues it changed."""
+
+    def __init__(self) -> None:
+        self._waiting: dict[str, tuple[ShareQueue, int, Waiting]] = {}
+
+    def view_of(self, state: QuotaState, now: float) -> QuotaView:
+        """``core.visibility.share_view`` of every share, and ``most_placeable`` of every
+        share, type and source, at ``now``."""
+        shares = []
+        for share in state.config.shares:
+            figures = share_view(state, share.name, self._waits(state, share.name))
+            shares.append(
+                ShareView(
+                    share=share.name,
+                    strategy=share.strategy.value,
+                    state=share.state.value,
+                    borrow_limit=share.borrow_limit,
+                    in_share_preemption=share.in_share_preemption,
+                    max_priority=share.max_priority,
+                    running=figures["running"],
+                    runnable=figures["runnable"],
+                    oldest_runnable_since=figures["oldest_runnable_since"],
+                    types=tuple(TypeView(instance_type=name, **t) for name, t in sorted(figures["types"].items())),
+                )
+            )
+        return QuotaView(tuple(shares), _placeable(state, now), now, _valid_until(state, now))
+
+    def _waits(self, state: QuotaState, share: str) -> Waiting:
+        queue = state.queues[share]
+        kept = self._waiting.get(share)
+        if kept is not None and kept[0] is queue and kept[1] == queue.version:
+            return kept[2]
+        waits = waiting(state, share)
+        self._waiting[share] = (queue, queue.version, waits)
+        return waits
+
+
+def _placeable(state: QuotaState, now: float) -> tuple[Placeable, ...]:
+    """``core.visibility.most_placeable`` of every share, pool type and source of the type."""
+    found = []
+    for share in state.config.shares:
+        for name in sorted(state.types):
+            plans = sorted(plan.name for plan in state.plans.values() if plan.instance_type == name)
+            for source in [None, *plans]:
+                most, block = most_placeable(state, share.name, Entry(name, 1, source), now)
+                found.append(Placeable(share.name, name, source, most, None if block is None else block.value))
+    return tuple(found)
+
+
+def _valid_until(state: QuotaState, now: float) -> float | None:
+    """The next instant after ``now`` at which a plan window opens or closes or a back-off ends."""
+    instants = [t for plan in state.plans.values() for t in (plan.starts_at, plan.ends_at)]
+    instants.extend(state.backoff_until.values())
+    return min((t for t in instants if t > now), default=None)
+
+
+def write_view(session: Session, view: QuotaView) -> None:
+    """Replace the stored view by ``view`` (a handful of rows: shares x types), in the caller's
+    transaction."""
+    assert view.computed_at is not None
+    session.execute(delete(PlaceableViewRow))
+    session.execute(delete(ShareTypeViewRow))
+    session.execute(delete(ShareViewRow))
+    session.add_all(
+        PlaceableViewRow(
+            share=p.share,
+            instance_type=p.instance_type,
+            training_plan=p.training_plan or "",
+            most=p.most,
+            blocked_by=p.blocked_by,
+        )
+        for p in view.placeable
+    )
+    for position, share in enumerate(view.shares):
+        session.add(
+            ShareViewRow(
+                share=share.share,
+                position=position,
+                strategy=share.strategy,
+                state=share.state,
+                borrow_limit=share.borrow_limit,
+                in_share_preemption=share.in_share_preemption,
+                max_priority=share.max_priority,
+                running=share.running,
+                runnable=share.runnable,
+                oldest_runnable_since=share.oldest_runnable_since,
+                computed_at=view.computed_at,
+            )
+        )
+        session.add_all(ShareTypeViewRow(share=share.share, **_fields(t)) for t in share.types)
+
+
+def read_view(session: Session) -> QuotaView:
+    """The view the leader last wrote; empty before its first commit."""
+    types: dict[str, list[TypeView]] = {}
+    query = select(ShareTypeViewRow).order_by(ShareTypeViewRow.share, ShareTypeViewRow.instance_type)
+    for row in session.scalars(query):
+        types.setdefault(row.share, []).append(TypeView(**{name: getattr(row, name) for name in _TYPE_FIELDS}))
+    rows = list(session.scalars(select(ShareViewRow).order_by(ShareViewRow.position)))
+    shares = tuple(
+        ShareView(
+            share=row.share,
+            strategy=row.strategy,
+            state=row.state,
+            borrow_limit=row.borrow_limit,
+            in_share_preemption=row.in_share_preemption,
+            max_priority=row.max_priority,
+            running=row.running,
+            runnable=row.runnable,
+            oldest_runnable_since=row.oldest_runnable_since,
+            types=tuple(types.get(row.share, ())),
+        )
+        for row in rows
+    )
+    return QuotaView(shares, tuple(read_placeable(session)), rows[0].computed_at if rows else None)
+
+
+def read_placeable(session: Session, share: str | None = None) -> list[Placeable]:
+    """What the leader last wrote of what a new job (of ``share``) could be placed on now."""
+    query = select(PlaceableViewRow).order_by(
+        PlaceableViewRow.share, PlaceableViewRow.instance_type, PlaceableViewRow.training_plan
+    )
+    if share is not None:
+        query = query.where(PlaceableViewRow.share == share)
+    return [
+        Placeable(row.share, row.instance_type, row.training_plan or None, row.most, row.blocked_by)
+        for row in session.scalars(query)
+    ]
+
+
+def _fields(view: TypeView) -> dict[str, Any]:
+    return {name: getattr(view, name) for name in _TYPE_FIELDS}
+
+
+def share_placeable(session: Session, share: str) -> tuple[ShareViewRow, list[Placeable]] | None:
+    """One share's row of the view and what a new job of it could be placed on now; None when
+    the leader's view has no such share."""
+    row = session.get(ShareViewRow, share)
+    return None if row is None else (row, read_placeable(session, share))
