@@ -63,6 +63,12 @@ def add_commands(commands: Any) -> None:
         help="each SageMaker training job is described this often (default %(default)g, the provider's check_interval)",
     )
     scheduler.add_argument(
+        "--sagemaker-poll-rate",
+        type=_at_least(0.01),
+        default=35.0,
+        help="at most this many DescribeTrainingJob polls a second (default %(default)g; 1,000 jobs at 30 s: 33.3)",
+    )
+    scheduler.add_argument(
         "--local-poll-seconds",
         type=_at_least(0.0),
         default=1.0,
@@ -232,7 +238,9 @@ def run_scheduler(args: argparse.Namespace) -> int:
         from airflow_quota.service.backends.sagemaker import SageMakerBackend
 
         backends["sagemaker"] = SageMakerBackend(
-            region_name=args.region, poll_interval_seconds=args.sagemaker_poll_seconds
+            region_name=args.region,
+            poll_interval_seconds=args.sagemaker_poll_seconds,
+            poll_calls_per_second=args.sagemaker_poll_rate,
         )
     except ImportError:
         logging.getLogger("airflow_quota.scheduler").info("the sagemaker backend needs boto3: not enabled")

@@ -17,6 +17,10 @@ How the polls are spread and capped:
   near ``attempts / interval`` instead of coming in bursts;
 - each backend has its own pool of at most ``workers`` threads: its polls run concurrently up
   to that cap, and a slow or throttled backend never delays another's polls;
+- a backend with a rate (``poll_calls_per_second``: SageMaker 35) never gets more polls than a
+  token bucket of that rate allows, with a burst of an eighth of it: at most 1.125 x the rate
+  in any one second (SageMaker: 39.4 calls), whatever the step and the threads do; polls it
+  holds back stay due and go first when tokens come back;
 - a poll refused for throttling (:class:`~airflow_quota.service.backends.base.BackendThrottled`)
   pauses every poll of that backend: 1 s, doubling up to 60 s while the throttling lasts, reset
   by the first poll that succeeds after a pause; each pause and the recovery are one log line.
@@ -51,6 +55,8 @@ THROTTLE_MAX_SECONDS = 60.0
 """A backend that throttles its polls pauses them 1 s, doubling up to 60 s while it lasts."""
 IDLE_WAKE_SECONDS = 1.0
 """A background poller with nothing tracked looks again this often (and when woken)."""
+BURST_SECONDS = 0.125
+"""A rate-capped backend may spend at once the tokens of this many seconds (at least one)."""
 MIN_ROUND_SECONDS = 0.05
 """A background poller of a backend polled on every step (interval 0) starts a round at most
 this often, so it does not spin."""
@@ -64,9 +70,15 @@ class BackendPoller:
     :param clock: the service's clock (epoch seconds, or a test's manual clock).
     :param interval: seconds between two polls of one attempt; 0 polls at every ``poll_due``.
     :param workers: the cap on this backend's polls in flight at once (its thread pool's size).
+    :param rate: the most polls a second (a token bucket with a burst of ``BURST_SECONDS`` of
+        them); None: no cap.
     """
 
-    def __init__(self, backend: Backend, clock: Callable[[], float], interval: float, workers: int) -> None:
+    def __init__(
+        self, backend: Backend, clock: Callable[[], float], interval: float, workers: int, rate: float | None = None
+    ) -> None:
+        if rate is not None and rate <= 0:
+            raise ValueError(f"{backend.name}: poll_calls_per_second must be > 0, not {rate}")
         if interval < 0:
             raise ValueError(f"{backend.name}: poll_interval_seconds must be ≥ 0, not {interval}")
         if workers < 1:
@@ -82,6 +94,11 @@ class BackendPoller:
         self._paused_until = float("-inf")
         self._backoff = 0.0
         """The current throttling pause (0: not throttled)."""
+        self.rate = rate
+        self._burst = 0.0 if rate is None else max(1.0, rate * BURST_SECONDS)
+        self._tokens = self._burst
+        self._tokens_at: float | None = None
+        """When the bucket was last refilled (None: full, never used)."""
         self._pool: ThreadPoolExecutor | None = None
         self._wake = threading.Event()
         self._stop = threading.Event()
@@ -128,13 +145,27 @@ class BackendPoller:
         with self._lock:
             if now < self._paused_until:
                 return 0
-            due = [spec for key, spec in self._specs.items() if self._due[key] <= now]
-        if not due:
+            due = sorted((self._due[key], key) for key in self._specs if self._due[key] <= now)
+            due = due[: self._spend_tokens(len(due), now)]
+            specs = [self._specs[key] for _, key in due]
+        if not specs:
             return 0
         if self._pool is None:
             self._pool = ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix=f"poll-{self.name}")
-        wait_for([self._pool.submit(self._poll_one, spec, now) for spec in due])
-        return len(due)
+        wait_for([self._pool.submit(self._poll_one, spec, now) for spec in specs])
+        return len(specs)
+
+    def _spend_tokens(self, wanted: int, now: float) -> int:
+        """How many of ``wanted`` polls the rate allows at ``now`` (all without a rate); the
+        tokens are spent. Called with the lock held."""
+        if self.rate is None:
+            return wanted
+        if self._tokens_at is not None:
+            self._tokens = min(self._burst, self._tokens + (now - self._tokens_at) * self.rate)
+        self._tokens_at = now
+        allowed = min(wanted, int(self._tokens + 1e-9))  # refills of 0.1 s x rate add up in floats
+        self._tokens -= allowed
+        return allowed
 
     def _poll_one(self, spec: AttemptSpec, now: float) -> None:
         key = (spec.job_id, spec.attempt)
@@ -182,7 +213,11 @@ class BackendPoller:
         """When the next poll falls due (after any throttling pause); None with nothing tracked."""
         with self._lock:
             soonest = min(self._due.values(), default=None)
-            return None if soonest is None else max(soonest, self._paused_until)
+            if soonest is None:
+                return None
+            if self.rate is not None and self._tokens_at is not None and self._tokens < 1:
+                soonest = max(soonest, self._tokens_at + (1 - self._tokens) / self.rate)  # a token back
+            return max(soonest, self._paused_until)
 
     # -- in the background -----------------------------------------------------------------
 
@@ -225,7 +260,7 @@ class Poller:
     """The backends' pollers, one per backend (see the module docstring).
 
     :param backends: by name, as the scheduler holds them; each one's ``poll_interval_seconds``
-        (0 when it has none) is its interval.
+        (0 when it has none) is its interval, its ``poll_calls_per_second`` (none: no cap) its rate.
     :param clock: the service's clock.
     :param workers: the cap on one backend's polls in flight at once.
     """
@@ -234,7 +269,13 @@ class Poller:
         self, backends: Mapping[str, Backend], clock: Callable[[], float], workers: int = DEFAULT_POLL_WORKERS
     ) -> None:
         self.pollers = {
-            name: BackendPoller(backend, clock, float(getattr(backend, "poll_interval_seconds", 0.0)), workers)
+            name: BackendPoller(
+                backend,
+                clock,
+                float(getattr(backend, "poll_interval_seconds", 0.0)),
+                workers,
+                getattr(backend, "poll_calls_per_second", None),
+            )
             for name, backend in backends.items()
         }
 

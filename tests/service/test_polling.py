@@ -210,8 +210,29 @@ def test_sagemaker_throttling_codes_are_backend_throttled() -> None:
         stub.assert_no_pending_responses()
 
 
+def test_a_rate_caps_the_polls_in_every_second_and_the_held_back_go_first_later() -> None:
+    """200 attempts due every step, 40 a second allowed: at most 40 x 1.125 (the burst) in any
+    second, about 40 a second on average, and none starves (the longest-due goes first)."""
+    clock = ManualClock(0.0)
+    backend = RecordingBackend("sagemaker", clock, 0.0)
+    poller = BackendPoller(backend, clock.now, 0.0, workers=8, rate=40.0)
+    poller.track(specs(*range(1, 201)), 0.0)
+    for tick in range(201):  # 20 s in steps of 0.1 s
+        clock.advance_to(tick / 10)
+        poller.poll_due(clock.now())
+    per_second = Counter(int(at) for at, _ in backend.asked)
+    assert max(per_second.values()) <= 40 * 1.125, per_second
+    assert sum(per_second[s] for s in range(20)) >= 40 * 20 - 5, per_second
+    assert set(job for _, job in backend.asked) == set(range(1, 201)), "every attempt was asked about"
+    soonest = poller.next_due()
+    assert soonest is not None and soonest > clock.now(), "with no token left it waits for one"
+
+
 def test_default_intervals_and_bad_settings() -> None:
     assert SageMakerBackend().poll_interval_seconds == 30.0
+    assert SageMakerBackend().poll_calls_per_second == 35.0
+    with pytest.raises(ValueError, match="poll_calls_per_second must be > 0"):
+        BackendPoller(SageMakerBackend(), lambda: 0.0, 30.0, workers=1, rate=0)
     assert FakeBackend(lambda: 0.0).poll_interval_seconds == 0.0
     with pytest.raises(ValueError, match="poll_interval_seconds must be ≥ 0"):
         SageMakerBackend(poll_interval_seconds=-1)

@@ -125,6 +125,9 @@ treats as throttling); an HTTP 429 counts too."""
 
 DEFAULT_POLL_INTERVAL_SECONDS = 30.0
 """As the amazon provider's ``check_interval`` for SageMaker training jobs."""
+DEFAULT_POLL_CALLS_PER_SECOND = 35.0
+"""The most DescribeTrainingJob polls a second (burst included, at most 39.4 in any second):
+1,000 open jobs every 30 s need 33.3."""
 
 ALREADY_EXISTS_PATTERN = re.compile(r"already\s+exists|must\s+be\s+unique", re.IGNORECASE)
 
@@ -254,7 +257,9 @@ class SageMakerBackend:
     scheduler skips an entry after this backend reports CAPACITY_ERROR for it.
     ``poll_interval_seconds`` is how often the scheduler describes each open training job
     (``--sagemaker-poll-seconds``): 1,000 running jobs at the default 30 s are about 33
-    DescribeTrainingJob calls a second.
+    DescribeTrainingJob calls a second. ``poll_calls_per_second`` caps them, whatever the number
+    of jobs (``--sagemaker-poll-rate``): beyond about ``rate x interval`` open jobs each is
+    described a little less often than every interval.
     """
 
     name = "sagemaker"
@@ -267,6 +272,7 @@ class SageMakerBackend:
         name_prefix: str = "quota",
         capacity_backoff_seconds: float = 600,
         poll_interval_seconds: float = DEFAULT_POLL_INTERVAL_SECONDS,
+        poll_calls_per_second: float | None = DEFAULT_POLL_CALLS_PER_SECOND,
     ) -> None:
         if not _sanitize(name_prefix):
             raise ValueError(f"name_prefix {name_prefix!r} must contain a letter or digit")
@@ -283,6 +289,7 @@ class SageMakerBackend:
         self.name_prefix = name_prefix
         self.capacity_backoff_seconds = capacity_backoff_seconds
         self.poll_interval_seconds = poll_interval_seconds
+        self.poll_calls_per_second = poll_calls_per_second
 
     @property
     def client(self) -> Any:
