@@ -73,8 +73,16 @@ class _Model(BaseModel):
     model_config = ConfigDict(from_attributes=True)
 
 
+class SchedulerStatus(BaseModel):
+    running: bool = Field(description="False when no quota scheduler has beaten for 3x its heartbeat interval")
+    leader: str | None = Field(description="the scheduler that leads, or last led")
+    silent_seconds: float | None = Field(description="seconds since its last heartbeat (None: never led)")
+    heartbeat_seconds: float | None = Field(description="how often it beats")
+
+
 class SharesResponse(BaseModel):
     now: float
+    scheduler: SchedulerStatus
     config_version: int | None
     computed_at: float | None = Field(
         description="when the leading quota scheduler computed this view, at the commit that last changed it "
@@ -210,8 +218,15 @@ def get_shares(store: StoreDep) -> SharesResponse:
     latest = store.latest_config()
     now = store.clock()
     computed_at, shares = dashboard.share_summaries(store, now)
+    health = store.scheduler_health()
     return SharesResponse(
         now=now,
+        scheduler=SchedulerStatus(
+            running=not health.down,
+            leader=health.leader,
+            silent_seconds=health.silent_seconds,
+            heartbeat_seconds=health.heartbeat_seconds,
+        ),
         config_version=latest[0] if latest else None,
         computed_at=computed_at,
         shares=shares,

@@ -10,7 +10,8 @@ What is sent (the README's "Alerts and metrics" has the table):
 - counters per step, from the decisions it made: placements (share, instance type),
   preemptions (share, kind), failures (share, reason), alerts (share, kind), and the
   notifications sent and failed (notifier);
-- a timer: how long each cycle took (``quota.cycle.duration``, milliseconds).
+- a timer: how long each cycle took (``quota.cycle.duration``, milliseconds);
+- a counter: the leader's heartbeats (``quota.scheduler.heartbeat``), one per lease renewal.
 
 Names start with ``quota.`` (Airflow adds its ``statsd_prefix``/``otel_prefix``). Tags carry
 share, instance type, kind, reason where the backend keeps tags (OpenTelemetry, Datadog,
@@ -165,6 +166,12 @@ class QuotaMetrics:
                 self._incr("quota.failures", share=decision.share, reason=decision.reason.value)
             elif isinstance(decision, Alert):
                 self._incr("quota.alerts", share=decision.share, kind=decision.kind.value)
+
+    def heartbeats(self, count: int) -> None:
+        """``quota.scheduler.heartbeat``: the leader's lease renewals, as Airflow's own
+        ``scheduler_heartbeat``; a rate of zero means no quota scheduler leads."""
+        if self.backend is not None and count > 0:
+            self._send("incr", "quota.scheduler.heartbeat", count, None)
 
     def cycle(self, seconds: float) -> None:
         """The timer of one cycle (the core's work for one ``cycle`` input)."""

@@ -217,6 +217,7 @@ class QuotaService:
             _end_frozen_transactions(engine, self.lock.lease_seconds)
         self.scheduler: QuotaScheduler | None = None
         self._last_cycle = float("-inf")
+        self._beats_reported = 0
         self._last_refresh = float("-inf")
         self.recovered = False
         self._metrics_given = metrics is not None
@@ -397,6 +398,8 @@ class QuotaService:
             self.alerts.wake()
         self.alerts.deliver(now)
         if self.metrics.enabled:
+            self.metrics.heartbeats(self.lock.beats - self._beats_reported)
+            self._beats_reported = self.lock.beats
             self.metrics.decisions(gathered.decisions)
             if gathered.cycle_seconds is not None and (gathered.decisions or gathered.handled or gathered.ended):
                 self.metrics.cycle(gathered.cycle_seconds)  # idle cycles (one a second) are not timed

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import logging
 import time
+from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import Connection, Engine, text
@@ -54,6 +55,11 @@ class LeaderLease:
     :meth:`reset`, which discards that connection (a broken one cannot be rolled back).
     """
 
+    @property
+    def beat_seconds(self) -> float:
+        """How often the leader renews the lease (``still_leader``): its heartbeat interval."""
+        return self.lease_seconds / 4
+
     def __init__(self, engine: Engine, holder: str, lease_seconds: float = 10.0) -> None:
         if lease_seconds <= 0:
             raise ValueError(f"leader_lease_seconds must be positive, got {lease_seconds}")
@@ -66,6 +72,8 @@ class LeaderLease:
         """The epoch this process leads under; None while it does not lead."""
         self._connection: Connection | None = None
         self._renewed = float("-inf")
+        self.beats = 0
+        """Lease renewals by this process: the ``quota.scheduler.heartbeat`` counter."""
         """When (``time.monotonic``) the lease was last taken or renewed by this process."""
 
     # -- connections ---------------------------------------------------------------------
@@ -116,11 +124,17 @@ class LeaderLease:
         )
         try:
             with connection.begin():
-                params: dict[str, Any] = {"name": LEADER, "me": self.holder, "lease": self.lease_seconds}
+                params: dict[str, Any] = {
+                    "name": LEADER,
+                    "me": self.holder,
+                    "lease": self.lease_seconds,
+                    "beat": self.beat_seconds,
+                }
                 epoch = connection.scalar(
                     text(
                         f"UPDATE quota_leader SET holder = :me, epoch = epoch + 1, "
-                        f"expires_at = {self.now} + :lease, holder_pid = {pid} "
+                        f"expires_at = {self.now} + :lease, holder_pid = {pid}, "
+                        f"heartbeat_at = {self.now}, heartbeat_seconds = :beat "
                         f"WHERE name = :name AND (expires_at < {self.now} OR holder = :me{dead_holder}) "
                         "RETURNING epoch"
                     ),
@@ -133,8 +147,9 @@ class LeaderLease:
                     if exists is None:
                         connection.execute(
                             text(
-                                "INSERT INTO quota_leader (name, holder, epoch, expires_at, holder_pid) "
-                                f"VALUES (:name, :me, 1, {self.now} + :lease, {pid})"
+                                "INSERT INTO quota_leader "
+                                "(name, holder, epoch, expires_at, holder_pid, heartbeat_at, heartbeat_seconds) "
+                                f"VALUES (:name, :me, 1, {self.now} + :lease, {pid}, {self.now}, :beat)"
                             ),
                             params,
                         )
@@ -182,13 +197,14 @@ class LeaderLease:
     def _renew(self, connection: Connection) -> bool:
         done = connection.execute(
             text(
-                f"UPDATE quota_leader SET expires_at = {self.now} + :lease "
+                f"UPDATE quota_leader SET expires_at = {self.now} + :lease, heartbeat_at = {self.now} "
                 "WHERE name = :name AND holder = :me AND epoch = :epoch"
             ),
             {"lease": self.lease_seconds, "name": LEADER, "me": self.holder, "epoch": self.epoch},
         )
         if done.rowcount:
             self._renewed = time.monotonic()
+            self.beats += 1
         return bool(done.rowcount)
 
     def release(self) -> None:
@@ -212,6 +228,41 @@ class LeaderLease:
 def leader_lock(engine: Engine, holder: str, lease_seconds: float = 10.0) -> LeaderLease:
     """The lease for the scheduler ``holder`` on ``engine``'s database."""
     return LeaderLease(engine, holder, lease_seconds)
+
+
+@dataclass(frozen=True, slots=True)
+class SchedulerHealth:
+    """Whether a quota scheduler leads: who last did, how long ago it beat, how often it should."""
+
+    leader: str | None
+    silent_seconds: float | None
+    """Seconds since the last heartbeat (None: no scheduler has ever led here)."""
+    heartbeat_seconds: float | None
+
+    @property
+    def down(self) -> bool:
+        """No leader has beaten for 3x its interval (or none ever led): waiting jobs wait on nothing."""
+        if self.silent_seconds is None or self.heartbeat_seconds is None:
+            return True
+        return self.silent_seconds > MISSED_BEATS * self.heartbeat_seconds
+
+
+MISSED_BEATS = 3
+"""Heartbeats a leader may miss before readers say no quota scheduler runs."""
+
+
+def scheduler_health(engine: Engine) -> SchedulerHealth:
+    """The leader row read against the database's own clock (the one the heartbeat is written in)."""
+    now = _now_sql(engine.dialect.name)
+    with engine.connect() as connection:
+        row = connection.execute(
+            text(f"SELECT holder, {now} - heartbeat_at, heartbeat_seconds FROM quota_leader WHERE name = :name"),
+            {"name": LEADER},
+        ).first()
+    if row is None:
+        return SchedulerHealth(None, None, None)
+    holder, silent, interval = row
+    return SchedulerHealth(holder, None if silent is None else max(0.0, float(silent)), interval)
 
 
 def current_leader(engine: Engine) -> str | None:

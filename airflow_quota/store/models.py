@@ -292,3 +292,7 @@ class Leader(Base):
     expires_at: Mapped[float] = mapped_column(Float)
     epoch: Mapped[int] = mapped_column(Integer, default=0, server_default=text("0"))
     holder_pid: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    heartbeat_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+    """When the leader last renewed the lease (the database's clock): its heartbeat."""
+    heartbeat_seconds: Mapped[float | None] = mapped_column(Float, nullable=True)
+    """How often the leader beats (a quarter of its lease); silent for 3x this: no scheduler runs."""

@@ -23,6 +23,7 @@ from airflow_quota.core.submission import check_submission
 from airflow_quota.exceptions import ChangeRefused, InvalidInput, Problem, SubmissionRejected
 from airflow_quota.store.backend_names import enabled_backends, not_enabled
 from airflow_quota.store.engine import reachable, session_factory
+from airflow_quota.store.lock import SchedulerHealth, scheduler_health
 from airflow_quota.store.models import (
     AlertRow,
     Attempt,
@@ -298,6 +299,11 @@ class QuotaStore:
         the oldest waiting job became RUNNABLE. Empty before the leader's first commit."""
         with self._session() as session:
             return read_view(session)
+
+    def scheduler_health(self) -> SchedulerHealth:
+        """Whether a quota scheduler leads (its heartbeat, in the database's clock)."""
+        with reachable(str(self.engine.url)):
+            return scheduler_health(self.engine)
 
     # -- plumbing ------------------------------------------------------------------------
 

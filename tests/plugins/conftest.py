@@ -31,6 +31,7 @@ from urllib.parse import urlsplit
 import httpx
 
 from airflow_quota.devtools.stack import AirflowStack, StackSettings
+from airflow_quota.store.lock import leader_lock
 from tests.conftest import ROOT
 from tests.plugins.walkthrough import World, play
 
@@ -50,6 +51,7 @@ class Served:
 
     stack: AirflowStack
     world: World
+    heartbeat: Heartbeat
 
     @property
     def url(self) -> str:
@@ -63,6 +65,33 @@ class Served:
         return httpx.Client(base_url=self.stack.api_url, headers=headers, timeout=60, **kwargs)
 
 
+class Heartbeat:
+    """The walkthrough's quota scheduler holding the leader lease and beating in a thread, as a
+    running ``airflow-quota scheduler`` does (the walkthrough steps its service by hand): the
+    page and the API see a scheduler running until :meth:`stop`."""
+
+    def __init__(self, engine: Any, lease_seconds: float = 4.0) -> None:
+        self.lock = leader_lock(engine, "walkthrough-scheduler", lease_seconds)
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        assert self.lock.acquire(), "another scheduler holds the walkthrough's lease"
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._beat, name="heartbeat", daemon=True)
+        self._thread.start()
+
+    def _beat(self) -> None:
+        while not self._stop.wait(0.05):
+            self.lock.still_leader()  # renews every quarter lease
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(10)
+            self._thread = None
+
+
 def serve(root: Path, quota: dict[str, Any] | None = None) -> Iterator[Served]:
     """Start the api-server (with the walkthrough DAG in its DAGs folder) and play the
     walkthrough into its quota database; stop everything afterwards."""
@@ -74,9 +103,12 @@ def serve(root: Path, quota: dict[str, Any] | None = None) -> Iterator[Served]:
     )
     with AirflowStack(settings) as stack:
         world = play(stack.quota_url, UNTIL, quota=quota)
+        heartbeat = Heartbeat(world.service.engine)
+        heartbeat.start()
         try:
-            yield Served(stack, world)
+            yield Served(stack, world, heartbeat)
         finally:
+            heartbeat.stop()
             world.service.engine.dispose()
 
 

@@ -129,6 +129,9 @@ def test_the_page_assets_are_served_from_the_wheel_and_nothing_else(viewer: Any)
 
 def test_shares_report_use_borrowing_lending_and_the_queue(viewer: Any) -> None:
     answer = viewer.get("/quota/api/shares").json()
+    scheduler = answer["scheduler"]
+    assert scheduler["running"] is True and scheduler["leader"] == "walkthrough-scheduler", scheduler
+    assert scheduler["heartbeat_seconds"] == 1.0 and 0 <= scheduler["silent_seconds"] <= 3.0, scheduler
     assert answer["config_version"] == 1
     shares = {s["name"]: s for s in answer["shares"]}
     assert list(shares) == ["qs1", "qs2", "qs3"]

@@ -285,3 +285,20 @@ def test_a_job_page_tells_the_job_story(served: Served, browser: WebDriver) -> N
     assert "PREEMPTED qs1-high [qs1] IN_SHARE by qs1-med" in browser.find_element(By.ID, "story").text
     assert browser.find_element(By.CSS_SELECTOR, '[data-role="cancel"]').is_displayed()
     screenshot(browser, "quotas-page-job.png", full_height=True)
+
+
+def test_a_banner_says_when_no_quota_scheduler_runs(served: Served, browser: WebDriver) -> None:
+    """Issue 16: a stopped quota scheduler is not silent. The banner appears once the leader has
+    missed three heartbeats and goes when one beats again."""
+    viewport(browser, 1200, 900)
+    browser.get(f"{served.url}/quota/")
+    loaded(browser)
+    assert not browser.find_element(By.ID, "scheduler-down").is_displayed()
+    served.heartbeat.stop()
+    try:
+        wait_for(browser, lambda d: d.find_element(By.ID, "scheduler-down").is_displayed(), 60, "the banner")
+        text = browser.find_element(By.ID, "scheduler-down").text
+        assert "No quota scheduler is running" in text and "walkthrough-scheduler" in text, text
+    finally:
+        served.heartbeat.start()
+    wait_for(browser, lambda d: not d.find_element(By.ID, "scheduler-down").is_displayed(), 60, "the banner to go")

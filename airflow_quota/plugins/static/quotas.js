@@ -135,6 +135,17 @@
       table(["when", "job (share)", "kind", "preempted by", "was on", ["attempt", {class: "num"}], ["work lost", {class: "num"}]], rows, "No preemptions yet."));
   }
 
+  function renderScheduler(status) {
+    const banner = document.getElementById("scheduler-down");
+    banner.hidden = status.running;
+    if (status.running) return;
+    const last = status.silent_seconds === null
+      ? "no quota scheduler has ever led on this database"
+      : "its last heartbeat (" + status.leader + ") was " + duration(status.silent_seconds) + " ago";
+    fill(banner, h("b", {}, "No quota scheduler is running: "), "waiting jobs will not be placed; " + last +
+      ". Start one with airflow-quota scheduler.");
+  }
+
   async function refresh() {
     const [shares, live, preemptions, alerts] = await Promise.all([
       api("/shares"),
@@ -142,6 +153,7 @@
       api("/preemptions?limit=25"),
       api("/alerts?open=true"),
     ]);
+    renderScheduler(shares.scheduler);
     renderAlerts(alerts);
     renderShares(shares, live.jobs);
     renderPreemptions(preemptions);
