@@ -26,10 +26,11 @@ from airflow_quota.core.config import pydantic_problems
 from airflow_quota.core.model import FINAL_STATES, LIVE_STATES, FailureReason, JobRequest, JobState
 from airflow_quota.exceptions import InvalidInput, Problem, SubmissionRejected
 from airflow_quota.hooks.quota import QuotaHook, describe_job, state_key
+from airflow_quota.hooks.sagemaker import TrainingJobs, placed_request_problems, with_integers
 from airflow_quota.operators.priority import QUOTA_PRIORITY_PARAM, priority_override
-from airflow_quota.plugins.links import XCOM_JOB_ID, QuotaJobLink
+from airflow_quota.plugins.links import XCOM_JOB_ID, QuotaJobLink, SageMakerTrainingJobLink, TrainingLogsLink
 from airflow_quota.store.backend_names import REAL_BACKENDS
-from airflow_quota.store.models import JobRow
+from airflow_quota.store.models import AttemptState, JobRow
 from airflow_quota.triggers.quota import QuotaJobEvent, QuotaJobTrigger, Status
 
 JOB_NAME_LENGTH = 128
@@ -126,7 +127,9 @@ class QuotaTrainingOperator(BaseOperator):
     The task log tells the job's story: its position while it waits, where it is placed
     (borrowing or not), preemptions with the work they lost, resumptions, the end. The task
     returns a summary (instance type and count, attempts, preemptions, lost and used GPU-hours,
-    cost, seconds waited) or fails with the quota's reason code: ``PENDING_TIMEOUT``,
+    cost, seconds waited); with the sagemaker backend ``{"Training": <DescribeTrainingJob of the
+    successful attempt>, "quota": <the summary>}``, as ``SageMakerTrainingOperator`` returns
+    ``{"Training": ...}``. It fails with the quota's reason code: ``PENDING_TIMEOUT``,
     ``CAPACITY_ERROR``, ``PREEMPTION_LIMIT``, ``ATTEMPTS_EXHAUSTED`` or ``CANCELLED``. Marking
     the task failed or clearing it cancels its quota job. A run's conf may override the
     priority (``quota_priority``, see ``airflow_quota.operators.priority``).
@@ -137,7 +140,15 @@ class QuotaTrainingOperator(BaseOperator):
     with a ``-rN`` suffix.
 
     Each task instance has a "Quota job" button (``operator_extra_links``) to its job's page on
-    the Quotas page of the Airflow UI (``airflow_quota.plugins``).
+    the Quotas page of the Airflow UI (``airflow_quota.plugins``); with the sagemaker backend,
+    once the task ends, "SageMaker training job" and "Training logs" buttons to its last
+    attempt's training job in the SageMaker console and its CloudWatch logs.
+
+    With the sagemaker backend the request is prepared as ``SageMakerTrainingOperator`` does,
+    before anything is submitted: integer fields rendered as text are cast, a ``RoleArn`` that
+    is a role name is expanded to its ARN (IAM, through ``aws_conn_id``), and the request, with
+    the first preference filled in as the placement, is checked against botocore's SageMaker
+    model: every field it refuses is named and the task fails without submitting.
 
     Every templated argument may be Jinja or a TaskFlow output (an ``XComArg``): such values
     are checked once rendered, in ``execute``, with the messages of the parse-time check, and a
@@ -172,6 +183,9 @@ class QuotaTrainingOperator(BaseOperator):
     :param training_request: SageMaker backend: a CreateTrainingJob request without what the
         placement fills in (``TrainingJobName``, ``ResourceConfig.InstanceType``/``InstanceCount``/
         ``TrainingPlanArn``, ``CheckpointConfig.S3Uri``). (templated)
+    :param aws_conn_id: SageMaker backend: the Airflow AWS connection the task uses to expand
+        the role and describe the finished training job (the provider's default ``aws_default``;
+        None: boto3's own credential chain).
     :param job_name: the quota job's name (``[A-Za-z0-9_-]{1,128}``); by default derived from
         the DAG, task, run and map index. (templated)
     :param quota_conn_id: the Airflow connection of the quota database.
@@ -203,8 +217,9 @@ class QuotaTrainingOperator(BaseOperator):
         "training_request": "json",
     }
     ui_color = "#f0e4ff"
-    operator_extra_links = (QuotaJobLink(),)
-    """A "Quota job" button on each task instance, to its job's page on the Quotas page."""
+    operator_extra_links = (QuotaJobLink(), SageMakerTrainingJobLink(), TrainingLogsLink())
+    """A "Quota job" button on each task instance, to its job's page on the Quotas page; the
+    training job's console page and logs for the sagemaker backend."""
 
     def __init__(
         self,
@@ -226,6 +241,7 @@ class QuotaTrainingOperator(BaseOperator):
         training_request: dict[str, Any] | None = None,
         job_name: str | None = None,
         quota_conn_id: str = QuotaHook.default_conn_name,
+        aws_conn_id: str | None = "aws_default",
         poll_interval: float = 5.0,
         deferrable: bool = True,
         **kwargs: Any,
@@ -248,6 +264,7 @@ class QuotaTrainingOperator(BaseOperator):
         self.training_request = training_request
         self.job_name = job_name
         self.quota_conn_id = quota_conn_id
+        self.aws_conn_id = aws_conn_id
         self.poll_interval = poll_interval
         self.deferrable = deferrable
         self.job_id: int | None = None
@@ -361,6 +378,8 @@ class QuotaTrainingOperator(BaseOperator):
         self.checkpoint_interval = rendered_as(self.checkpoint_interval, float)
         self.env = rendered_as(self.env, dict)
         self.training_request = rendered_as(self.training_request, dict)
+        if isinstance(self.training_request, Mapping):
+            self.training_request = with_integers(self.training_request)
         if isinstance(self.command, str) and self.command.strip().startswith("["):
             self.command = rendered_as(self.command, list)
 
@@ -374,6 +393,29 @@ class QuotaTrainingOperator(BaseOperator):
         if self.cwd:
             training["cwd"] = self.cwd
         return training
+
+    def _prepare_training_request(self) -> None:
+        """SageMaker only, before submitting: the role name expanded, then every field
+        botocore's model refuses once placed named in the task's failure."""
+        assert isinstance(self.training_request, Mapping)
+        jobs = TrainingJobs(self.aws_conn_id)
+        try:
+            self.training_request = jobs.expand_role(self.training_request)
+        except Exception as exc:  # IAM refused or could not be reached: say so, not a traceback
+            raise AirflowFailException(
+                f"task {self.task_id!r}: training_request.RoleArn: cannot expand the role name"
+                f" {self.training_request.get('RoleArn')!r} to its ARN through aws_conn_id"
+                f" {self.aws_conn_id!r}: {exc}"
+            ) from exc
+        assert isinstance(self.instance_preferences, list)
+        problems = placed_request_problems(
+            self.training_request, self.share, self.instance_preferences, self.checkpoint_uri
+        )
+        if problems:
+            raise AirflowFailException(
+                f"task {self.task_id!r}: the training request is not a valid CreateTrainingJob request"
+                f" (checked before submitting): {InvalidInput(problems)}"
+            )
 
     # -- execution ---------------------------------------------------------------------------
 
@@ -389,13 +431,15 @@ class QuotaTrainingOperator(BaseOperator):
         problems = self.argument_problems(priority=override)
         if problems:
             raise AirflowFailException(f"task {task_id!r}: invalid arguments once rendered: {InvalidInput(problems)}")
+        if self.backend == "sagemaker":
+            self._prepare_training_request()
 
         job = self._submitted_job(dag_id, task_id, run_id, map_index, override)
         self.job_id = job.id
         ti.xcom_push(key=XCOM_JOB_ID, value=job.id)
         if job.state in FINAL_STATES:
             self.log.info("quota job %s is already %s", job.id, job.state)
-            return self._finish(job.id, QuotaJobEvent.from_payload(_final_payload(job)))
+            return self._finish(context, job.id, QuotaJobEvent.from_payload(_final_payload(job)))
         if self.deferrable:
             self.defer(
                 trigger=QuotaJobTrigger(
@@ -407,7 +451,7 @@ class QuotaTrainingOperator(BaseOperator):
                 method_name="execute_complete",
                 timeout=self.execution_timeout,  # as the amazon provider's deferrable operators
             )
-        return self._finish(job.id, self._wait_in_worker(job))
+        return self._finish(context, job.id, self._wait_in_worker(job))
 
     def _submitted_job(self, dag_id: str, task_id: str, run_id: str, map_index: int, override: int | None) -> JobRow:
         """This task instance's job: the one an earlier try submitted if it is still live (and
@@ -483,9 +527,9 @@ class QuotaTrainingOperator(BaseOperator):
         except ValueError as exc:
             raise AirflowException(f"unexpected event from the quota trigger: {exc}") from exc
         self.job_id = payload.job_id
-        return self._finish(payload.job_id, payload)
+        return self._finish(context, payload.job_id, payload)
 
-    def _finish(self, job_id: int, event: QuotaJobEvent) -> dict[str, Any]:
+    def _finish(self, context: Context, job_id: int, event: QuotaJobEvent) -> dict[str, Any]:
         if event.status == "error":
             raise AirflowException(f"quota job {job_id}: {event.message}")
         job = self.hook.get_job(job_id)
@@ -494,8 +538,10 @@ class QuotaTrainingOperator(BaseOperator):
         story = self.hook.job_story(job_id)
         if story:
             self.log.info("the story of quota job %s (%s):\n  %s", job.id, job.name, "\n  ".join(story))
+        attempts = self.hook.get_attempts(job_id)
+        training_job = self._last_training_job(context, attempts)
         if event.status == "success" and job.state == JobState.SUCCEEDED.value:
-            borrowed = max((a.borrowed for a in self.hook.get_attempts(job_id)), default=0)
+            borrowed = max((a.borrowed for a in attempts), default=0)
             summary = job_summary(job, borrowed)
             self.log.info(
                 "quota job %s SUCCEEDED on %sx %s: %s attempt(s), %s preemption(s), %.3f GPU-hours (%.3f lost), "
@@ -510,12 +556,30 @@ class QuotaTrainingOperator(BaseOperator):
                 job.cost,
                 job.wait_seconds,
             )
+            if self.backend == "sagemaker" and training_job is not None:
+                return {"Training": TrainingJobs(self.aws_conn_id).describe(training_job), "quota": summary}
             return summary
         reason = job.reason or event.reason or "UNKNOWN"
         message = f"quota job {job.id} ({job.name}) failed: {reason}: {job.detail or event.message}"
         if reason == FailureReason.CANCELLED.value:
             raise AirflowFailException(message)  # someone meant it: no Airflow retry
         raise AirflowException(message)
+
+    def _last_training_job(self, context: Context, attempts: Sequence[Any]) -> str | None:
+        """The training job of the last attempt SageMaker ran (the successful one, if any), its
+        console and log links stored for the task's buttons."""
+        if self.backend != "sagemaker":
+            return None
+        started = [a for a in attempts if a.external_name]
+        succeeded = [a for a in started if a.status == AttemptState.SUCCEEDED.value]
+        chosen = (succeeded or started or [None])[-1]
+        if chosen is None:
+            return None
+        name = str(chosen.external_name)
+        jobs = TrainingJobs(self.aws_conn_id)
+        for link in (SageMakerTrainingJobLink, TrainingLogsLink):
+            link.persist(context, self, region_name=jobs.region_name, aws_partition=jobs.partition, job_name=name)
+        return name
 
     def on_kill(self) -> None:
         """The task was killed while running in a worker (not deferred): cancel its job. A

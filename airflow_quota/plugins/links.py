@@ -1,4 +1,6 @@
-"""The "Quota job" button of a ``QuotaTrainingOperator`` task instance: a link to its job's page.
+"""The buttons of a ``QuotaTrainingOperator`` task instance: "Quota job", a link to its job's
+page, and for the sagemaker backend the training job in the SageMaker console and its logs in
+CloudWatch (the amazon provider's ``BaseAwsLink``, stored in XCom when the task ends).
 
 Airflow 3 computes operator links in the worker when the task stops running (after it submits
 and defers, and again when it ends) and keeps them in XCom; the UI shows the stored link. The
@@ -9,6 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from airflow.providers.amazon.aws.links.base_aws import BASE_AWS_CONSOLE_LINK, BaseAwsLink
 from airflow.sdk import BaseOperatorLink, conf
 
 from airflow_quota.plugins import URL_PREFIX
@@ -47,3 +50,23 @@ def _pushed_job_id(ti_key: TaskInstanceKey) -> Any:
         return XCom.get_value(ti_key=ti_key, key=XCOM_JOB_ID)
     except ImportError:  # outside a task there is no task runner to ask: no link rather than an error
         return None
+
+
+class SageMakerTrainingJobLink(BaseAwsLink):
+    """The SageMaker console's page of the task's training job (its last attempt)."""
+
+    name = "SageMaker training job"
+    key = "quota_sagemaker_training_job"
+    format_str = BASE_AWS_CONSOLE_LINK + "/sagemaker/home?region={region_name}#/jobs/{job_name}"
+
+
+class TrainingLogsLink(BaseAwsLink):
+    """The training job's CloudWatch log streams (``/aws/sagemaker/TrainingJobs``, the streams
+    named after the job)."""
+
+    name = "Training logs"
+    key = "quota_sagemaker_training_logs"
+    format_str = (
+        BASE_AWS_CONSOLE_LINK + "/cloudwatch/home?region={region_name}#logsV2:log-groups/log-group/"
+        "$252Faws$252Fsagemaker$252FTrainingJobs$3FlogStreamNameFilter$3D{job_name}"
+    )

@@ -720,11 +720,12 @@ class QuotaService:
             backend = self.backends.get(attempt.backend)
             spec = self._spec(row, attempt)
             status, reason = attempt.status, attempt.reason
+            started = None
             try:
                 if backend is None:
                     raise BackendError(f"no backend {attempt.backend!r} is configured in this scheduler")
                 if attempt.action == "START":
-                    backend.start(spec)
+                    started = backend.start(spec)
                     status = AttemptState.PENDING.value
                 else:
                     backend.stop(spec, attempt.stop_grace)
@@ -737,6 +738,8 @@ class QuotaService:
                 fresh = session.get(Attempt, (attempt.job_id, attempt.number))
                 if fresh is not None:
                     fresh.action, fresh.status, fresh.reason = None, status, reason
+                    if started is not None:
+                        fresh.external_name, fresh.external_arn = started.name, started.arn
 
     def _still_pending(self, attempt: Attempt) -> bool:
         """Just before a backend action: this process still leads (the lease is renewed under

@@ -142,6 +142,10 @@ class Attempt(Base):
     running_since: Mapped[float | None] = mapped_column(Float)
     ended_at: Mapped[float | None] = mapped_column(Float)
     reason: Mapped[str | None] = mapped_column(Text)
+    external_name: Mapped[str | None] = mapped_column(String(256))
+    """Where the backend runs it, once started: the SageMaker training job's name."""
+    external_arn: Mapped[str | None] = mapped_column(String(2048))
+    """The SageMaker training job's ARN."""
 
     __table_args__ = (Index("ix_quota_attempts_open", "ended_at"),)
 

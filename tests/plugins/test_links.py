@@ -44,7 +44,11 @@ def test_the_job_page_is_under_the_api_base_url(base_url: str, expected: str) ->
 def test_the_operator_declares_the_link_and_airflow_serializes_it() -> None:
     """Airflow 3 keeps the link in XCom under this key; the UI reads it from there."""
     serialized = OperatorSerialization.serialize_operator(operator())
-    assert serialized["_operator_extra_links"] == {"Quota job": "_link_QuotaJobLink"}
+    assert serialized["_operator_extra_links"] == {
+        "Quota job": "_link_QuotaJobLink",
+        "SageMaker training job": "_link_SageMakerTrainingJobLink",
+        "Training logs": "_link_TrainingLogsLink",
+    }
 
 
 def test_the_link_leads_to_the_job_the_task_submitted(monkeypatch: pytest.MonkeyPatch) -> None:

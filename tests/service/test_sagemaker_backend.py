@@ -20,14 +20,7 @@ Three kinds of test:
 from __future__ import annotations
 
 import copy
-import importlib.util
-import os
 import re
-import socket
-import subprocess
-import sys
-import time
-import urllib.request
 from collections.abc import Iterator
 from datetime import datetime, timezone
 from typing import Any
@@ -40,6 +33,7 @@ from botocore.stub import Stubber
 
 from airflow_quota.service.backends.base import AttemptSpec, AttemptStatus, Backend, BackendError
 from airflow_quota.service.backends.sagemaker import SageMakerBackend, training_job_name
+from tests.moto_server import moto_server
 
 REGION = "us-east-1"
 ACCOUNT = "123456789012"
@@ -659,62 +653,22 @@ def test_an_unknown_training_job_status_is_an_error(client: Any, stubber: Stubbe
 # -- against a real moto server ------------------------------------------------------------------
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
 @pytest.fixture(scope="module")
 def moto_url() -> Iterator[str]:
-    """A moto server in a subprocess, and dummy credentials and region for clients built from
-    the environment (the backend creates its own client lazily)."""
-    if importlib.util.find_spec("moto") is None:
-        pytest.skip("moto is not installed: pip install 'moto[server]' to run the SageMaker moto tests")
-    port = _free_port()
-    url = f"http://127.0.0.1:{port}"
-    credentials = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": REGION}
-    server = subprocess.Popen(
-        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-        env={**os.environ, **credentials},
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                urllib.request.urlopen(f"{url}/moto-api/", timeout=1).close()
-                break
-            except OSError:
-                if server.poll() is not None:
-                    stderr = server.stderr.read().decode() if server.stderr else ""
-                    pytest.fail(f"moto server exited with {server.returncode}: {stderr[-2000:]}")
-                if time.monotonic() > deadline:
-                    pytest.fail("moto server did not answer within 30 s")
-                time.sleep(0.1)
-        with pytest.MonkeyPatch.context() as patch:
-            for key, value in credentials.items():
-                patch.setenv(key, value)
-            patch.delenv("AWS_PROFILE", raising=False)
-            yield url
-    finally:
-        server.terminate()
-        try:
-            server.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            server.wait()
+    """A moto server in a subprocess (tests/moto_server.py)."""
+    with moto_server() as url:
+        yield url
 
 
 def test_moto_create_describe_and_status(moto_url: str) -> None:
     backend = SageMakerBackend(region_name=REGION, endpoint_url=moto_url)
     spec = attempt(job_id=1001)
     assert backend.poll(spec).status is AttemptStatus.UNKNOWN
-    backend.start(spec)
+    started = backend.start(spec)
 
     stored = backend.client.describe_training_job(TrainingJobName=backend.job_name(spec))
+    assert (started.name, started.arn) == (stored["TrainingJobName"], stored["TrainingJobArn"])
+    assert backend.start(spec) == started  # started again: found, with the same name and ARN
     assert stored["TrainingJobName"] == "quota-llm-finetune-1001-1"
     assert stored["ResourceConfig"] == {
         "VolumeSizeInGB": 200,

@@ -67,6 +67,15 @@ class AttemptSpec:
 
 
 @dataclass(frozen=True)
+class StartedAttempt:
+    """Where a backend runs an attempt, for people, links and results: SageMaker's training job
+    name and ARN. Kept with the attempt once its start is done."""
+
+    name: str
+    arn: str | None = None
+
+
+@dataclass(frozen=True)
 class AttemptReport:
     status: AttemptStatus
     reason: str | None = None
@@ -83,8 +92,9 @@ class Backend(Protocol):
     """How often the scheduler asks about each open attempt (``service/polling.py``): SageMaker
     30 s, local 1 s, the fake backend 0 (at every step)."""
 
-    def start(self, attempt: AttemptSpec) -> None:
-        """Start the attempt; does nothing if the backend already has it."""
+    def start(self, attempt: AttemptSpec) -> StartedAttempt | None:
+        """Start the attempt; does nothing if the backend already has it. Returns where it runs
+        when the backend names it (a SageMaker training job), else None."""
 
     def poll(self, attempt: AttemptSpec) -> AttemptReport:
         """What became of the attempt."""

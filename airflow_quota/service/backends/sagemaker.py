@@ -57,6 +57,7 @@ After CAPACITY_ERROR the scheduler skips the placed entry for ``capacity_backoff
 from __future__ import annotations
 
 import copy
+import functools
 import hashlib
 import logging
 import re
@@ -66,7 +67,6 @@ from datetime import datetime
 from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError, ParamValidationError
-from botocore.model import ServiceModel
 from botocore.validate import ParamValidator
 
 from airflow_quota.service.backends.base import (
@@ -75,9 +75,10 @@ from airflow_quota.service.backends.base import (
     AttemptStatus,
     BackendError,
     BackendThrottled,
+    StartedAttempt,
 )
 
-__all__ = ["SageMakerBackend", "report_from_description", "training_job_name"]
+__all__ = ["SageMakerBackend", "report_from_description", "request_problems", "training_job_name"]
 
 log = logging.getLogger(__name__)
 
@@ -163,6 +164,26 @@ def training_job_name(prefix: str, attempt: AttemptSpec) -> str:
         job = f"{job[:keep].rstrip('-')}-{digest}" if keep >= 1 else ""
     name = f"{head}{job}{tail}" if job else f"{safe_prefix}{tail}"
     return name[:MAX_NAME_LENGTH]
+
+
+@functools.cache
+def _create_training_job_shape() -> Any:
+    """CreateTrainingJob's input shape from botocore's bundled SageMaker model (no credentials,
+    no network), loaded once."""
+    import botocore.session
+
+    model = botocore.session.get_session().get_service_model("sagemaker")
+    return model.operation_model("CreateTrainingJob").input_shape
+
+
+def request_problems(request: Mapping[str, Any]) -> list[str]:
+    """Every problem botocore's own SageMaker model finds in a CreateTrainingJob request
+    (missing required fields, unknown fields, wrong types, out-of-range numbers), one line each,
+    naming the field; empty when the request is valid."""
+    report = ParamValidator().validate(dict(request), _create_training_job_shape())
+    if not report.has_errors():
+        return []
+    return [line.strip() for line in report.generate_report().splitlines() if line.strip()]
 
 
 def _epoch(value: Any) -> float | None:
@@ -362,34 +383,31 @@ class SageMakerBackend:
     def _validate(self, request: dict[str, Any], attempt: AttemptSpec) -> None:
         """Refuse a request botocore's own service model rejects, before any call is made, with
         every problem botocore finds (missing required fields, unknown fields, wrong types)."""
-        service_model = getattr(getattr(self.client, "meta", None), "service_model", None)
-        if not isinstance(service_model, ServiceModel):
-            return  # not a botocore client (a test double): the client call validates or not
-        shape = service_model.operation_model("CreateTrainingJob").input_shape
-        report = ParamValidator().validate(request, shape)
-        if report.has_errors():
+        problems = request_problems(request)
+        if problems:
             raise BackendError(
                 f"training job {request['TrainingJobName']!r} (attempt {attempt.key}): the training request is"
-                f" not a valid CreateTrainingJob request: {report.generate_report()}"
+                f" not a valid CreateTrainingJob request: {'; '.join(problems)}"
             )
 
     # -- Backend -------------------------------------------------------------------------------
 
-    def start(self, attempt: AttemptSpec) -> None:
+    def start(self, attempt: AttemptSpec) -> StartedAttempt:
         """Create the attempt's training job; do nothing if a job of that name exists already
-        (it was started before a crash, or by an earlier call)."""
+        (it was started before a crash, or by an earlier call). Returns its name and ARN."""
         request = self.build_request(attempt)
         name = request["TrainingJobName"]
         self._validate(request, attempt)
-        if self._describe(name, attempt) is not None:
+        existing = self._describe(name, attempt)
+        if existing is not None:
             log.info("training job %s (attempt %s) exists already: not started again", name, attempt.key)
-            return
+            return StartedAttempt(name, existing.get("TrainingJobArn"))
         try:
-            self.client.create_training_job(**request)
+            created = self.client.create_training_job(**request)
         except ClientError as exc:
             if _error_code(exc) == "ResourceInUse" or ALREADY_EXISTS_PATTERN.search(_error_message(exc)):
                 log.info("training job %s (attempt %s) exists already: not started again", name, attempt.key)
-                return
+                return StartedAttempt(name)  # started by a racing call: its ARN is SageMaker's to tell
             raise BackendError(
                 f"SageMaker CreateTrainingJob for training job {name!r} (attempt {attempt.key}) failed: {exc}"
             ) from exc
@@ -410,6 +428,7 @@ class SageMakerBackend:
             attempt.instance_type,
             f" (plan {attempt.training_plan_arn})" if attempt.training_plan_arn else "",
         )
+        return StartedAttempt(name, created.get("TrainingJobArn") if isinstance(created, Mapping) else None)
 
     def poll(self, attempt: AttemptSpec) -> AttemptReport:
         """What SageMaker says of the attempt's training job; UNKNOWN when it has none."""
