@@ -20,6 +20,8 @@ from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from airflow_quota.core.model import FINAL_STATES, JobState
 from airflow_quota.hooks.quota import QuotaHook, describe_alert, describe_job, state_key
+from airflow_quota.store.lock import SchedulerHealth
+from airflow_quota.store.models import JobRow
 from airflow_quota.triggers.watch import JobWatch, Subscription
 
 Status = Literal["success", "failed", "error"]
@@ -149,6 +151,7 @@ class QuotaJobTrigger(BaseTrigger):
         or when ``read_attempts`` reads in a row failed (``failures`` so far)."""
         last: tuple[Any, ...] | None = None
         alerted: set[int] = set()
+        warned_down = False
         while True:
             reading = await subscription.next()
             job, error, refusal = reading.job, reading.error, None
@@ -179,11 +182,37 @@ class QuotaJobTrigger(BaseTrigger):
                 if alert.id not in alerted:
                     self.log.warning("%s", describe_alert(alert))
                     alerted.add(alert.id)
+            warned_down = self._say_scheduler_health(reading.scheduler, warned_down, job)
             if job.state in FINAL_STATES:
                 succeeded = job.state == JobState.SUCCEEDED.value
                 return self._event(
                     "success" if succeeded else "failed", describe_job(job), state=job.state, reason=job.reason
                 )
+
+    def _say_scheduler_health(self, health: SchedulerHealth | None, warned: bool, job: JobRow) -> bool:
+        """Warn once when no quota scheduler runs while this job waits on it, and say when one
+        runs again; returns whether the warning stands."""
+        if health is None or job.state in FINAL_STATES:
+            return warned
+        if health.down and not warned:
+            since = (
+                f"none has beaten for {health.silent_seconds:.0f} s"
+                if health.silent_seconds is not None
+                else "none has ever run on this quota database"
+            )
+            self.log.warning(
+                "no quota scheduler is running (%s): quota job %s waits until one does (start `airflow-quota"
+                " scheduler`; the Quotas page shows the same banner)",
+                since,
+                self.job_id,
+            )
+            return True
+        if warned and not health.down:
+            self.log.info(
+                "a quota scheduler runs again (%s): quota job %s is scheduled again", health.leader, self.job_id
+            )
+            return False
+        return warned
 
     def _failed_read(self, failures: int, exc: Exception) -> TriggerEvent | None:
         """Log a failed read; the error event once ``read_attempts`` reads in a row failed."""

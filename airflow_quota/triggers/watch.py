@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from airflow_quota.hooks.quota import state_key, store_for
+from airflow_quota.store.lock import SchedulerHealth
 from airflow_quota.store.models import AlertRow, JobRow
 from airflow_quota.store.repository import QuotaStore
 
@@ -41,6 +42,8 @@ class Reading:
     """Every alert about the job read so far, in id order."""
     error: Exception | None = None
     """Why the read failed; ``job`` and ``alerts`` then say nothing."""
+    scheduler: SchedulerHealth | None = None
+    """Whether a quota scheduler leads, as of this read (a waiting task warns when none does)."""
 
 
 _UNSEEN: tuple[Any, ...] = ("unseen",)
@@ -67,15 +70,23 @@ class Subscription:
         """Stop following the job (idempotent); the watch stops once nobody follows anything."""
         self.watch.leave(self)
 
-    def _offer(self, job: JobRow | None, fingerprint: tuple[Any, ...], alerts: dict[int, AlertRow]) -> None:
+    def _offer(
+        self,
+        job: JobRow | None,
+        fingerprint: tuple[Any, ...],
+        alerts: dict[int, AlertRow],
+        scheduler: SchedulerHealth | None,
+    ) -> None:
         """Hand over a successful read if it says something new to this subscription: the first
-        read, a changed row, a new alert, or a job still missing (the trigger then looks for
-        why, and a failed look must be retried at the next read)."""
+        read, a changed row, a new alert, the quota scheduler stopped or back, or a job still
+        missing (the trigger then looks for why, and a failed look must be retried at the next
+        read)."""
+        fingerprint = (*fingerprint, scheduler is not None and scheduler.down)
         if job is not None and fingerprint == self._fingerprint and len(alerts) == self._alerts_handed:
             return
         self._fingerprint = fingerprint
         self._alerts_handed = len(alerts)
-        self._readings.put_nowait(Reading(job, tuple(alerts[key] for key in sorted(alerts))))
+        self._readings.put_nowait(Reading(job, tuple(alerts[key] for key in sorted(alerts)), scheduler=scheduler))
 
     def _fail(self, error: Exception) -> None:
         """Hand over a failed read; the next successful one is handed over whatever it says (it
@@ -220,8 +231,8 @@ class JobWatch:
         present = {s for job_id in ids for s in self._subscriptions.get(job_id, ())}
         self.rounds += 1
         try:
-            jobs, alerts = await asyncio.to_thread(self._fetch, ids, after)
-            self._hand_over(ids, jobs, alerts, after, present)
+            jobs, alerts, health = await asyncio.to_thread(self._fetch, ids, after)
+            self._hand_over(ids, jobs, alerts, after, present, health)
         except Exception as exc:  # a broken database: every follower counts a failed read
             for job_id in ids:
                 for subscription in self._subscriptions.get(job_id, []):
@@ -229,14 +240,21 @@ class JobWatch:
                         self._newcomers.discard(subscription)
                         subscription._fail(exc)
 
-    def _fetch(self, ids: Sequence[int], after: int) -> tuple[list[JobRow], list[AlertRow]]:
-        """The blocking part, in a thread: the jobs, then the alerts above ``after`` of those found."""
+    def _fetch(self, ids: Sequence[int], after: int) -> tuple[list[JobRow], list[AlertRow], SchedulerHealth]:
+        """The blocking part, in a thread: the jobs, the alerts above ``after`` of those found,
+        and the quota scheduler's heartbeat (one query each, whatever the number of jobs)."""
         jobs = self.store.jobs_by_ids(ids)
         alerts = self.store.alerts_for([job.id for job in jobs], after) if jobs else []
-        return jobs, alerts
+        return jobs, alerts, self.store.scheduler_health()
 
     def _hand_over(
-        self, ids: Sequence[int], jobs: list[JobRow], alerts: list[AlertRow], after: int, present: set[Subscription]
+        self,
+        ids: Sequence[int],
+        jobs: list[JobRow],
+        alerts: list[AlertRow],
+        after: int,
+        present: set[Subscription],
+        health: SchedulerHealth,
     ) -> None:
         # Alert ids grow with time (one quota scheduler writes them) and reads run one after the
         # other: an alert written after this read has an id above every id read so far, so a job
@@ -263,4 +281,4 @@ class JobWatch:
             for subscription in followers:
                 if subscription in present:
                     self._newcomers.discard(subscription)
-                    subscription._offer(job, fingerprint, known)
+                    subscription._offer(job, fingerprint, known, health)
