@@ -507,6 +507,7 @@ def submit_job(args: argparse.Namespace) -> int:
         fields.dag_id,
         fields.task_id,
         fields.run_id,
+        aws_conn_id=fields.aws_conn_id,
     )
     if args.json:
         _print_json(_job_record(job))

@@ -116,6 +116,9 @@ class Share(_Model):
     max_priority: int = Field(default=9999, ge=0, le=9999, strict=True)
     require_checkpoint: bool = False
     preempted_alert_after: PositiveInt = 3
+    aws_conn_id: str | None = Field(default=None, min_length=1, max_length=250)
+    """The Airflow AWS connection of the share's SageMaker jobs (a team's own identity), where
+    a job names none; None: the quota scheduler's own credentials."""
 
     @property
     def lends(self) -> bool:

@@ -158,6 +158,9 @@ class JobFields(BaseModel):
     dag_id: AirflowId | None = None
     task_id: AirflowId | None = None
     run_id: AirflowId | None = None
+    aws_conn_id: AirflowId | None = None
+    """The Airflow AWS connection whose credentials the sagemaker backend uses for this job's
+    calls; None: its share's ``aws_conn_id``, else the quota scheduler's own credentials."""
 
     @field_validator("training")
     @classmethod

@@ -233,6 +233,7 @@ class QuotaHook(BaseHook):
         dag_id: str | None = None,
         task_id: str | None = None,
         run_id: str | None = None,
+        aws_conn_id: str | None = None,
     ) -> JobRow:
         """Store a submission for the quota scheduler (``QuotaStore.submit``): raises
         ``InvalidInput`` for a field beyond its limit (``core.submission.job_fields``, as the
@@ -246,10 +247,18 @@ class QuotaHook(BaseHook):
                 "dag_id": dag_id,
                 "task_id": task_id,
                 "run_id": run_id,
+                "aws_conn_id": aws_conn_id,
             }
         )
         return self.store.submit(
-            request, fields.backend, fields.training, fields.client_token, fields.dag_id, fields.task_id, fields.run_id
+            request,
+            fields.backend,
+            fields.training,
+            fields.client_token,
+            fields.dag_id,
+            fields.task_id,
+            fields.run_id,
+            aws_conn_id=fields.aws_conn_id,
         )
 
     def get_job(self, job_id: int) -> JobRow | None:

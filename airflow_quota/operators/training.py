@@ -183,9 +183,11 @@ class QuotaTrainingOperator(BaseOperator):
     :param training_request: SageMaker backend: a CreateTrainingJob request without what the
         placement fills in (``TrainingJobName``, ``ResourceConfig.InstanceType``/``InstanceCount``/
         ``TrainingPlanArn``, ``CheckpointConfig.S3Uri``). (templated)
-    :param aws_conn_id: SageMaker backend: the Airflow AWS connection the task uses to expand
-        the role and describe the finished training job (the provider's default ``aws_default``;
-        None: boto3's own credential chain).
+    :param aws_conn_id: SageMaker backend: the Airflow AWS connection whose credentials the
+        job's training jobs run with (the quota scheduler reads it through Airflow's connections
+        and secrets backends) and the task uses to expand the role and describe the result.
+        None: the share's ``aws_conn_id`` in quota.yaml; without one the quota scheduler's own
+        credentials, and ``aws_default`` for the task's calls.
     :param job_name: the quota job's name (``[A-Za-z0-9_-]{1,128}``); by default derived from
         the DAG, task, run and map index. (templated)
     :param quota_conn_id: the Airflow connection of the quota database.
@@ -241,7 +243,7 @@ class QuotaTrainingOperator(BaseOperator):
         training_request: dict[str, Any] | None = None,
         job_name: str | None = None,
         quota_conn_id: str = QuotaHook.default_conn_name,
-        aws_conn_id: str | None = "aws_default",
+        aws_conn_id: str | None = None,
         poll_interval: float = 5.0,
         deferrable: bool = True,
         **kwargs: Any,
@@ -398,14 +400,14 @@ class QuotaTrainingOperator(BaseOperator):
         """SageMaker only, before submitting: the role name expanded, then every field
         botocore's model refuses once placed named in the task's failure."""
         assert isinstance(self.training_request, Mapping)
-        jobs = TrainingJobs(self.aws_conn_id)
+        jobs = TrainingJobs(self._calls_aws_conn_id())
         try:
             self.training_request = jobs.expand_role(self.training_request)
         except Exception as exc:  # IAM refused or could not be reached: say so, not a traceback
             raise AirflowFailException(
                 f"task {self.task_id!r}: training_request.RoleArn: cannot expand the role name"
                 f" {self.training_request.get('RoleArn')!r} to its ARN through aws_conn_id"
-                f" {self.aws_conn_id!r}: {exc}"
+                f" {jobs.aws_conn_id!r}: {exc}"
             ) from exc
         assert isinstance(self.instance_preferences, list)
         problems = placed_request_problems(
@@ -416,6 +418,15 @@ class QuotaTrainingOperator(BaseOperator):
                 f"task {self.task_id!r}: the training request is not a valid CreateTrainingJob request"
                 f" (checked before submitting): {InvalidInput(problems)}"
             )
+
+    def _calls_aws_conn_id(self) -> str:
+        """The AWS connection of the task's own SageMaker and IAM calls: its ``aws_conn_id``,
+        else its share's in the quota configuration, else the provider's ``aws_default``."""
+        if self.aws_conn_id:
+            return self.aws_conn_id
+        latest = self.hook.store.latest_config()
+        share = latest[1].share(self.share) if latest is not None else None
+        return (share.aws_conn_id if share is not None else None) or "aws_default"
 
     # -- execution ---------------------------------------------------------------------------
 
@@ -491,6 +502,7 @@ class QuotaTrainingOperator(BaseOperator):
                 dag_id=dag_id,
                 task_id=task_id,
                 run_id=run_id,
+                aws_conn_id=self.aws_conn_id if self.backend == "sagemaker" else None,
             )
         except (SubmissionRejected, InvalidInput) as exc:
             source = f" ({QUOTA_PRIORITY_PARAM}={override} from the run's conf)" if override is not None else ""
@@ -557,7 +569,7 @@ class QuotaTrainingOperator(BaseOperator):
                 job.wait_seconds,
             )
             if self.backend == "sagemaker" and training_job is not None:
-                return {"Training": TrainingJobs(self.aws_conn_id).describe(training_job), "quota": summary}
+                return {"Training": TrainingJobs(self._calls_aws_conn_id()).describe(training_job), "quota": summary}
             return summary
         reason = job.reason or event.reason or "UNKNOWN"
         message = f"quota job {job.id} ({job.name}) failed: {reason}: {job.detail or event.message}"
@@ -576,7 +588,7 @@ class QuotaTrainingOperator(BaseOperator):
         if chosen is None:
             return None
         name = str(chosen.external_name)
-        jobs = TrainingJobs(self.aws_conn_id)
+        jobs = TrainingJobs(self._calls_aws_conn_id())
         for link in (SageMakerTrainingJobLink, TrainingLogsLink):
             link.persist(context, self, region_name=jobs.region_name, aws_partition=jobs.partition, job_name=name)
         return name

@@ -772,7 +772,15 @@ class QuotaService:
             training_plan_arn=plan_arn,
             checkpoint_uri=row.request.get("checkpoint_uri"),
             training=row.training,
+            aws_conn_id=row.aws_conn_id or self._share_aws_conn_id(row.share),
         )
+
+    def _share_aws_conn_id(self, share: str) -> str | None:
+        """The share's default AWS connection in the configuration the scheduler runs."""
+        if self.scheduler is None:
+            return None
+        config = self.scheduler.state.config.share(share)
+        return config.aws_conn_id if config is not None else None
 
 
 def _rows_by_id(session: Session, ids: set[int]) -> dict[int, JobRow | None]:

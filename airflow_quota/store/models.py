@@ -66,6 +66,8 @@ class JobRow(Base):
     dag_id: Mapped[str | None] = mapped_column(String(250))
     task_id: Mapped[str | None] = mapped_column(String(250))
     run_id: Mapped[str | None] = mapped_column(String(250))
+    aws_conn_id: Mapped[str | None] = mapped_column(String(250))
+    """The Airflow AWS connection the job's SageMaker calls use (``JobFields.aws_conn_id``)."""
     submitted_at: Mapped[float] = mapped_column(Float)
     state: Mapped[str] = mapped_column(String(20), default="SUBMITTED")
     reason: Mapped[str | None] = mapped_column(String(40))

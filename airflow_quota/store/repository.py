@@ -96,6 +96,7 @@ class QuotaStore:
         dag_id: str | None = None,
         task_id: str | None = None,
         run_id: str | None = None,
+        aws_conn_id: str | None = None,
     ) -> JobRow:
         """Store a submission for the scheduler to take in; raises SubmissionRejected when the
         current configuration could never accept it (nothing stored). With ``client_token``,
@@ -123,6 +124,7 @@ class QuotaStore:
                         dag_id=dag_id,
                         task_id=task_id,
                         run_id=run_id,
+                        aws_conn_id=aws_conn_id,
                         submitted_at=now,
                         state="SUBMITTED",
                         updated_at=now,

@@ -88,6 +88,23 @@ def sagemaker_world(
     engine.dispose()
 
 
+def test_a_share_s_aws_connection_serves_the_jobs_that_name_none(
+    sagemaker_world: tuple[QuotaWorld, SageMakerBackend], aws: str
+) -> None:
+    """Without its own ``aws_conn_id`` a job runs with its share's (quota.yaml): the task's role
+    expansion goes through it, and so do the quota scheduler's SageMaker calls for the job."""
+    world, sagemaker = sagemaker_world
+    research, prod = QUOTA["shares"]
+    world.store.apply_config({**QUOTA, "shares": [{**research, "aws_conn_id": "aws_moto"}, prod]})
+    world.step()
+    job = world.job(deferred(sagemaker_operator(aws_conn_id=None), context()).job_id)
+    assert job.training["RoleArn"] == aws and job.aws_conn_id is None
+    world.step(1000.0)
+    attempt = world.store.attempts(job.id)[0]
+    assert attempt.external_name is not None
+    assert sagemaker._connection_clients.keys() == {"aws_moto"}  # the scheduler's calls used it
+
+
 def sagemaker_operator(**overrides: Any) -> QuotaTrainingOperator:
     arguments: dict[str, Any] = {
         "task_id": "train",
@@ -107,6 +124,7 @@ def test_the_request_is_cast_and_its_role_expanded_before_it_is_submitted(
 ) -> None:
     world, _ = sagemaker_world
     job = world.job(deferred(sagemaker_operator(), context()).job_id)
+    assert job.aws_conn_id == "aws_moto"  # the quota scheduler runs its training jobs with it
     assert job.training["RoleArn"] == aws
     assert job.training["ResourceConfig"] == {"VolumeSizeInGB": 200}
     assert job.training["StoppingCondition"] == {"MaxRuntimeInSeconds": 86400}

@@ -20,6 +20,7 @@ Three kinds of test:
 from __future__ import annotations
 
 import copy
+import json
 import re
 from collections.abc import Iterator
 from datetime import datetime, timezone
@@ -740,3 +741,50 @@ def test_moto_has_no_stop_training_job_and_the_error_names_the_job(moto_url: str
     backend.start(spec)
     with pytest.raises(BackendError, match=r"StopTrainingJob for training job 'quota-llm-finetune-1005-1'"):
         backend.stop(spec, grace_seconds=60)
+
+
+# -- credentials per AWS connection ----------------------------------------------------------------
+
+
+def team_connection(monkeypatch: pytest.MonkeyPatch, conn_id: str, key: str, region: str, url: str) -> None:
+    monkeypatch.setenv(
+        f"AIRFLOW_CONN_{conn_id.upper()}",
+        json.dumps(
+            {
+                "conn_type": "aws",
+                "login": key,
+                "password": f"secret-of-{key}",
+                "extra": {"region_name": region, "endpoint_url": url},
+            }
+        ),
+    )
+
+
+def test_each_job_runs_with_its_aws_connections_credentials(moto_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    team_connection(monkeypatch, "aws_team_a", "AKIATEAMAAAAAAAAAAAA", "eu-west-1", moto_url)
+    team_connection(monkeypatch, "aws_team_b", "AKIATEAMBBBBBBBBBBBB", "us-west-2", moto_url)
+    backend = SageMakerBackend(region_name=REGION, endpoint_url=moto_url)
+    a, b, own = (
+        attempt(job_id=2001, aws_conn_id="aws_team_a"),
+        attempt(job_id=2002, aws_conn_id="aws_team_b"),
+        attempt(),
+    )
+
+    for spec, key, region in ((a, "AKIATEAMAAAAAAAAAAAA", "eu-west-1"), (b, "AKIATEAMBBBBBBBBBBBB", "us-west-2")):
+        client = backend.client_for(spec)
+        assert client.meta.region_name == region
+        assert client._request_signer._credentials.get_frozen_credentials().access_key == key
+        assert backend.client_for(spec) is client  # one client per connection
+    assert backend.client_for(own) is backend.client
+    assert backend.client.meta.region_name == REGION
+
+    started = backend.start(a)  # created in team A's region, with team A's credentials
+    assert started.arn is not None and ":eu-west-1:" in started.arn
+    assert backend.poll(a).status is AttemptStatus.SUCCEEDED
+    assert backend.poll(attempt(job_id=2001)).status is AttemptStatus.UNKNOWN  # not in the scheduler's region
+
+
+def test_an_unknown_aws_connection_is_a_backend_error_naming_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("AIRFLOW_CONN_AWS_NOBODY", raising=False)
+    with pytest.raises(BackendError, match="AWS connection 'aws_nobody': cannot build a SageMaker client"):
+        SageMakerBackend(region_name=REGION).client_for(attempt(aws_conn_id="aws_nobody"))

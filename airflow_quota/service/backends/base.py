@@ -59,6 +59,9 @@ class AttemptSpec:
     training: dict[str, Any] = field(default_factory=dict)
     """Backend-specific: for ``local`` ``{"command": str | list[str], "env": {...}, "cwd": str}``;
     for ``sagemaker`` a CreateTrainingJob request without the fields the placement fills in."""
+    aws_conn_id: str | None = None
+    """sagemaker: the Airflow AWS connection whose credentials its calls use (the job's, else
+    its share's); None: the backend's own."""
 
     @property
     def key(self) -> str:

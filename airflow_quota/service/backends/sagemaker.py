@@ -305,6 +305,8 @@ class SageMakerBackend:
             raise ValueError(f"poll_interval_seconds must be ≥ 0, not {poll_interval_seconds}")
         self._client = client
         self._client_lock = threading.Lock()
+        self._connection_clients: dict[str, Any] = {}
+        self._default: Any | None = None
         self.region_name = region_name
         self.endpoint_url = endpoint_url
         self.name_prefix = name_prefix
@@ -315,15 +317,50 @@ class SageMakerBackend:
     @property
     def client(self) -> Any:
         """The boto3 SageMaker client, created on first use when none was given."""
-        if self._client is None:
-            with self._client_lock:
-                if self._client is None:
-                    import boto3  # only when needed: an injected client needs no boto3 session
+        if self._client is not None:
+            return self._client
+        with self._client_lock:
+            if self._default is None:
+                self._default = self._default_client()
+            return self._default
 
-                    self._client = boto3.client(
-                        "sagemaker", region_name=self.region_name, endpoint_url=self.endpoint_url
-                    )
-        return self._client
+    def _default_client(self) -> Any:
+        import boto3  # only when needed: an injected client needs no boto3 session
+
+        return boto3.client("sagemaker", region_name=self.region_name, endpoint_url=self.endpoint_url)
+
+    def client_for(self, attempt: AttemptSpec) -> Any:
+        """The client for the attempt's calls: with the credentials, region and endpoint of its
+        Airflow AWS connection (``aws_conn_id``: the job's, else its share's, read through
+        Airflow's connections and secrets backends by the amazon provider's ``AwsBaseHook``), or
+        the backend's own client when it names none, when a client was given (tests), or when
+        Airflow is not installed here (then boto3's own credential chain, said once in the log)."""
+        conn_id = attempt.aws_conn_id
+        if conn_id is None or self._client is not None:
+            return self.client
+        with self._client_lock:
+            found = self._connection_clients.get(conn_id)
+            if found is None:
+                found = self._connection_clients[conn_id] = self._connection_client(conn_id)
+            return found
+
+    def _connection_client(self, conn_id: str) -> Any:
+        try:
+            from airflow.providers.amazon.aws.hooks.base_aws import AwsBaseHook
+        except ImportError:
+            log.warning(
+                "AWS connection %r: the amazon provider is not installed here, so the scheduler's own AWS"
+                " credentials are used for its jobs",
+                conn_id,
+            )
+            return self._default_client()
+        try:
+            # The provider quietly uses boto3's own credentials for a connection it cannot find:
+            # a team's jobs must never run as the scheduler's identity, so look it up first.
+            AwsBaseHook.get_connection(conn_id)
+            return AwsBaseHook(aws_conn_id=conn_id, client_type="sagemaker").get_conn()
+        except Exception as exc:  # an unknown connection, bad extras, an assume-role refused
+            raise BackendError(f"AWS connection {conn_id!r}: cannot build a SageMaker client: {exc}") from exc
 
     def job_name(self, attempt: AttemptSpec) -> str:
         """The TrainingJobName this backend uses for ``attempt``."""
@@ -403,7 +440,7 @@ class SageMakerBackend:
             log.info("training job %s (attempt %s) exists already: not started again", name, attempt.key)
             return StartedAttempt(name, existing.get("TrainingJobArn"))
         try:
-            created = self.client.create_training_job(**request)
+            created = self.client_for(attempt).create_training_job(**request)
         except ClientError as exc:
             if _error_code(exc) == "ResourceInUse" or ALREADY_EXISTS_PATTERN.search(_error_message(exc)):
                 log.info("training job %s (attempt %s) exists already: not started again", name, attempt.key)
@@ -448,7 +485,7 @@ class SageMakerBackend:
         """
         name = self.job_name(attempt)
         try:
-            self.client.stop_training_job(TrainingJobName=name)
+            self.client_for(attempt).stop_training_job(TrainingJobName=name)
         except ClientError as exc:
             if _is_not_found(exc):
                 log.info("training job %s (attempt %s) to stop does not exist: nothing to stop", name, attempt.key)
@@ -477,7 +514,7 @@ class SageMakerBackend:
     def _describe(self, name: str, attempt: AttemptSpec) -> dict[str, Any] | None:
         """DescribeTrainingJob, or None when SageMaker has no job of that name."""
         try:
-            response: dict[str, Any] = self.client.describe_training_job(TrainingJobName=name)
+            response: dict[str, Any] = self.client_for(attempt).describe_training_job(TrainingJobName=name)
         except ClientError as exc:
             if _is_not_found(exc):
                 return None
