@@ -194,6 +194,9 @@ class QuotaTrainingOperator(BaseOperator):
     :param poll_interval: seconds between two looks at the job while waiting (default 5). In
         the triggerer all waiting tasks share one read of the quota database per interval, so a
         short interval costs little and a placement is noticed within seconds.
+    :param print_log: show the training's own output in the task log while it runs (the local
+        backend's log file, a SageMaker job's CloudWatch streams), read by the trigger in the
+        triggerer, as ``SageMakerTrainingOperator``'s ``print_log``.
     :param deferrable: wait in the triggerer (the default) rather than in a worker slot.
     """
 
@@ -245,6 +248,7 @@ class QuotaTrainingOperator(BaseOperator):
         quota_conn_id: str = QuotaHook.default_conn_name,
         aws_conn_id: str | None = None,
         poll_interval: float = 5.0,
+        print_log: bool = True,
         deferrable: bool = True,
         **kwargs: Any,
     ) -> None:
@@ -268,6 +272,7 @@ class QuotaTrainingOperator(BaseOperator):
         self.quota_conn_id = quota_conn_id
         self.aws_conn_id = aws_conn_id
         self.poll_interval = poll_interval
+        self.print_log = print_log
         self.deferrable = deferrable
         self.job_id: int | None = None
         problems = self.argument_problems(parse_time=True)
@@ -458,6 +463,8 @@ class QuotaTrainingOperator(BaseOperator):
                     quota_conn_id=self.quota_conn_id,
                     poll_interval=self.poll_interval,
                     cancel_on_kill=True,
+                    print_log=self.print_log,
+                    aws_conn_id=self._calls_aws_conn_id() if self.backend == "sagemaker" else None,
                 ),
                 method_name="execute_complete",
                 timeout=self.execution_timeout,  # as the amazon provider's deferrable operators

@@ -22,7 +22,8 @@ from airflow_quota.core.model import FINAL_STATES, JobState
 from airflow_quota.hooks.quota import QuotaHook, describe_alert, describe_job, state_key
 from airflow_quota.store.lock import SchedulerHealth
 from airflow_quota.store.models import JobRow
-from airflow_quota.triggers.watch import JobWatch, Subscription
+from airflow_quota.triggers.training_log import LogTail, training_log
+from airflow_quota.triggers.watch import JobWatch, Reading, Subscription
 
 Status = Literal["success", "failed", "error"]
 STATUSES: tuple[Status, ...] = ("success", "failed", "error")
@@ -90,6 +91,10 @@ class QuotaJobTrigger(BaseTrigger):
     :param cancel_on_kill: cancel the quota job when a user kills the deferred task (marks it
         failed or success, or clears it). ``QuotaTrainingOperator`` owns its job and sets it;
         ``QuotaJobSensor`` only watches and leaves it unset.
+    :param print_log: log the training's own output while it runs (``training_log.py``): the
+        local backend's log file every ``poll_interval`` (at least 1 s), a SageMaker job's
+        CloudWatch streams every 30 s, each line once, as the provider's ``print_log``.
+    :param aws_conn_id: the AWS connection CloudWatch is read with (SageMaker jobs).
     """
 
     read_attempts = 5
@@ -101,12 +106,16 @@ class QuotaJobTrigger(BaseTrigger):
         quota_conn_id: str = "quota_default",
         poll_interval: float = 5.0,
         cancel_on_kill: bool = False,
+        print_log: bool = False,
+        aws_conn_id: str | None = None,
     ) -> None:
         super().__init__()  # type: ignore[no-untyped-call]
         self.job_id = job_id
         self.quota_conn_id = quota_conn_id
         self.poll_interval = poll_interval
         self.cancel_on_kill = cancel_on_kill
+        self.print_log = print_log
+        self.aws_conn_id = aws_conn_id
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (
@@ -116,6 +125,8 @@ class QuotaJobTrigger(BaseTrigger):
                 "quota_conn_id": self.quota_conn_id,
                 "poll_interval": self.poll_interval,
                 "cancel_on_kill": self.cancel_on_kill,
+                "print_log": self.print_log,
+                "aws_conn_id": self.aws_conn_id,
             },
         )
 
@@ -152,8 +163,12 @@ class QuotaJobTrigger(BaseTrigger):
         last: tuple[Any, ...] | None = None
         alerted: set[int] = set()
         warned_down = False
+        tail = LogTail()
         while True:
-            reading = await subscription.next()
+            reading = await self._next_reading(subscription, tail)
+            if reading is None:  # the training log's interval passed, the job did not change
+                await tail.print_new(self.log)
+                continue
             job, error, refusal = reading.job, reading.error, None
             if error is None and job is None:
                 try:
@@ -183,11 +198,35 @@ class QuotaJobTrigger(BaseTrigger):
                     self.log.warning("%s", describe_alert(alert))
                     alerted.add(alert.id)
             warned_down = self._say_scheduler_health(reading.scheduler, warned_down, job)
+            tail = await self._tail_of(job, tail, hook)
+            await tail.print_new(self.log)
             if job.state in FINAL_STATES:
                 succeeded = job.state == JobState.SUCCEEDED.value
                 return self._event(
                     "success" if succeeded else "failed", describe_job(job), state=job.state, reason=job.reason
                 )
+
+    async def _next_reading(self, subscription: Subscription, tail: LogTail) -> Reading | None:
+        """The watch's next reading of the job; None when a followed training log is due first."""
+        if tail.log is None or tail.failed:
+            return await subscription.next()
+        try:
+            return await asyncio.wait_for(subscription.next(), tail.log.interval)
+        except asyncio.TimeoutError:
+            return None
+
+    async def _tail_of(self, job: JobRow, tail: LogTail, hook: QuotaHook) -> LogTail:
+        """The tail of the job's current attempt's training log: the same while the attempt is,
+        a new one (after the last lines of the old) once the backend started a new attempt."""
+        if not self.print_log or job.attempts == 0 or (tail.log is not None and tail.log.attempt == job.attempts):
+            return tail
+        attempts = await asyncio.to_thread(hook.get_attempts, self.job_id)
+        current = next((a for a in attempts if a.number == job.attempts and a.external_name), None)
+        if current is None:
+            return tail  # placed, not started yet: the row changes again once it is
+        await tail.print_new(self.log)
+        interval = max(self.poll_interval, 1.0)
+        return LogTail(training_log(current.backend, current.number, current.external_name, self.aws_conn_id, interval))
 
     def _say_scheduler_health(self, health: SchedulerHealth | None, warned: bool, job: JobRow) -> bool:
         """Warn once when no quota scheduler runs while this job waits on it, and say when one

@@ -86,6 +86,8 @@ def test_execute_submits_then_defers_to_a_trigger_that_owns_the_job(world: Quota
         "quota_conn_id": "quota_default",
         "poll_interval": 0.01,
         "cancel_on_kill": True,
+        "print_log": True,
+        "aws_conn_id": None,
     }
     assert (job.share, job.priority, job.backend, job.state) == ("research", 5, "local", "SUBMITTED")
     assert job.name == derived_job_name("train_daily", "train", RUN_ID, -1)

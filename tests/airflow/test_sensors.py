@@ -55,6 +55,8 @@ def test_the_job_sensor_defers_with_a_trigger_that_never_cancels(world: QuotaWor
         "quota_conn_id": "quota_default",
         "poll_interval": 0.01,
         "cancel_on_kill": False,
+        "print_log": False,  # the sensor watches a job another task owns
+        "aws_conn_id": None,
     }
     assert deferral.value.timeout is not None and deferral.value.timeout.total_seconds() == 60
 

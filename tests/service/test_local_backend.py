@@ -122,12 +122,15 @@ def test_failures_carry_their_exit_code(backend: LocalBackend, command: str | li
 
 def test_starting_twice_starts_one_process(backend: LocalBackend, tmp_path: Path) -> None:
     marker = tmp_path / "starts"
-    attempt = spec(f"echo started >> {marker}; sleep 0.5")
-    backend.start(attempt)
-    backend.start(attempt)
-    LocalBackend(backend.state_dir).start(attempt)  # a restarted scheduler starting it again
+    attempt = spec(f"echo started >> {marker}; echo training output; sleep 0.5")
+    started = backend.start(attempt)
+    assert backend.start(attempt) == started
+    assert LocalBackend(backend.state_dir).start(attempt) == started  # a restarted scheduler starting it again
     assert wait_until_ended(backend, attempt).status is AttemptStatus.SUCCEEDED
     assert marker.read_text() == "started\n"
+    # where the task's log finds the training's output (triggers/training_log.py)
+    assert Path(started.name).read_text() == training_log(backend, attempt)
+    assert "training output" in training_log(backend, attempt)
 
 
 def test_preempted_training_checkpoints_on_sigterm_and_the_next_attempt_resumes(

@@ -56,6 +56,7 @@ from airflow_quota.service.backends.base import (
     AttemptSpec,
     AttemptStatus,
     BackendError,
+    StartedAttempt,
 )
 
 log = logging.getLogger(__name__)
@@ -127,12 +128,14 @@ class LocalBackend:
 
     # -- start -------------------------------------------------------------------------------
 
-    def start(self, attempt: AttemptSpec) -> None:
-        """Launch the attempt's runner; does nothing if the attempt directory already exists."""
+    def start(self, attempt: AttemptSpec) -> StartedAttempt:
+        """Launch the attempt's runner; does nothing if the attempt directory already exists.
+        Returns where the training's output goes (its ``training.log``), for the task's log."""
         self._reap()
         final = self.attempt_dir(attempt)
+        started = StartedAttempt(str((final / files.TRAINING_LOG).resolve()))
         if final.exists():
-            return
+            return started
         command = self._command(attempt)
         cwd = attempt.training.get("cwd")
         cwd = str(Path(cwd).resolve()) if cwd else os.getcwd()
@@ -163,7 +166,7 @@ class LocalBackend:
         except OSError as exc:
             shutil.rmtree(staging, ignore_errors=True)
             if final.exists():
-                return
+                return started
             raise BackendError(f"attempt {attempt.key}: cannot create {final}: {exc}") from exc
         try:
             with (final / files.RUNNER_LOG).open("ab") as runner_log:
@@ -183,6 +186,7 @@ class LocalBackend:
         with self._launched_lock:
             self._launched.append(proc)
         log.info("attempt %s: started %r (runner pid %d) in %s", attempt.key, command, proc.pid, final)
+        return started
 
     @staticmethod
     def _command(attempt: AttemptSpec) -> str | list[str]:
