@@ -9,6 +9,10 @@ scheduler`` with the local backend on a second PostgreSQL database.
    the quota story.
 2. ``airflow backfill create … --dag-run-conf '{"quota_priority": 9000}'`` on the example
    ``quota_daily_training``: the backfill's quota jobs carry priority 9000 and its runs succeed.
+3. The TaskFlow example (``dags/quota_taskflow_training.py``: a ``@task``'s outputs into the
+   operator) triggered while the quota scheduler is stopped: the API says no scheduler runs, the
+   waiting task's log warns once; restarted, the run succeeds, the task log shows the training's
+   own lines and the downstream ``@task`` reads the summary.
 
 The PostgreSQL server is the one of ``QUOTA_TEST_POSTGRES_URL`` (an admin URL), else
 127.0.0.1:5432. Each module run makes two fresh databases and drops them at the end.
@@ -26,6 +30,7 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
@@ -38,6 +43,8 @@ ADMIN_URL = os.environ.get("QUOTA_TEST_POSTGRES_URL", "postgresql://postgres@127
 
 WALKTHROUGH = "quota_walkthrough"
 DAILY = "quota_daily_training"
+TASKFLOW = "quota_taskflow_training"
+DAG_FILES = ("quota_walkthrough.py", "quota_daily_training.py", "quota_taskflow_training.py", "train_script.py")
 TRAININGS = ("qs1_high", "qs1_med", "qs1_low", "qs2_job", "qs3_job")
 LIVE = ("SUBMITTED", "RUNNABLE", "SCHEDULED", "STARTING", "RUNNING")
 SLOT_STATES = ("queued", "running")
@@ -64,12 +71,12 @@ def airflow(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AirflowStack]:
     settings = StackSettings(
         root=tmp_path_factory.mktemp("airflow-e2e"),
         # the example walkthrough and daily DAGs and their training script, as they are
-        dags=[REPO / "dags" / name for name in ("quota_walkthrough.py", "quota_daily_training.py", "train_script.py")],
+        dags=[REPO / "dags" / name for name in DAG_FILES],
         quota_config=REPO / "examples" / "quota.yaml",
         metadata_url=f"{base}/{names['metadata']}",
         quota_url=f"{base}/{names['quota']}",
         parallelism=2,
-        wait_for_dags=[WALKTHROUGH, DAILY],
+        wait_for_dags=[WALKTHROUGH, DAILY, TASKFLOW],
         start_timeout=START_TIMEOUT,
     )
     started = time.monotonic()
@@ -286,3 +293,38 @@ def test_backfill_with_priority_override(airflow: AirflowStack) -> None:
     # tasks' own priorities
     others = [j for j in af.store.jobs(dag_id=DAILY) if j.run_id not in run_ids]
     assert all(j.priority == {"train_encoder": 2, "train_ranker": 1}[j.task_id or ""] for j in others), others
+
+
+def _until(condition: Any, what: str, timeout: float) -> None:
+    """Poll ``condition()`` until it holds; fail naming ``what`` after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out after {timeout:.0f} s waiting for {what}"
+        time.sleep(0.5)
+
+
+def test_a_taskflow_training_waits_out_a_quota_scheduler_outage(airflow: AirflowStack) -> None:
+    af = airflow
+    scheduler_running = lambda: af.api("GET", "/quota/api/shares")["scheduler"]["running"]  # noqa: E731
+    af.stop(["quota-scheduler"])
+    _until(lambda: not scheduler_running(), "the API to say no quota scheduler runs", 60)
+
+    run_id = af.trigger(TASKFLOW, conf={"urgent": True, "gpus": 1})
+    warning = "no quota scheduler is running"
+    _until(lambda: warning in af.task_log(TASKFLOW, run_id, "train"), "the waiting task's warning", 180)
+    assert af.ti_states(TASKFLOW, run_id)["train"] == "deferred"  # waiting in the triggerer, no slot
+    (job,) = [j for j in af.store.jobs(dag_id=TASKFLOW) if j.run_id == run_id]
+    assert (job.share, job.priority, job.state) == ("qs1", 3, "SUBMITTED")  # from the @task's outputs
+
+    af.start_process("quota-scheduler", af._command("quota-scheduler"))
+    states = af.wait_for_runs(TASKFLOW, [run_id], BACKFILL_TIMEOUT)
+    assert states == {run_id: "success"}, _diagnosis(af, TASKFLOW, [run_id])
+    assert scheduler_running()
+    log = af.task_log(TASKFLOW, run_id, "train")
+    assert log.count(warning) == 1, log[-4000:]
+    assert "a quota scheduler runs again" in log, log[-4000:]
+    assert "[training, attempt 1]" in log, log[-4000:]  # the training's own output, from the triggerer
+    done = af.store.job(job.id)
+    assert done is not None and done.state == "SUCCEEDED" and done.request["max_pending_seconds"] == 600
+    report = af.task_log(TASKFLOW, run_id, "report")
+    assert re.search(rf"quota job {job.id} SUCCEEDED on 1x ml\.g5\.xlarge in share qs1", report), report[-3000:]
