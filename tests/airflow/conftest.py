@@ -10,7 +10,8 @@ from __future__ import annotations
 import asyncio
 import os
 import tempfile
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,7 @@ from airflow.triggers.base import TriggerEvent
 from sqlalchemy import Engine
 
 from airflow_quota.core.model import JobRequest
+from airflow_quota.service.backends.base import Backend
 from airflow_quota.service.backends.fake import FakeBackend
 from airflow_quota.service.clock import ManualClock
 from airflow_quota.service.scheduler import QuotaService
@@ -80,8 +82,12 @@ class QuotaWorld:
         return row
 
 
-@pytest.fixture
-def world(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[QuotaWorld]:
+@contextmanager
+def quota_world(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, backends: Mapping[str, Backend] | None = None
+) -> Iterator[QuotaWorld]:
+    """A quota world whose scheduler runs the fake backend as ``fake`` and, unless ``backends``
+    names them otherwise, as ``local``."""
     url = f"sqlite:///{tmp_path / 'quota.db'}"
     engine = make_engine(url)
     migrate(engine)
@@ -89,11 +95,21 @@ def world(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[QuotaWorl
     store = QuotaStore(engine, clock.now)
     store.apply_config(QUOTA)
     fake = FakeBackend(clock.now)
-    service = QuotaService(engine, {"fake": fake, "local": fake}, clock=clock, refresh_views_seconds=0.0)
+    service = QuotaService(
+        engine, {"fake": fake, "local": fake, **(backends or {})}, clock=clock, refresh_views_seconds=0.0
+    )
     service.step()  # the scheduler takes the configuration in and writes its first view
     monkeypatch.setenv("AIRFLOW_CONN_QUOTA_DEFAULT", url)
-    yield QuotaWorld(url, engine, clock, store, service, fake)
-    engine.dispose()
+    try:
+        yield QuotaWorld(url, engine, clock, store, service, fake)
+    finally:
+        engine.dispose()
+
+
+@pytest.fixture
+def world(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[QuotaWorld]:
+    with quota_world(tmp_path, monkeypatch) as made:
+        yield made
 
 
 async def events_of(run: AsyncIterator[TriggerEvent], timeout: float = 10.0) -> list[TriggerEvent]:

@@ -19,13 +19,8 @@ from airflow.sdk.exceptions import AirflowFailException
 
 from airflow_quota.operators.training import QuotaTrainingOperator
 from airflow_quota.plugins.links import SageMakerTrainingJobLink, TrainingLogsLink
-from airflow_quota.service.backends.fake import FakeBackend
 from airflow_quota.service.backends.sagemaker import SageMakerBackend
-from airflow_quota.service.clock import ManualClock
-from airflow_quota.service.scheduler import QuotaService
-from airflow_quota.store.engine import make_engine, migrate
-from airflow_quota.store.repository import QuotaStore
-from tests.airflow.conftest import G5, QUOTA, QuotaWorld
+from tests.airflow.conftest import G5, QUOTA, QuotaWorld, quota_world
 from tests.airflow.test_operators import TaskInstance, context, deferred
 from tests.moto_server import REGION, moto_server
 
@@ -71,21 +66,9 @@ def sagemaker_world(
 ) -> Iterator[tuple[QuotaWorld, SageMakerBackend]]:
     """The quota world of ``tests/airflow/conftest.py`` whose scheduler runs the sagemaker
     backend on the moto server."""
-    url = f"sqlite:///{tmp_path / 'quota.db'}"
-    engine = make_engine(url)
-    migrate(engine)
-    clock = ManualClock(1_000.0)
-    store = QuotaStore(engine, clock.now)
-    store.apply_config(QUOTA)
-    fake = FakeBackend(clock.now)
     sagemaker = SageMakerBackend(region_name=REGION, endpoint_url=moto_url, name_prefix=f"t{uuid.uuid4().hex[:8]}")
-    service = QuotaService(
-        engine, {"fake": fake, "sagemaker": sagemaker}, clock=clock, refresh_views_seconds=0.0
-    )
-    service.step()
-    monkeypatch.setenv("AIRFLOW_CONN_QUOTA_DEFAULT", url)
-    yield QuotaWorld(url, engine, clock, store, service, fake), sagemaker
-    engine.dispose()
+    with quota_world(tmp_path, monkeypatch, {"sagemaker": sagemaker}) as world:
+        yield world, sagemaker
 
 
 def test_a_share_s_aws_connection_serves_the_jobs_that_name_none(
