@@ -15,6 +15,7 @@ from typing import Annotated, Any, Literal, TypeVar
 import yaml
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from airflow_quota.core.access import ShareAccess
 from airflow_quota.core.catalogue import InstanceTypeSpec, builtin_catalogue
 from airflow_quota.exceptions import InvalidInput, Problem, join_path
 
@@ -116,6 +117,8 @@ class Share(_Model):
     max_priority: int = Field(default=9999, ge=0, le=9999, strict=True)
     require_checkpoint: bool = False
     preempted_alert_after: PositiveInt = 3
+    access: ShareAccess | None = None
+    """Who may submit and who may change priorities (``core.access``); None: everyone."""
 
     @property
     def lends(self) -> bool:

@@ -17,7 +17,8 @@ A change is checked in this order, so a request nobody may make costs the api-se
 a login with the right to read DAGs (401/403, ``app.py``), a same-origin JSON request (403,
 ``security.same_origin_json``), the job (404) and the right to edit its DAG (403), and only
 then the body: read up to ``MAX_BODY_BYTES`` (413 beyond, without reading the rest), parsed,
-validated (422); then the job's state (409). The body is therefore not a FastAPI body
+validated (422); then the job's state (409) and, for a priority, the share's
+``access.set_priority`` rule for the logged-in user (403, ``core.access``). The body is therefore not a FastAPI body
 parameter (FastAPI reads and validates those before any dependency runs); its schema is
 given to OpenAPI by hand.
 """
@@ -38,7 +39,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from airflow_quota.core.model import LIVE_STATES, JobState
 from airflow_quota.core.visibility import pending_seconds
-from airflow_quota.exceptions import ChangeRefused
+from airflow_quota.exceptions import ChangeRefused, PriorityChangeDenied
 from airflow_quota.plugins import URL_PREFIX
 from airflow_quota.plugins.security import ANOTHER_JOB, DagAccess, DagAccessDep, SameOriginJson
 from airflow_quota.store import dashboard
@@ -296,7 +297,10 @@ async def cancel_body(request: Request, job: ChangeableJob) -> CancelBody:
 
 
 CHANGE_RESPONSES: dict[int | str, dict[str, Any]] = {
-    403: {"description": "a cross-site request, or no edit access to the job's DAG"},
+    403: {
+        "description": "a cross-site request, no edit access to the job's DAG, or (a priority) a user the "
+        "share's access.set_priority rule leaves out"
+    },
     404: {"description": "no such job"},
     409: {"description": "the job is already final"},
     413: {"description": f"a body larger than {MAX_BODY_BYTES} bytes"},
@@ -324,11 +328,16 @@ def json_body_schema(model: type[BaseModel], required: bool) -> dict[str, Any]:
     openapi_extra=json_body_schema(PriorityBody, required=True),
 )
 def put_priority(
-    job: ChangeableJob, body: Annotated[PriorityBody, Depends(priority_body)], store: StoreDep
+    job: ChangeableJob,
+    body: Annotated[PriorityBody, Depends(priority_body)],
+    store: StoreDep,
+    access: DagAccessDep,
 ) -> ChangeResponse:
     require_live(job)
     try:
-        store.set_priority(job.id, body.priority)
+        store.set_priority(job.id, body.priority, access.actor())
+    except PriorityChangeDenied as exc:  # the share's access.set_priority rule leaves this user out
+        raise HTTPException(status.HTTP_403_FORBIDDEN, str(exc)) from exc
     except ChangeRefused as exc:
         raise _refusal(exc, field="priority") from exc
     return ChangeResponse(

@@ -22,7 +22,8 @@ A FastAPI app mounted by a plugin gets no authentication from Airflow, so every 
   without ``SameSite``. API clients (curl, scripts) send neither header and pass on the
   content type alone.
 
-The rules of the quota itself (a priority above the share's ``max_priority``) are the
+The rules of the quota itself (a priority above the share's ``max_priority``, a share's
+``access.set_priority`` rule, checked for the user's name: ``DagAccess.actor``) are the
 store's; see ``api.py`` for how refusals are answered.
 """
 
@@ -37,6 +38,7 @@ from airflow.api_fastapi.auth.managers.models.resource_details import DagDetails
 from airflow.api_fastapi.core_api.security import GetUserDep, requires_access_dag
 from fastapi import Depends, HTTPException, Request, status
 
+from airflow_quota.core.access import Actor
 from airflow_quota.store.models import JobRow
 
 Method = Literal["GET", "PUT"]
@@ -73,6 +75,12 @@ class DagAccess:
                 )
             )
         return self._decided[key]
+
+    def actor(self) -> Actor:
+        """Who this user is to a share's ``access`` rules (``core.access``): the auth manager's
+        user name (``get_name()``)."""
+        name = self.user.get_name() if hasattr(self.user, "get_name") else None
+        return Actor(user=str(name)) if name else Actor()
 
     def readable(self, items: Iterable[T], dag_of: Callable[[T], str | None]) -> list[T]:
         """The items whose DAG the user may read."""
