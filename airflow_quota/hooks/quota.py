@@ -60,7 +60,8 @@ def connection_url(conn: Any) -> str:
     In order: an explicit ``sql_alchemy_conn`` (or ``url``) in the connection's extra; a
     ``sqlite`` connection's path (Airflow keeps it in ``host``, or in ``schema`` when the
     connection came from a ``sqlite:////abs/path`` URI); a ``postgres`` connection's fields (for
-    psycopg 3); else the connection's URI as Airflow renders it.
+    psycopg 3), and so a ``quota`` connection's (the type this provider registers); else the
+    connection's URI as Airflow renders it.
     """
     extra = conn.extra_dejson or {}
     for key in ("sql_alchemy_conn", "url"):
@@ -71,7 +72,7 @@ def connection_url(conn: Any) -> str:
         path = conn.host or conn.schema
         if path:
             return f"sqlite:///{path}"
-    if conn_type in ("postgres", "postgresql"):
+    if conn_type in ("postgres", "postgresql", QuotaHook.conn_type):
         url = URL.create(
             "postgresql+psycopg",
             username=conn.login or None,
@@ -181,6 +182,9 @@ class QuotaHook(BaseHook):
 
     conn_name_attr = "quota_conn_id"
     default_conn_name = "quota_default"
+    conn_type = "quota"
+    """The connection type registered by the provider (``get_provider_info``): a PostgreSQL
+    database by its fields, or any database by ``sql_alchemy_conn`` in its extra."""
     hook_name = "Airflow Quota"
 
     def __init__(self, quota_conn_id: str = default_conn_name) -> None:
