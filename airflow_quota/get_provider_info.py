@@ -17,7 +17,9 @@ PACKAGE = "airflow_quota"
 def get_provider_info() -> dict[str, Any]:
     """The provider's description for Airflow: its integration, the modules of its operators,
     sensors, triggers and hooks, the connection type of the quota database (``QuotaHook``'s
-    ``conn_type``), the extra link and the notifiers."""
+    ``conn_type``), the extra link, the notifiers, and the ``[quota]`` options: declaring
+    ``sql_alchemy_conn`` sensitive is what lets Airflow read it from ``sql_alchemy_conn_cmd``
+    and ``sql_alchemy_conn_secret`` (``store/settings.py``)."""
     integration = "Airflow Quota"
     return {
         "package-name": "airflow-quota",
@@ -50,4 +52,23 @@ def get_provider_info() -> dict[str, Any]:
         ],
         "extra-links": [f"{PACKAGE}.plugins.links.QuotaJobLink"],
         "notifications": [f"{PACKAGE}.notifications.log.QuotaLogNotifier"],
+        "config": {
+            "quota": {
+                "description": "Settings of airflow-quota (quota shares for GPU training).",
+                "options": {
+                    "sql_alchemy_conn": {
+                        "description": (
+                            "The quota database's SQLAlchemy URL, where the Airflow connection quota_default "
+                            "does not exist. Sensitive (it may hold a password): it may be given as "
+                            "sql_alchemy_conn_cmd or sql_alchemy_conn_secret.\n"
+                        ),
+                        "version_added": "0.1.0",
+                        "type": "string",
+                        "sensitive": True,
+                        "example": "postgresql://quota:secret@db:5432/quota",
+                        "default": None,
+                    }
+                },
+            }
+        },
     }
