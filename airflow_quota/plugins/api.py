@@ -132,6 +132,10 @@ class JobModel(_Model):
     submitted_at: float
     updated_at: float
     can_edit: bool = Field(description="whether the requesting user may change this job")
+    can_set_priority: bool = Field(
+        description="whether the user may also change its priority: can_edit, and the share's "
+        "access.set_priority rule (if any) lists the user"
+    )
     page_url: str = Field(description="the job's page")
     task_url: str | None = Field(description="the Airflow task instance that submitted it")
 
@@ -449,6 +453,18 @@ def get_utilisation_chart(share: str, store: StoreDep, hours: HoursQuery = 24.0)
 # -- helpers -------------------------------------------------------------------------------------
 
 
+COMPUTED_COLUMNS = (
+    "preferences",
+    "can_edit",
+    "can_set_priority",
+    "page_url",
+    "task_url",
+    "waiting_since",
+    "pending_seconds",
+)
+"""``JobModel`` fields that ``job_model`` computes rather than copies from the row."""
+
+
 def job_model(
     request: Request,
     job: JobRow,
@@ -466,9 +482,7 @@ def job_model(
         path = "/".join(quote(part, safe="") for part in (job.dag_id, "runs", job.run_id, "tasks", job.task_id))
         task_url = f"{airflow_root}/dags/{path}"
     values: dict[str, Any] = {
-        column: getattr(job, column)
-        for column in JobModel.model_fields
-        if column not in ("preferences", "can_edit", "page_url", "task_url", "waiting_since", "pending_seconds")
+        column: getattr(job, column) for column in JobModel.model_fields if column not in COMPUTED_COLUMNS
     }
     if running is not None:
         values["gpu_hours"] = job.gpu_hours + running.gpu_hours
@@ -477,7 +491,8 @@ def job_model(
         waiting_since=job.runnable_since,
         pending_seconds=None if job.runnable_since is None else pending_seconds(job.runnable_since, now),
         preferences=[PreferenceModel.model_validate(p) for p in job.request.get("preferences", [])],
-        can_edit=job.state in LIVE_STATES and access.allows("PUT", job.dag_id),
+        can_edit=(can_edit := job.state in LIVE_STATES and access.allows("PUT", job.dag_id)),
+        can_set_priority=can_edit and access.may_set_priority(job.share, get_store(request)),
         page_url=f"{root}/jobs/{job.id}",
         task_url=task_url,
     )

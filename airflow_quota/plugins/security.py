@@ -38,8 +38,9 @@ from airflow.api_fastapi.auth.managers.models.resource_details import DagDetails
 from airflow.api_fastapi.core_api.security import GetUserDep, requires_access_dag
 from fastapi import Depends, HTTPException, Request, status
 
-from airflow_quota.core.access import Actor
+from airflow_quota.core.access import Actor, ShareAccess, access_refusal
 from airflow_quota.store.models import JobRow
+from airflow_quota.store.repository import QuotaStore
 
 Method = Literal["GET", "PUT"]
 T = TypeVar("T")
@@ -62,6 +63,7 @@ class DagAccess:
         self._decided: dict[tuple[str, str | None], bool] = {}
         self._teams: dict[str, str | None] = {}
         self._multi_team = multi_team
+        self._share_access: dict[str, ShareAccess | None] | None = None
 
     def allows(self, method: Method, dag_id: str | None) -> bool:
         """Whether the user may ``method`` the DAG (``None``: DAGs in general)."""
@@ -81,6 +83,15 @@ class DagAccess:
         user name (``get_name()``)."""
         name = self.user.get_name() if hasattr(self.user, "get_name") else None
         return Actor(user=str(name)) if name else Actor()
+
+    def may_set_priority(self, share: str, store: QuotaStore) -> bool:
+        """Whether the share's ``access.set_priority`` rule lets this user change priorities, so
+        the page offers the priority field only where a change can pass (the store checks
+        again when one is asked). The configuration is read once per request."""
+        if self._share_access is None:
+            latest = store.latest_config()
+            self._share_access = {s.name: s.access for s in latest[1].shares} if latest else {}
+        return access_refusal(share, self._share_access.get(share), "set_priority", self.actor()) is None
 
     def readable(self, items: Iterable[T], dag_of: Callable[[T], str | None]) -> list[T]:
         """The items whose DAG the user may read."""

@@ -527,15 +527,17 @@ def test_a_priority_change_the_share_access_rule_leaves_out_is_403_naming_the_ru
         {**share, "access": {"set_priority": {"users": ["admin", "oncall-*"]}}} if share["name"] == "qs1" else share
         for share in document["shares"]
     ]
+    med = ids(served)["qs1-med"]
     store.apply_config({**document, "shares": shares})
     try:
-        med = ids(served)["qs1-med"]
         refused = editor.put(f"/quota/api/jobs/{med}/priority", json={"priority": 5})
         assert refused.status_code == 403
         assert refused.json()["detail"] == (
             "access.set_priority: share 'qs1' lets only users 'admin', 'oncall-*' change its jobs' priorities; "
             "asked by user 'editor': no pattern matches"
         )
+        shown = editor.get(f"/quota/api/jobs/{med}").json()["job"]
+        assert (shown["can_edit"], shown["can_set_priority"]) == (True, False)  # the page offers no priority field
         with served.world.store.sessions() as session:
             kinds = session.scalars(select(Request.kind).where(Request.handled.is_(False))).all()
         assert kinds == ["config"]  # no set_priority request
@@ -543,6 +545,8 @@ def test_a_priority_change_the_share_access_rule_leaves_out_is_403_naming_the_ru
         store.apply_config(document)
         served.world.settle()
     assert store.pending_requests() == 0
+    again = editor.get(f"/quota/api/jobs/{med}").json()["job"]
+    assert (again["can_edit"], again["can_set_priority"]) == (True, True)
 
 
 def test_an_editor_changes_a_priority_and_the_quota_scheduler_applies_it(served: Served, editor: Any) -> None:
