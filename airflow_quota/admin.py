@@ -15,6 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from airflow_quota.core.access import local_user
 from airflow_quota.core.config import NAME_PATTERN, QUOTA_SECTIONS, load_file, parse_config
 from airflow_quota.exceptions import ChangeRefused, InvalidInput, Problem
 from airflow_quota.store.backend_names import enabled_backends
@@ -496,6 +497,8 @@ def show_job(args: argparse.Namespace) -> int:
 
 
 def submit_job(args: argparse.Namespace) -> int:
+    """Submit a job file as the operating-system user (``core.access.local_user``): a share
+    with an ``access.submit`` rule takes it only when the rule lists that user."""
     from airflow_quota.core.submission import parse_submission
 
     request, fields = load_file(Path(args.file), "job fields", parse_submission)
@@ -508,6 +511,7 @@ def submit_job(args: argparse.Namespace) -> int:
         fields.task_id,
         fields.run_id,
         aws_conn_id=fields.aws_conn_id,
+        actor=local_user(),
     )
     if args.json:
         _print_json(_job_record(job))
@@ -523,14 +527,15 @@ PRIORITY_WAIT_SECONDS = 5.0
 def set_priority(args: argparse.Namespace) -> int:
     """Ask for a new priority, then wait (``--wait``) until the scheduler has taken it in: a
     job that ends first is refused (exit 2), not answered "requested" for a change that never
-    happens. Without a scheduler answering in time it stays "requested" (exit 0)."""
+    happens. Without a scheduler answering in time it stays "requested" (exit 0). Asked as the
+    operating-system user: a share's ``access.set_priority`` rule must list it (exit 2)."""
     if not 0 <= args.priority <= 9999:
         raise InvalidInput.single("priority", f"0 to 9999 (got {args.priority})")
     if not 0 <= args.wait <= 3600:
         raise InvalidInput.single("--wait", f"0 to 3600 seconds (got {args.wait:g})")
     store = _store(args)
     job = _find(store, args.job)
-    store.set_priority(job.id, args.priority)
+    store.set_priority(job.id, args.priority, local_user())
     status = _priority_outcome(store, job, args.priority, args.wait)
     if args.json:
         _print_json({"job": job.id, "name": job.name, "priority": args.priority, "status": status})

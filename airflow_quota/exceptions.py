@@ -9,8 +9,10 @@
     │                               lines, under the file's name, and exits with status 2.
     ├── Refused                     a well-formed request the quota state refuses now
     │   ├── SubmissionRejected      a submission (disabled share, a count no entry can ever get, ...)
+    │   │   └── SubmissionDenied    from a DAG or user the share's ``access.submit`` rule leaves out
     │   └── ChangeRefused           a priority change above the share's max_priority, a change to a
-    │                               finished job
+    │       │                       finished job
+    │       └── PriorityChangeDenied  by a DAG or user the share's ``access.set_priority`` leaves out
     └── DatabaseUnavailable         the quota database cannot be reached (one line naming it)
 """
 
@@ -81,8 +83,18 @@ class SubmissionRejected(Refused):
     """A submission the quota state refuses: nothing is stored."""
 
 
+class SubmissionDenied(SubmissionRejected):
+    """A submission from a DAG or user the share's ``access.submit`` rule does not list
+    (``core.access``): nothing is stored. The message names the rule and who asked."""
+
+
 class ChangeRefused(Refused):
     """A change to a job (priority, cancel) the quota state refuses: nothing changes."""
+
+
+class PriorityChangeDenied(ChangeRefused):
+    """A priority change by a DAG or user the share's ``access.set_priority`` rule does not
+    list (``core.access``): nothing changes. The API answers it 403, not 409."""
 
 
 class DatabaseUnavailable(QuotaError):

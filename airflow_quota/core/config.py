@@ -15,6 +15,7 @@ from typing import Annotated, Any, Literal, TypeVar
 import yaml
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from airflow_quota.core.access import ShareAccess
 from airflow_quota.core.catalogue import InstanceTypeSpec, builtin_catalogue
 from airflow_quota.exceptions import InvalidInput, Problem, join_path
 
@@ -119,6 +120,8 @@ class Share(_Model):
     aws_conn_id: str | None = Field(default=None, min_length=1, max_length=250)
     """The Airflow AWS connection of the share's SageMaker jobs (a team's own identity), where
     a job names none; None: the quota scheduler's own credentials."""
+    access: ShareAccess | None = None
+    """Who may submit and who may change priorities (``core.access``); None: everyone."""
 
     @property
     def lends(self) -> bool:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
@@ -28,6 +28,7 @@ from airflow.sdk.exceptions import AirflowNotFoundException
 from sqlalchemy import select
 from sqlalchemy.engine import URL
 
+from airflow_quota.core.access import Actor, local_user
 from airflow_quota.core.model import HOLDING_STATES, JobRequest, JobState, PreferenceEntry
 from airflow_quota.core.submission import job_fields
 from airflow_quota.exceptions import ChangeRefused
@@ -59,7 +60,8 @@ def connection_url(conn: Any) -> str:
     In order: an explicit ``sql_alchemy_conn`` (or ``url``) in the connection's extra; a
     ``sqlite`` connection's path (Airflow keeps it in ``host``, or in ``schema`` when the
     connection came from a ``sqlite:////abs/path`` URI); a ``postgres`` connection's fields (for
-    psycopg 3); else the connection's URI as Airflow renders it.
+    psycopg 3), and so a ``quota`` connection's (the type this provider registers); else the
+    connection's URI as Airflow renders it.
     """
     extra = conn.extra_dejson or {}
     for key in ("sql_alchemy_conn", "url"):
@@ -70,7 +72,7 @@ def connection_url(conn: Any) -> str:
         path = conn.host or conn.schema
         if path:
             return f"sqlite:///{path}"
-    if conn_type in ("postgres", "postgresql"):
+    if conn_type in ("postgres", "postgresql", QuotaHook.conn_type):
         url = URL.create(
             "postgresql+psycopg",
             username=conn.login or None,
@@ -81,6 +83,27 @@ def connection_url(conn: Any) -> str:
         )
         return url.render_as_string(hide_password=False)
     return normalize(str(conn.get_uri()))
+
+
+def task_actor(context: Mapping[str, Any]) -> Actor:
+    """Who a task asks as (``core.access``): its DAG's id, tags and bundle, and the user who
+    triggered its run (a manual trigger's or a backfill's creator; none for scheduled runs)."""
+    ti = context["ti"]
+    dag = context.get("dag")
+    bundle = getattr(getattr(ti, "bundle_instance", None), "name", None)
+    user = getattr(context.get("dag_run"), "triggering_user_name", None)
+    return Actor.of_dag(ti.dag_id, getattr(dag, "tags", None) or (), bundle, user)
+
+
+def current_actor() -> Actor:
+    """The running task's actor (``task_actor``) inside a task, else ``local_user()``."""
+    from airflow.sdk import get_current_context
+
+    try:
+        context = get_current_context()
+    except RuntimeError:  # not inside a task
+        return local_user()
+    return task_actor(context)
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,6 +182,9 @@ class QuotaHook(BaseHook):
 
     conn_name_attr = "quota_conn_id"
     default_conn_name = "quota_default"
+    conn_type = "quota"
+    """The connection type registered by the provider (``get_provider_info``): a PostgreSQL
+    database by its fields, or any database by ``sql_alchemy_conn`` in its extra."""
     hook_name = "Airflow Quota"
 
     def __init__(self, quota_conn_id: str = default_conn_name) -> None:
@@ -234,11 +260,21 @@ class QuotaHook(BaseHook):
         task_id: str | None = None,
         run_id: str | None = None,
         aws_conn_id: str | None = None,
+        *,
+        actor: Actor | None = None,
+        priority_overridden: bool = False,
     ) -> JobRow:
         """Store a submission for the quota scheduler (``QuotaStore.submit``): raises
         ``InvalidInput`` for a field beyond its limit (``core.submission.job_fields``, as the
-        CLI), ``SubmissionRejected`` when the current configuration could never accept it; with
-        a ``client_token`` already used, returns that job instead of submitting again."""
+        CLI), ``SubmissionRejected`` when the current configuration could never accept it
+        (``SubmissionDenied`` when the share's ``access.submit`` rule leaves ``actor`` out); with
+        a ``client_token`` already used, returns that job instead of submitting again.
+
+        :param actor: who submits (``task_actor(context)`` in an operator); default: the
+            running task's DAG, or the operating-system user outside a task (``current_actor``).
+        :param priority_overridden: the request's priority is a run's ``quota_priority``
+            override: the share's ``access.set_priority`` rule must allow ``actor`` too.
+        """
         fields = job_fields(
             {
                 "backend": backend,
@@ -259,6 +295,8 @@ class QuotaHook(BaseHook):
             fields.task_id,
             fields.run_id,
             aws_conn_id=fields.aws_conn_id,
+            actor=current_actor() if actor is None else actor,
+            priority_overridden=priority_overridden,
         )
 
     def get_job(self, job_id: int) -> JobRow | None:
@@ -327,9 +365,11 @@ class QuotaHook(BaseHook):
         await self._astore()
         return await asyncio.to_thread(self.cancel, job_id)
 
-    def set_priority(self, job_id: int, priority: int) -> None:
-        """Ask for a new priority; ``ChangeRefused`` above the share's max_priority."""
-        self.store.set_priority(job_id, priority)
+    def set_priority(self, job_id: int, priority: int, actor: Actor | None = None) -> None:
+        """Ask for a new priority; ``ChangeRefused`` above the share's max_priority,
+        ``PriorityChangeDenied`` when the share's ``access.set_priority`` rule leaves ``actor``
+        out (default: the running task's DAG, or the operating-system user outside a task)."""
+        self.store.set_priority(job_id, priority, current_actor() if actor is None else actor)
 
     # -- capacity --------------------------------------------------------------------------
 

@@ -22,10 +22,11 @@ from airflow.sdk import BaseOperator, Context
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 from pydantic import ValidationError
 
+from airflow_quota.core.access import Actor
 from airflow_quota.core.config import pydantic_problems
 from airflow_quota.core.model import FINAL_STATES, LIVE_STATES, FailureReason, JobRequest, JobState
-from airflow_quota.exceptions import InvalidInput, Problem, SubmissionRejected
-from airflow_quota.hooks.quota import QuotaHook, describe_job, state_key
+from airflow_quota.exceptions import ChangeRefused, InvalidInput, Problem, SubmissionRejected
+from airflow_quota.hooks.quota import QuotaHook, describe_job, state_key, task_actor
 from airflow_quota.hooks.sagemaker import TrainingJobs, placed_request_problems, with_integers
 from airflow_quota.operators.priority import QUOTA_PRIORITY_PARAM, priority_override
 from airflow_quota.plugins.links import XCOM_JOB_ID, QuotaJobLink, SageMakerTrainingJobLink, TrainingLogsLink
@@ -450,7 +451,7 @@ class QuotaTrainingOperator(BaseOperator):
         if self.backend == "sagemaker":
             self._prepare_training_request()
 
-        job = self._submitted_job(dag_id, task_id, run_id, map_index, override)
+        job = self._submitted_job(dag_id, task_id, run_id, map_index, override, task_actor(context))
         self.job_id = job.id
         ti.xcom_push(key=XCOM_JOB_ID, value=job.id)
         if job.state in FINAL_STATES:
@@ -471,7 +472,9 @@ class QuotaTrainingOperator(BaseOperator):
             )
         return self._finish(context, job.id, self._wait_in_worker(job))
 
-    def _submitted_job(self, dag_id: str, task_id: str, run_id: str, map_index: int, override: int | None) -> JobRow:
+    def _submitted_job(
+        self, dag_id: str, task_id: str, run_id: str, map_index: int, override: int | None, actor: Actor
+    ) -> JobRow:
         """This task instance's job: the one an earlier try submitted if it is still live (and
         not being cancelled) or succeeded; else a new submission."""
         generation, found = 1, None
@@ -510,8 +513,10 @@ class QuotaTrainingOperator(BaseOperator):
                 task_id=task_id,
                 run_id=run_id,
                 aws_conn_id=self.aws_conn_id if self.backend == "sagemaker" else None,
+                actor=actor,
+                priority_overridden=override is not None,
             )
-        except (SubmissionRejected, InvalidInput) as exc:
+        except (SubmissionRejected, ChangeRefused, InvalidInput) as exc:
             source = f" ({QUOTA_PRIORITY_PARAM}={override} from the run's conf)" if override is not None else ""
             raise AirflowFailException(f"quota job {name!r} was not submitted{source}: {exc}") from exc
         priority = f", priority {request.priority}" + (" (run conf override)" if override is not None else "")

@@ -17,7 +17,8 @@ A change is checked in this order, so a request nobody may make costs the api-se
 a login with the right to read DAGs (401/403, ``app.py``), a same-origin JSON request (403,
 ``security.same_origin_json``), the job (404) and the right to edit its DAG (403), and only
 then the body: read up to ``MAX_BODY_BYTES`` (413 beyond, without reading the rest), parsed,
-validated (422); then the job's state (409). The body is therefore not a FastAPI body
+validated (422); then the job's state (409) and, for a priority, the share's
+``access.set_priority`` rule for the logged-in user (403, ``core.access``). The body is therefore not a FastAPI body
 parameter (FastAPI reads and validates those before any dependency runs); its schema is
 given to OpenAPI by hand.
 """
@@ -38,7 +39,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from airflow_quota.core.model import LIVE_STATES, JobState
 from airflow_quota.core.visibility import pending_seconds
-from airflow_quota.exceptions import ChangeRefused
+from airflow_quota.exceptions import ChangeRefused, PriorityChangeDenied
 from airflow_quota.plugins import URL_PREFIX
 from airflow_quota.plugins.security import ANOTHER_JOB, DagAccess, DagAccessDep, SameOriginJson
 from airflow_quota.store import dashboard
@@ -131,6 +132,10 @@ class JobModel(_Model):
     submitted_at: float
     updated_at: float
     can_edit: bool = Field(description="whether the requesting user may change this job")
+    can_set_priority: bool = Field(
+        description="whether the user may also change its priority: can_edit, and the share's "
+        "access.set_priority rule (if any) lists the user"
+    )
     page_url: str = Field(description="the job's page")
     task_url: str | None = Field(description="the Airflow task instance that submitted it")
 
@@ -296,7 +301,10 @@ async def cancel_body(request: Request, job: ChangeableJob) -> CancelBody:
 
 
 CHANGE_RESPONSES: dict[int | str, dict[str, Any]] = {
-    403: {"description": "a cross-site request, or no edit access to the job's DAG"},
+    403: {
+        "description": "a cross-site request, no edit access to the job's DAG, or (a priority) a user the "
+        "share's access.set_priority rule leaves out"
+    },
     404: {"description": "no such job"},
     409: {"description": "the job is already final"},
     413: {"description": f"a body larger than {MAX_BODY_BYTES} bytes"},
@@ -324,11 +332,16 @@ def json_body_schema(model: type[BaseModel], required: bool) -> dict[str, Any]:
     openapi_extra=json_body_schema(PriorityBody, required=True),
 )
 def put_priority(
-    job: ChangeableJob, body: Annotated[PriorityBody, Depends(priority_body)], store: StoreDep
+    job: ChangeableJob,
+    body: Annotated[PriorityBody, Depends(priority_body)],
+    store: StoreDep,
+    access: DagAccessDep,
 ) -> ChangeResponse:
     require_live(job)
     try:
-        store.set_priority(job.id, body.priority)
+        store.set_priority(job.id, body.priority, access.actor())
+    except PriorityChangeDenied as exc:  # the share's access.set_priority rule leaves this user out
+        raise HTTPException(status.HTTP_403_FORBIDDEN, str(exc)) from exc
     except ChangeRefused as exc:
         raise _refusal(exc, field="priority") from exc
     return ChangeResponse(
@@ -440,6 +453,18 @@ def get_utilisation_chart(share: str, store: StoreDep, hours: HoursQuery = 24.0)
 # -- helpers -------------------------------------------------------------------------------------
 
 
+COMPUTED_COLUMNS = (
+    "preferences",
+    "can_edit",
+    "can_set_priority",
+    "page_url",
+    "task_url",
+    "waiting_since",
+    "pending_seconds",
+)
+"""``JobModel`` fields that ``job_model`` computes rather than copies from the row."""
+
+
 def job_model(
     request: Request,
     job: JobRow,
@@ -457,9 +482,7 @@ def job_model(
         path = "/".join(quote(part, safe="") for part in (job.dag_id, "runs", job.run_id, "tasks", job.task_id))
         task_url = f"{airflow_root}/dags/{path}"
     values: dict[str, Any] = {
-        column: getattr(job, column)
-        for column in JobModel.model_fields
-        if column not in ("preferences", "can_edit", "page_url", "task_url", "waiting_since", "pending_seconds")
+        column: getattr(job, column) for column in JobModel.model_fields if column not in COMPUTED_COLUMNS
     }
     if running is not None:
         values["gpu_hours"] = job.gpu_hours + running.gpu_hours
@@ -468,7 +491,8 @@ def job_model(
         waiting_since=job.runnable_since,
         pending_seconds=None if job.runnable_since is None else pending_seconds(job.runnable_since, now),
         preferences=[PreferenceModel.model_validate(p) for p in job.request.get("preferences", [])],
-        can_edit=job.state in LIVE_STATES and access.allows("PUT", job.dag_id),
+        can_edit=(can_edit := job.state in LIVE_STATES and access.allows("PUT", job.dag_id)),
+        can_set_priority=can_edit and access.may_set_priority(job.share, get_store(request)),
         page_url=f"{root}/jobs/{job.id}",
         task_url=task_url,
     )

@@ -22,7 +22,8 @@ A FastAPI app mounted by a plugin gets no authentication from Airflow, so every 
   without ``SameSite``. API clients (curl, scripts) send neither header and pass on the
   content type alone.
 
-The rules of the quota itself (a priority above the share's ``max_priority``) are the
+The rules of the quota itself (a priority above the share's ``max_priority``, a share's
+``access.set_priority`` rule, checked for the user's name: ``DagAccess.actor``) are the
 store's; see ``api.py`` for how refusals are answered.
 """
 
@@ -37,7 +38,9 @@ from airflow.api_fastapi.auth.managers.models.resource_details import DagDetails
 from airflow.api_fastapi.core_api.security import GetUserDep, requires_access_dag
 from fastapi import Depends, HTTPException, Request, status
 
+from airflow_quota.core.access import Actor, ShareAccess, access_refusal
 from airflow_quota.store.models import JobRow
+from airflow_quota.store.repository import QuotaStore
 
 Method = Literal["GET", "PUT"]
 T = TypeVar("T")
@@ -60,6 +63,7 @@ class DagAccess:
         self._decided: dict[tuple[str, str | None], bool] = {}
         self._teams: dict[str, str | None] = {}
         self._multi_team = multi_team
+        self._share_access: dict[str, ShareAccess | None] | None = None
 
     def allows(self, method: Method, dag_id: str | None) -> bool:
         """Whether the user may ``method`` the DAG (``None``: DAGs in general)."""
@@ -73,6 +77,21 @@ class DagAccess:
                 )
             )
         return self._decided[key]
+
+    def actor(self) -> Actor:
+        """Who this user is to a share's ``access`` rules (``core.access``): the auth manager's
+        user name (``get_name()``)."""
+        name = self.user.get_name() if hasattr(self.user, "get_name") else None
+        return Actor(user=str(name)) if name else Actor()
+
+    def may_set_priority(self, share: str, store: QuotaStore) -> bool:
+        """Whether the share's ``access.set_priority`` rule lets this user change priorities, so
+        the page offers the priority field only where a change can pass (the store checks
+        again when one is asked). The configuration is read once per request."""
+        if self._share_access is None:
+            latest = store.latest_config()
+            self._share_access = {s.name: s.access for s in latest[1].shares} if latest else {}
+        return access_refusal(share, self._share_access.get(share), "set_priority", self.actor()) is None
 
     def readable(self, items: Iterable[T], dag_of: Callable[[T], str | None]) -> list[T]:
         """The items whose DAG the user may read."""

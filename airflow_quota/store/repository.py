@@ -16,6 +16,7 @@ from sqlalchemy import Engine, func, select, text
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
+from airflow_quota.core.access import Actor, check_priority_access, check_submit_access
 from airflow_quota.core.config import QuotaConfig, parse_config
 from airflow_quota.core.model import LIVE_STATES, JobRequest
 from airflow_quota.core.state import QuotaState
@@ -97,11 +98,17 @@ class QuotaStore:
         task_id: str | None = None,
         run_id: str | None = None,
         aws_conn_id: str | None = None,
+        *,
+        actor: Actor = Actor(),  # noqa: B008 (frozen: one shared instance is what is meant)
+        priority_overridden: bool = False,
     ) -> JobRow:
         """Store a submission for the scheduler to take in; raises SubmissionRejected when the
-        current configuration could never accept it (nothing stored). With ``client_token``,
-        submitting again returns the job already stored (a retried task finds its job).
-        One transaction on one connection."""
+        current configuration could never accept it (nothing stored), SubmissionDenied when
+        the share's ``access.submit`` rule leaves ``actor`` out, and PriorityChangeDenied when
+        ``priority_overridden`` (the priority is a run's override, not the task's own) and its
+        ``access.set_priority`` rule does. ``Actor()``, nobody known, passes only shares
+        without rules. With ``client_token``, submitting again returns the job already stored
+        (a retried task finds its job). One transaction on one connection."""
         if backend not in enabled_backends():
             raise SubmissionRejected(not_enabled(backend))
         now = self.clock()
@@ -112,7 +119,12 @@ class QuotaStore:
                         existing = session.scalars(select(JobRow).where(JobRow.client_token == client_token)).first()
                         if existing is not None:
                             return existing
-                    check_submission(self._state_of_latest(session), request)
+                    state = self._state_of_latest(session)
+                    check_submission(state, request)
+                    share = state.shares[request.share]  # check_submission refused unknown shares
+                    check_submit_access(share.name, share.access, actor)
+                    if priority_overridden:
+                        check_priority_access(share.name, share.access, actor)
                     job = JobRow(
                         name=request.name,
                         share=request.share,
@@ -156,11 +168,20 @@ class QuotaStore:
             self._checked = (version, QuotaState(QuotaConfig.model_validate(row.document), _EPOCH))
         return self._checked[1]
 
-    def set_priority(self, job_id: int, priority: int) -> None:
-        """Ask for a new priority (AWS UpdateServiceJob); refused above the share's max_priority."""
+    def set_priority(
+        self,
+        job_id: int,
+        priority: int,
+        actor: Actor = Actor(),  # noqa: B008 (frozen: one shared instance is what is meant)
+    ) -> None:
+        """Ask for a new priority (AWS UpdateServiceJob); refused (ChangeRefused) above the
+        share's max_priority, and (PriorityChangeDenied) when the share's
+        ``access.set_priority`` rule leaves ``actor`` out."""
         job = self._live_job(job_id)
         latest = self.latest_config()
         share = latest[1].share(job.share) if latest else None
+        if share is not None:
+            check_priority_access(share.name, share.access, actor)
         if not 0 <= priority <= 9999:
             raise ChangeRefused(f"priority: {priority} is outside 0-9999")
         if share is not None and priority > share.max_priority:

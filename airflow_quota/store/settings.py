@@ -3,20 +3,37 @@
 1. the ``--db`` option of the command line;
 2. the environment variable ``AIRFLOW__QUOTA__SQL_ALCHEMY_CONN`` (Airflow's convention for the
    ``sql_alchemy_conn`` option of the ``[quota]`` section);
-3. ``[quota] sql_alchemy_conn`` in ``$AIRFLOW_HOME/airflow.cfg``;
+3. ``[quota] sql_alchemy_conn`` in Airflow's configuration file (``$AIRFLOW_CONFIG``, else
+   ``$AIRFLOW_HOME/airflow.cfg``);
 4. the Airflow connection ``quota_default`` (``AIRFLOW_CONN_QUOTA_DEFAULT`` as a URI, or the
    connection stored in Airflow when Airflow is installed);
 5. ``sqlite:///$AIRFLOW_HOME/quota.db`` (``AIRFLOW_HOME`` defaults to ``~/airflow``).
+
+Steps 2 and 3 are Airflow's configuration, in Airflow's order (the variable, its command or
+secret form, the file's value, its command or secret form). A command or a secret
+(``AIRFLOW__QUOTA__SQL_ALCHEMY_CONN_CMD`` / ``_SECRET``, ``sql_alchemy_conn_cmd`` /
+``sql_alchemy_conn_secret`` in the file) is read through ``airflow.configuration.conf``: only
+Airflow runs the command or asks its secrets backend, and it does so because the provider
+declares the option sensitive (``get_provider_info``). A plain value is read as Airflow reads
+it (``$VARS`` in the file expanded) without importing Airflow, which costs seconds per command
+line call and is absent where the quota scheduler runs without it. A command or secret with no
+Airflow installed is refused naming it, rather than falling through to another database.
 """
 
 from __future__ import annotations
 
 import configparser
+import importlib.util
 import os
 from pathlib import Path
 
+from airflow_quota.exceptions import InvalidInput
+
+SECTION, OPTION = "quota", "sql_alchemy_conn"
 ENV_URL = "AIRFLOW__QUOTA__SQL_ALCHEMY_CONN"
 ENV_CONN = "AIRFLOW_CONN_QUOTA_DEFAULT"
+INDIRECT = ("_cmd", "_secret")
+"""The suffixes of Airflow's indirect forms of a sensitive option: a command, a secret's key."""
 
 
 def airflow_home() -> Path:
@@ -37,17 +54,51 @@ def database_url(explicit: str | None = None, conn_id: str = "quota_default") ->
 
 
 def configured_url() -> str | None:
-    """The URL an explicit setting gives (the environment variable, then ``[quota]
-    sql_alchemy_conn`` in airflow.cfg), or None when neither is set."""
+    """The URL an explicit setting gives, in Airflow's order: the environment variable, its
+    command or secret form, ``[quota] sql_alchemy_conn`` in Airflow's configuration file, its
+    command or secret form (see the module docstring); None when none is set. InvalidInput
+    names the setting when its command fails or Airflow, which alone can run it, is missing."""
     if os.environ.get(ENV_URL):
         return normalize(os.environ[ENV_URL])
-    cfg = airflow_home() / "airflow.cfg"
-    if cfg.exists():
-        parser = configparser.ConfigParser(interpolation=None)
-        parser.read(cfg)
-        if parser.has_option("quota", "sql_alchemy_conn"):
-            return normalize(parser.get("quota", "sql_alchemy_conn"))
+    in_environment = [f"{ENV_URL}{s.upper()}" for s in INDIRECT if os.environ.get(f"{ENV_URL}{s.upper()}")]
+    if in_environment:
+        return _from_airflow_conf(in_environment[0])
+    parser = _config_file()
+    if parser.has_option(SECTION, OPTION):
+        return normalize(os.path.expandvars(parser.get(SECTION, OPTION)))  # Airflow expands $VARS too
+    in_file = [f"[{SECTION}] {OPTION}{s}" for s in INDIRECT if parser.has_option(SECTION, OPTION + s)]
+    if in_file:
+        return _from_airflow_conf(in_file[0])
     return None
+
+
+def _from_airflow_conf(setting: str) -> str | None:
+    """``[quota] sql_alchemy_conn`` as Airflow reads it, for a ``setting`` given as a command
+    or a secret: Airflow runs the command or asks its secrets backend."""
+    if importlib.util.find_spec("airflow") is None:
+        raise InvalidInput.single(
+            setting,
+            f"a command or secret is read by Airflow, which is not installed here: set {ENV_URL} "
+            f"(or [{SECTION}] {OPTION}) to the URL itself",
+        )
+    from airflow.configuration import conf  # type: ignore[import-not-found,unused-ignore]
+
+    try:
+        value = conf.get(SECTION, OPTION, fallback=None)
+    except Exception as exc:  # AirflowConfigException: the command failed, the secret is missing
+        raise InvalidInput.single(setting, f"Airflow could not read it: {exc}") from None
+    value = str(value).strip() if value is not None else ""  # a command's output ends with a line break
+    return normalize(value) if value else None
+
+
+def _config_file() -> configparser.ConfigParser:
+    """Airflow's configuration file as plain text (``$AIRFLOW_CONFIG``, else
+    ``$AIRFLOW_HOME/airflow.cfg``); empty when there is none."""
+    parser = configparser.ConfigParser(interpolation=None)
+    path = Path(os.environ.get("AIRFLOW_CONFIG") or airflow_home() / "airflow.cfg").expanduser()
+    if path.exists():
+        parser.read(path)
+    return parser
 
 
 def _airflow_connection_uri(conn_id: str) -> str | None:

@@ -19,8 +19,10 @@ import httpx
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from sqlalchemy import select
 
 from airflow_quota.core.config import read_yaml
+from airflow_quota.store.models import Request
 from tests.plugins.conftest import UNTIL, Served, raw_request, serve
 from tests.plugins.walkthrough import DAG_ID, QUOTA, starving_in_an_hour
 
@@ -513,6 +515,38 @@ def test_changes_to_unknown_or_finished_jobs_are_refused(served: Served, editor:
     assert finished.status_code == 409
     assert finished.json()["detail"] == f"quota job {done} (qs2-job) is already SUCCEEDED"
     assert editor.post(f"/quota/api/jobs/{done}/cancel", json={}).status_code == 409
+
+
+def test_a_priority_change_the_share_access_rule_leaves_out_is_403_naming_the_rule(served: Served, editor: Any) -> None:
+    """The editor may edit the DAG, but qs1's ``access.set_priority`` lists only admin."""
+    store = served.world.store
+    latest = store.latest_config()
+    assert latest is not None
+    document = latest[1].model_dump(mode="json", exclude_defaults=True)
+    shares = [
+        {**share, "access": {"set_priority": {"users": ["admin", "oncall-*"]}}} if share["name"] == "qs1" else share
+        for share in document["shares"]
+    ]
+    med = ids(served)["qs1-med"]
+    store.apply_config({**document, "shares": shares})
+    try:
+        refused = editor.put(f"/quota/api/jobs/{med}/priority", json={"priority": 5})
+        assert refused.status_code == 403
+        assert refused.json()["detail"] == (
+            "access.set_priority: share 'qs1' lets only users 'admin', 'oncall-*' change its jobs' priorities; "
+            "asked by user 'editor': no pattern matches"
+        )
+        shown = editor.get(f"/quota/api/jobs/{med}").json()["job"]
+        assert (shown["can_edit"], shown["can_set_priority"]) == (True, False)  # the page offers no priority field
+        with served.world.store.sessions() as session:
+            kinds = session.scalars(select(Request.kind).where(Request.handled.is_(False))).all()
+        assert kinds == ["config"]  # no set_priority request
+    finally:
+        store.apply_config(document)
+        served.world.settle()
+    assert store.pending_requests() == 0
+    again = editor.get(f"/quota/api/jobs/{med}").json()["job"]
+    assert (again["can_edit"], again["can_set_priority"]) == (True, True)
 
 
 def test_an_editor_changes_a_priority_and_the_quota_scheduler_applies_it(served: Served, editor: Any) -> None:

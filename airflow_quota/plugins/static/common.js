@@ -105,7 +105,7 @@ window.Quota = (function () {
   function priorityControl(job, maxPriority, onDone) {
     if (asked.get(job.id) === job.priority) asked.delete(job.id);
     const pending = asked.has(job.id) ? h("span", {class: "muted", dataset: {role: "asked"}}, " (" + asked.get(job.id) + " asked)") : null;
-    if (!job.can_edit) return h("span", {class: "prio", dataset: {role: "priority-value"}}, String(job.priority));
+    if (!job.can_edit || !job.can_set_priority) return h("span", {class: "prio", dataset: {role: "priority-value"}}, String(job.priority));
     const input = h("input", {
       type: "number", min: 0, max: maxPriority === undefined ? 9999 : maxPriority, step: 1,
       value: drafts.has(job.id) ? drafts.get(job.id) : job.priority,
