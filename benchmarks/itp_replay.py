@@ -116,7 +116,11 @@ def what_if(mode: str) -> None:
     ``no-preemption``: no step 4, so guarantees go unmet; ``borrowing-hold-only``: a starving
     job's reservation holds only borrowing pool-wide, not its own share; ``in-share-hold-only``:
     the reverse, and only for entries that fit under the share's limit), or ``measure-idle`` (see
-    ``IdleWhileWaiting``). Comma-separated."""
+    ``IdleWhileWaiting``). Variants of section 8 (issue 13), with ``borrowing-hold-only``:
+    ``hold-cap-hours=X`` (a starving job holds its reservation at most X hours, then gives it up
+    for good: see ``_hold_cap``), ``hold-after-own-count`` (the hold starts only once placements
+    overtaking the job since it started starving add up to its own count of instances), and
+    ``hold-log`` (how long holds lasted, on stderr at exit). Comma-separated."""
     from airflow_quota.core import phases
     from airflow_quota.core.state import QuotaState
 
@@ -133,6 +137,12 @@ def what_if(mode: str) -> None:
             ShareQueue.reserves = lambda self, instance_type: False  # type: ignore[method-assign]
         elif item == "in-share-hold-only":
             _in_share_hold_only()
+        elif item.startswith("hold-cap-hours="):
+            _hold_cap(float(item.partition("=")[2]) * 3600)
+        elif item == "hold-after-own-count":
+            _hold_after_own_count()
+        elif item == "hold-log":
+            _hold_log()
         else:
             raise SystemExit(f"unknown --what-if {item!r}")
 
@@ -162,6 +172,134 @@ def _in_share_hold_only() -> None:
             queue.remove_starving(job)
 
     Lifecycle.start_starving = starving_within_limit  # type: ignore[method-assign]
+
+
+def _hold_cap(cap_seconds: float) -> None:
+    """A job holds its share's reservation for at most ``cap_seconds`` from when it started
+    starving; then it gives the reservation up for good (it stays starving: the alert stands),
+    and the share's next starving job, if any, holds it. Checked at the start of each cycle, so
+    a hold may outlive its cap until the next cycle (on ITP cycles come every ~40 s)."""
+    from airflow_quota.core.cycle import QuotaScheduler
+    from airflow_quota.core.lifecycle import Lifecycle
+    from airflow_quota.core.queues import ShareQueue
+
+    started: dict[int, float] = {}
+    gave_up: set[int] = set()
+    start_starving = Lifecycle.start_starving
+    add_starving = ShareQueue.add_starving
+    run_cycle = QuotaScheduler.run_cycle
+
+    def starving_since(self: Lifecycle, job: Any, now: float) -> None:
+        started.setdefault(job.seq, now)
+        start_starving(self, job, now)
+
+    def add_unless_gave_up(self: ShareQueue, job: Any) -> None:
+        if job.seq not in gave_up:
+            add_starving(self, job)
+
+    def cycle_with_cap(self: QuotaScheduler, now: float) -> Any:
+        state = self.state
+        for queue in state.queues.values():
+            while queue.starving:
+                holder = state.jobs[queue.starving[0][2]]
+                if now - started.get(holder.seq, now) <= cap_seconds:
+                    break
+                gave_up.add(holder.seq)
+                queue.remove_starving(holder)
+                state.changes.improved |= holder.instance_types
+        return run_cycle(self, now)
+
+    Lifecycle.start_starving = starving_since  # type: ignore[method-assign]
+    ShareQueue.add_starving = add_unless_gave_up  # type: ignore[method-assign]
+    QuotaScheduler.run_cycle = cycle_with_cap  # type: ignore[method-assign]
+
+
+def _hold_after_own_count() -> None:
+    """A starving job's reservation starts only once the placements that overtook it since it
+    started starving (section 8's overtaking: later jobs of its share on a type of its list, or
+    later borrowers of one, in any share) add up to at least its own count of instances on that
+    type; the alert is raised as before, when it starts starving."""
+    from airflow_quota.core.lifecycle import Lifecycle, queued
+    from airflow_quota.core.queues import ShareQueue
+
+    pending: dict[int, dict[str, int]] = {}
+    """seq → instances still to be overtaken by, per type of its list."""
+    start_starving = Lifecycle.start_starving
+    add_starving = ShareQueue.add_starving
+    overtake = Lifecycle.overtake
+
+    def add_unless_pending(self: ShareQueue, job: Any) -> None:
+        if job.seq not in pending:
+            add_starving(self, job)
+
+    def starving_later(self: Lifecycle, job: Any, now: float) -> None:
+        if not job.starving:
+            pending[job.seq] = {e.instance_type: e.count for e in job.entries}
+        start_starving(self, job, now)
+
+    def overtake_counting(self: Lifecycle, job: Any, entry: Any, borrowed: int, now: float) -> None:
+        overtake(self, job, entry, borrowed, now)
+        name = entry.instance_type
+        for seq in list(pending):
+            other = self.state.jobs.get(seq)
+            if other is None or not queued(other) or not other.starving:
+                if other is None or not queued(other):
+                    pending.pop(seq)
+                continue
+            left = pending[seq]
+            if seq >= job.seq or name not in left or (job.share != other.share and borrowed <= 0):
+                continue
+            left[name] -= entry.count
+            if left[name] <= 0:
+                del pending[seq]
+                self.state.queues[other.share].add_starving(other)
+                self.state.changes.improved |= other.instance_types
+
+    ShareQueue.add_starving = add_unless_pending  # type: ignore[method-assign]
+    Lifecycle.start_starving = starving_later  # type: ignore[method-assign]
+    Lifecycle.overtake = overtake_counting  # type: ignore[method-assign]
+
+
+def _hold_log() -> None:
+    """On stderr at exit: the reservations that held borrowing pool-wide (entries larger than
+    the share's limit), how long each lasted (from starting to starve to being placed) and the
+    hold-hours in all."""
+    import atexit
+
+    from airflow_quota.core.lifecycle import Lifecycle
+
+    begun: dict[int, tuple[float, int, str]] = {}
+    spans: list[float] = []
+    start_starving = Lifecycle.start_starving
+    place = Lifecycle.place
+
+    def starving_logged(self: Lifecycle, job: Any, now: float) -> None:
+        if job.seq not in begun and any(
+            e.count > self.state.types[e.instance_type].limit_of(job.share) for e in job.entries
+        ):
+            begun[job.seq] = (now, job.entries[0].count, job.share)
+        start_starving(self, job, now)
+
+    def place_logged(self: Lifecycle, job: Any, entry: Any, borrowed: int, now: float, why: str) -> None:
+        if job.seq in begun:
+            spans.append(now - begun.pop(job.seq)[0])
+        place(self, job, entry, borrowed, now, why)
+
+    def report() -> None:
+        ordered = sorted(spans)
+        if not ordered:
+            print("hold-log: no pool-wide holder", file=sys.stderr)
+            return
+        print(
+            f"hold-log: {len(ordered)} jobs starving with an entry above their share's limit; from "
+            f"starving to placed: p50 {ordered[len(ordered) // 2] / 3600:.1f} h, max {ordered[-1] / 3600:.1f} h, "
+            f"{sum(ordered) / 3600:,.0f} h in all; {len(begun)} never placed",
+            file=sys.stderr,
+        )
+
+    Lifecycle.start_starving = starving_logged  # type: ignore[method-assign]
+    Lifecycle.place = place_logged  # type: ignore[method-assign]
+    atexit.register(report)
 
 
 class IdleWhileWaiting:
