@@ -97,13 +97,14 @@ class _WithinQuota(WalkPolicy):
         self.active = work.improved & self.queue.counts.keys()
         """The types whose buckets joined the walk."""
 
-    def admits(self, bucket: Bucket, first: JobKey) -> bool:
-        return bucket.instances <= _within_quota_room(self.state, bucket.share, bucket.instance_type)
+    def most(self, share: str, instance_type: str) -> float:
+        return _within_quota_room(self.state, share, instance_type)
 
     def keeps(self, bucket: Bucket, job: Job) -> bool:
         # a starving job ahead reserving the type holds back every job after it (held_back is
         # monotone in the key, and that job was passed already in queue order, so stays queued)
-        return self.admits(bucket, job.key) and not self.queue.held_back(job.key, bucket.instance_type)
+        fits = bucket.instances <= self.most(bucket.share, bucket.instance_type)
+        return fits and not self.queue.held_back(job.key, bucket.instance_type)
 
     def attempt(self, job: Job) -> bool:
         return _try_place(self.life, job, Mode.WITHIN_QUOTA, self.now, self.work.waits)
@@ -144,12 +145,12 @@ class _Borrowing(WalkPolicy):
         holder = max(before, (key[1], key[2]))
         return (holder[0], holder[1], key)
 
-    def admits(self, bucket: Bucket, first: JobKey) -> bool:
-        return bucket.instances <= self._room(bucket.instance_type, bucket.share)
+    def most(self, share: str, instance_type: str) -> float:
+        return self._room(instance_type, share)
 
     def keeps(self, bucket: Bucket, job: Job) -> bool:
         # lender protection would otherwise fail each job of a long queue one by one
-        if not self.admits(bucket, job.key):
+        if bucket.instances > self._room(bucket.instance_type, bucket.share):
             return False
         block = self.state.check(job, Entry(bucket.instance_type, bucket.instances), Mode.BORROW, self.now)
         return block not in BUCKET_BLOCKS
