@@ -234,8 +234,18 @@ class QuotaState:
         limit = ledger.limit_of(share)
         return smallest is not None and smallest <= limit - before and smallest > limit - after
 
-    def check(self, job: Job, entry: Entry, mode: Mode, now: float, victims: Iterable[Job] = ()) -> Block | None:
-        """Why ``entry`` cannot be placed for ``job`` now (after removing ``victims``), or None."""
+    def check(
+        self,
+        job: Job,
+        entry: Entry,
+        mode: Mode,
+        now: float,
+        victims: Iterable[Job] = (),
+        idle: int | None = None,
+    ) -> Block | None:
+        """Why ``entry`` cannot be placed for ``job`` now (after removing ``victims``), or None.
+        ``idle`` is ``protected_idle(ledger, now)`` of the entry's type when the caller has it
+        (``find_victims`` checks one entry against many victim sets while nothing changes)."""
         name, n = entry.instance_type, entry.count
         ledger = self.types[name]
         share = self.shares[job.share]
@@ -272,7 +282,7 @@ class QuotaState:
         if before + delta > ledger.capacity and delta > 0:
             return Block.NOT_LENDABLE
         if mode is not Mode.WITHIN_QUOTA:
-            idle = self.protected_idle(ledger, now)
+            idle = self.protected_idle(ledger, now) if idle is None else idle
             strict_before = before + idle
             strict_after = before + delta + self.protected_idle(ledger, now, after_usage, base=idle)
             if strict_after > ledger.capacity and strict_after > strict_before:
