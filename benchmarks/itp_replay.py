@@ -128,7 +128,7 @@ def what_if(mode: str) -> None:
         if item == "measure-idle":
             continue  # the worker attaches the meter
         if item == "no-lender-protection":
-            QuotaState.protected_idle = lambda self, ledger, now, usage=None: 0  # type: ignore[method-assign]
+            QuotaState.protected_idle = lambda self, ledger, now, usage=None, base=None: 0  # type: ignore[method-assign]
         elif item == "no-preemption":
             phases.preemption = lambda *args, **kwargs: False
         elif item == "borrowing-hold-only":

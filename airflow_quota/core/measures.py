@@ -63,8 +63,9 @@ class Meter:
         dt = now - last
         gpus = ledger.gpus
         self.capacity_gpu_seconds += ledger.capacity * gpus * dt
+        shares = self.shares
         for share, limit in ledger.limits.items():
-            self.totals(share).limit_gpu_seconds += limit * gpus * dt
+            (shares.get(share) or self.totals(share)).limit_gpu_seconds += limit * gpus * dt
         if gpus == 0 or (ledger.used == 0):
             return
         self.pool_gpu_seconds += ledger.used * gpus * dt
@@ -81,8 +82,9 @@ class Meter:
             self._credit_lenders(ledger, gpus * dt)
 
     def _credit_lenders(self, ledger: TypeLedger, weight: float) -> None:
+        shares = self.shares
         for share, amount in lent_by(ledger).items():
-            self.totals(share).lent_gpu_seconds += amount * weight
+            (shares.get(share) or self.totals(share)).lent_gpu_seconds += amount * weight
 
 
 def percentile(sorted_values: list[float], fraction: float) -> float:

@@ -97,13 +97,14 @@ class _WithinQuota(WalkPolicy):
         self.active = work.improved & self.queue.counts.keys()
         """The types whose buckets joined the walk."""
 
-    def admits(self, bucket: Bucket, first: JobKey) -> bool:
-        return bucket.instances <= _within_quota_room(self.state, bucket.share, bucket.instance_type)
+    def most(self, share: str, instance_type: str) -> float:
+        return _within_quota_room(self.state, share, instance_type)
 
     def keeps(self, bucket: Bucket, job: Job) -> bool:
         # a starving job ahead reserving the type holds back every job after it (held_back is
         # monotone in the key, and that job was passed already in queue order, so stays queued)
-        return self.admits(bucket, job.key) and not self.queue.held_back(job.key, bucket.instance_type)
+        fits = bucket.instances <= self.most(bucket.share, bucket.instance_type)
+        return fits and not self.queue.held_back(job.key, bucket.instance_type)
 
     def attempt(self, job: Job) -> bool:
         return _try_place(self.life, job, Mode.WITHIN_QUOTA, self.now, self.work.waits)
@@ -137,6 +138,9 @@ class _Borrowing(WalkPolicy):
         self.seen = set()
         self.levels = {name: state.queues[name].priority_levels() for name in self.shares}
         """Each share's priority levels at the step's start (``ShareQueue.priority_levels``)."""
+        self.checked: tuple[int, Entry, Block | None] | None = None
+        """(job, entry, block) of the check ``keeps`` just made: the walk tries that job at once,
+        nothing changing in between, so ``attempt`` need not check that entry again."""
 
     def order(self, key: JobKey) -> tuple[float, int, JobKey]:
         """After every job of higher priority in its own share, then by first submission."""
@@ -144,18 +148,23 @@ class _Borrowing(WalkPolicy):
         holder = max(before, (key[1], key[2]))
         return (holder[0], holder[1], key)
 
-    def admits(self, bucket: Bucket, first: JobKey) -> bool:
-        return bucket.instances <= self._room(bucket.instance_type, bucket.share)
+    def most(self, share: str, instance_type: str) -> float:
+        return self._room(instance_type, share)
 
     def keeps(self, bucket: Bucket, job: Job) -> bool:
         # lender protection would otherwise fail each job of a long queue one by one
-        if not self.admits(bucket, job.key):
+        self.checked = None
+        if bucket.instances > self._room(bucket.instance_type, bucket.share):
             return False
-        block = self.state.check(job, Entry(bucket.instance_type, bucket.instances), Mode.BORROW, self.now)
+        entry = Entry(bucket.instance_type, bucket.instances)
+        block = self.state.check(job, entry, Mode.BORROW, self.now)
+        self.checked = (job.seq, entry, block)
         return block not in BUCKET_BLOCKS
 
     def attempt(self, job: Job) -> bool:
-        return _try_place(self.life, job, Mode.BORROW, self.now, self.work.waits)
+        known = self.checked[1:] if self.checked is not None and self.checked[0] == job.seq else None
+        self.checked = None
+        return _try_place(self.life, job, Mode.BORROW, self.now, self.work.waits, known)
 
     def look_again(self) -> Iterable[str]:
         # every improved type, not only new ones: a placement that lifts a lender's protection
@@ -169,12 +178,20 @@ class _Borrowing(WalkPolicy):
         return physical if cap is None else min(physical, cap - ledger.usage_of(share))
 
 
-def _try_place(life: Lifecycle, job: Job, mode: Mode, now: float, waits: set[int]) -> bool:
+def _try_place(
+    life: Lifecycle,
+    job: Job,
+    mode: Mode,
+    now: float,
+    waits: set[int],
+    known: tuple[Entry, Block | None] | None = None,
+) -> bool:
     """Place the job on its first entry that passes the check in ``mode``; an entry that fails
-    only for want of provider or plan capacity puts the job among ``waits``."""
+    only for want of provider or plan capacity puts the job among ``waits``. ``known`` is an
+    entry already checked in this state, with its block."""
     state = life.state
     for entry in job.entries:
-        block = state.check(job, entry, mode, now)
+        block = known[1] if known is not None and entry == known[0] else state.check(job, entry, mode, now)
         if block is None:
             borrowed = state.borrowed_by(job.share, entry)
             why = "within its share's limit" if mode is Mode.WITHIN_QUOTA else "borrowing idle capacity"

@@ -65,11 +65,12 @@ def find_victims(state: QuotaState, job: Job, entry: Entry, now: float) -> list[
     """The smallest set of victims, taken greedily in candidate order, that lets ``job`` start
     on ``entry``; then a reverse pass drops every victim whose removal is not needed.
     None when no set works (nothing is preempted then)."""
-    if state.check(job, entry, Mode.PREEMPT, now) is None:
+    ledger = state.types[entry.instance_type]
+    idle = state.protected_idle(ledger, now)  # the same for every victim set: nothing changes here
+    if state.check(job, entry, Mode.PREEMPT, now, idle=idle) is None:
         return []
     chosen: list[tuple[Job, PreemptionKind]] = []
     removed_from: dict[str, int] = {}
-    ledger = state.types[entry.instance_type]
     for victim, kind in _candidates(state, job, entry, now):
         assert victim.placement is not None
         if kind is PreemptionKind.CROSS_SHARE:
@@ -79,12 +80,12 @@ def find_victims(state: QuotaState, job: Job, entry: Entry, now: float) -> list[
                 continue
         chosen.append((victim, kind))
         removed_from[victim.share] = removed_from.get(victim.share, 0) + victim.placement.entry.count
-        if state.check(job, entry, Mode.PREEMPT, now, [v for v, _ in chosen]) is None:
+        if state.check(job, entry, Mode.PREEMPT, now, [v for v, _ in chosen], idle) is None:
             break
     else:
         return None
     for item in reversed(list(chosen)):
         trial = [c for c in chosen if c is not item]
-        if state.check(job, entry, Mode.PREEMPT, now, [v for v, _ in trial]) is None:
+        if state.check(job, entry, Mode.PREEMPT, now, [v for v, _ in trial], idle) is None:
             chosen = trial
     return chosen

@@ -53,8 +53,10 @@ class ShareQueue:
         self.runnable: SortedList = SortedList()
         self.buckets: dict[tuple[str, int], SortedList] = {}
         """(instance type, count) → keys of RUNNABLE jobs with that entry."""
-        self.counts: defaultdict[str, set[int]] = defaultdict(set)
-        """instance type → the counts its buckets ask for."""
+        self.counts: dict[str, set[int]] = {}
+        """instance type → the counts of its non-empty buckets; a type no RUNNABLE job asks
+        for has no entry. The walk looks only at these, not at every bucket ever made (a
+        bucket's list is kept when it empties: a walk in progress may still hold it)."""
         self.sizes: defaultdict[str, SortedList] = defaultdict(SortedList)
         """instance type → the counts RUNNABLE jobs ask of it, one per job (lender protection
         holds while the smallest fits under the share's limit)."""
@@ -77,7 +79,8 @@ class ShareQueue:
             bucket = self.buckets.get((entry.instance_type, entry.count))
             if bucket is None:
                 bucket = self.buckets[(entry.instance_type, entry.count)] = SortedList()
-                self.counts[entry.instance_type].add(entry.count)
+            if not bucket:
+                self.counts.setdefault(entry.instance_type, set()).add(entry.count)
             bucket.add(key)
             self.sizes[entry.instance_type].add(entry.count)
         if job.starving:
@@ -91,12 +94,23 @@ class ShareQueue:
         self.runnable.remove(key)
         released = []
         for entry in job.entries:
-            self.buckets[(entry.instance_type, entry.count)].remove(key)
+            bucket = self.buckets[(entry.instance_type, entry.count)]
+            bucket.remove(key)
+            if not bucket:
+                self._forget_count(entry.instance_type, entry.count)
             self.sizes[entry.instance_type].remove(entry.count)
             released.append(entry.instance_type)
         if job.starving:
             self.remove_starving(job)
         return released
+
+    def _forget_count(self, instance_type: str, count: int) -> None:
+        """The bucket (type, count) emptied: its count leaves ``counts``, and the type too
+        when no RUNNABLE job asks for it any more."""
+        counts = self.counts[instance_type]
+        counts.discard(count)
+        if not counts:
+            del self.counts[instance_type]
 
     def priority_levels(self) -> dict[int, tuple[float, int]]:
         """For each priority level of the RUNNABLE jobs, the latest (first submission, seq) among

@@ -148,11 +148,11 @@ def lent_by(ledger: TypeLedger) -> dict[str, float]:
     from_lenders = ledger.borrowed_total - unassigned
     if from_lenders <= 0:
         return {}
-    idle = {
-        share: limit - ledger.usage_of(share)
-        for share, limit in ledger.limits.items()
-        if ledger.lends.get(share, True) and limit > ledger.usage_of(share)
-    }
+    idle: dict[str, int] = {}
+    for share, limit in ledger.limits.items():
+        used = ledger.usage.get(share, 0)
+        if limit > used and ledger.lends.get(share, True):
+            idle[share] = limit - used
     total_idle = sum(idle.values())
     if total_idle <= 0:
         return {}

@@ -137,17 +137,30 @@ class QuotaState:
 
     # -- the placement check -------------------------------------------------------------
 
-    def protected_idle(self, ledger: TypeLedger, now: float, usage: dict[str, int] | None = None) -> int:
+    def protected_idle(
+        self, ledger: TypeLedger, now: float, usage: dict[str, int] | None = None, base: int | None = None
+    ) -> int:
         """Idle capacity of lenders that protect it (``protects``), with ``usage`` per share
-        where given (a placement being checked), else as it is."""
-        total = 0
-        for share, limit in ledger.limits.items():
-            if not ledger.lends.get(share, True):
-                continue
-            used = usage.get(share, ledger.usage_of(share)) if usage else ledger.usage_of(share)
-            if used < limit and self.protects(share, ledger, used, now):
-                total += limit - used
+        where given (a placement being checked), else as it is. ``base`` is the figure without
+        ``usage`` when the caller has it already: then only the shares in ``usage`` are looked
+        at again, not every share with a limit."""
+        if not usage:
+            return sum(self._protected_idle_of(share, ledger, ledger.usage_of(share), now) for share in ledger.limits)
+        total = self.protected_idle(ledger, now) if base is None else base
+        for share, used in usage.items():
+            now_used = ledger.usage_of(share)
+            total += self._protected_idle_of(share, ledger, used, now) - self._protected_idle_of(
+                share, ledger, now_used, now
+            )
         return total
+
+    def _protected_idle_of(self, share: str, ledger: TypeLedger, used: int, now: float) -> int:
+        """What one share keeps idle of the type by protecting it, at ``used``: its idle
+        limit if it lends and ``protects``, else nothing."""
+        limit = ledger.limits.get(share)
+        if limit is None or used >= limit or not ledger.lends.get(share, True):
+            return 0
+        return limit - used if self.protects(share, ledger, used, now) else 0
 
     def protects(self, share: str, ledger: TypeLedger, usage: int, now: float) -> bool:
         """Lender protection (quota-model.md 4, step 3, v2): a share lends none of its idle
@@ -221,8 +234,18 @@ class QuotaState:
         limit = ledger.limit_of(share)
         return smallest is not None and smallest <= limit - before and smallest > limit - after
 
-    def check(self, job: Job, entry: Entry, mode: Mode, now: float, victims: Iterable[Job] = ()) -> Block | None:
-        """Why ``entry`` cannot be placed for ``job`` now (after removing ``victims``), or None."""
+    def check(
+        self,
+        job: Job,
+        entry: Entry,
+        mode: Mode,
+        now: float,
+        victims: Iterable[Job] = (),
+        idle: int | None = None,
+    ) -> Block | None:
+        """Why ``entry`` cannot be placed for ``job`` now (after removing ``victims``), or None.
+        ``idle`` is ``protected_idle(ledger, now)`` of the entry's type when the caller has it
+        (``find_victims`` checks one entry against many victim sets while nothing changes)."""
         name, n = entry.instance_type, entry.count
         ledger = self.types[name]
         share = self.shares[job.share]
@@ -259,8 +282,9 @@ class QuotaState:
         if before + delta > ledger.capacity and delta > 0:
             return Block.NOT_LENDABLE
         if mode is not Mode.WITHIN_QUOTA:
-            strict_before = before + self.protected_idle(ledger, now)
-            strict_after = before + delta + self.protected_idle(ledger, now, after_usage)
+            idle = self.protected_idle(ledger, now) if idle is None else idle
+            strict_before = before + idle
+            strict_after = before + delta + self.protected_idle(ledger, now, after_usage, base=idle)
             if strict_after > ledger.capacity and strict_after > strict_before:
                 return Block.NOT_LENDABLE
         return self.source_block(entry, now, freed_plan, freed_on_demand)

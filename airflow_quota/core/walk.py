@@ -55,10 +55,16 @@ class WalkPolicy(ABC):
         """The walk's order; it must grow with the keys of every stream. Queue order by default."""
         return key
 
-    @abstractmethod
+    def most(self, share: str, instance_type: str) -> float:
+        """The bound that depends on no job: the most instances of the type a job of ``share``
+        could get now. Only buckets asking no more join the walk; computed once per share and
+        type, not once per bucket. Unbounded by default."""
+        return float("inf")
+
     def admits(self, bucket: Bucket, first: JobKey) -> bool:
-        """The bound: whether the bucket, whose first job is ``first``, may fit now. A bucket
-        joins the walk only then."""
+        """The rest of the bound: whether the bucket, whose first job is ``first`` and whose
+        count is within ``most``, may fit now. A bucket joins the walk only then."""
+        return True
 
     @abstractmethod
     def keeps(self, bucket: Bucket, job: Job) -> bool:
@@ -101,9 +107,13 @@ def _add_buckets(life: Lifecycle, policy: WalkPolicy, streams: MergedStreams, in
     queues = life.state.queues
     for share in policy.shares:
         queue = queues[share]
-        for count in queue.counts.get(instance_type, ()):
-            keys = queue.buckets[(instance_type, count)]
-            if keys:
+        counts = queue.counts.get(instance_type)
+        if not counts:
+            continue
+        most = policy.most(share, instance_type)
+        for count in counts:
+            if count <= most:
+                keys = queue.buckets[(instance_type, count)]
                 bucket = Bucket(share, instance_type, count)
                 if policy.admits(bucket, keys[0]):
                     streams.add(keys, bucket, after)

@@ -1,0 +1,60 @@
+"""The cost per job of ``airflow-quota simulate --json`` on ``benchmarks/workload.py``'s full
+load (issue 15: flat from 1k to 100k jobs), each size in its own process as a user runs it.
+
+    python benchmarks/per_job.py                     # 1k, 10k, 100k
+    python benchmarks/per_job.py --sizes 1000,10000
+
+The CPU time of the child process (user + system) is printed beside wall time, and also per job
+after taking off the fixed cost of a 10-job run (start-up: imports, reading the file).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from benchmarks import workload  # noqa: E402
+
+
+def run(path: Path) -> tuple[float, float]:
+    """(wall, CPU) seconds of ``simulate PATH --json`` in a child process."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    wall = time.perf_counter()
+    command = [sys.executable, "-m", "airflow_quota.cli", "simulate", str(path), "--json"]
+    subprocess.run(command, cwd=ROOT, stdout=subprocess.DEVNULL, check=True)
+    wall = time.perf_counter() - wall
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--sizes", default="1000,10000,100000")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as scratch:
+        paths = {}
+        for jobs in [10, *map(int, args.sizes.split(","))]:
+            paths[jobs] = Path(scratch) / f"full-load-{jobs}.json"
+            paths[jobs].write_text(json.dumps(workload.scenario(jobs)))
+        _, fixed = run(paths.pop(10))
+        print(f"fixed cost (10 jobs): CPU {fixed:.2f} s")
+        for jobs, path in paths.items():
+            wall, cpu = run(path)
+            print(
+                f"{jobs:>7,} jobs: wall {wall:7.2f} s, CPU {cpu:7.2f} s; per job CPU {cpu / jobs * 1e6:5.0f} us, "
+                f"without the fixed cost {(cpu - fixed) / jobs * 1e6:5.0f} us",
+                flush=True,
+            )
+
+
+if __name__ == "__main__":
+    main()
