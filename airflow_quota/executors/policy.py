@@ -19,19 +19,22 @@ from airflow_quota.executors.config import QUOTA_KEY, config_problems
 
 CLASS_NAME = "QuotaExecutor"
 MODULE_PATH = "airflow_quota.executors.QuotaExecutor"
+NAMES = ("quota", CLASS_NAME, MODULE_PATH, "airflow_quota.executors.quota_executor.QuotaExecutor")
+"""The documented alias, the class name and its paths."""
 
 
 def is_quota_executor(executor: str | None) -> bool:
-    """Whether a task's ``executor`` names ``QuotaExecutor`` (its alias, class name or path)."""
+    """Whether a task's ``executor`` names ``QuotaExecutor``: the documented alias ``quota``, its
+    class name or path, or another alias ``[core] executor`` gives it."""
     if not executor:
         return False
-    if executor in (CLASS_NAME, MODULE_PATH, "airflow_quota.executors.quota_executor.QuotaExecutor"):
+    if executor in NAMES:
         return True
     try:
         from airflow.executors.executor_loader import ExecutorLoader
 
         name = ExecutorLoader.lookup_executor_name_by_str(executor)
-    except Exception:
+    except Exception:  # not configured here: Airflow refuses the DAG for that itself
         return False
     return str(name.module_path).endswith(CLASS_NAME)
 

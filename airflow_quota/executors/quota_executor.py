@@ -23,7 +23,8 @@ Each ``sync`` (one per scheduler loop):
 3. release each held task whose job is placed: a fresh token, the placement in its environment
    (``executors/placement.py``), then LocalExecutor's worker processes (``executors/worker.py``);
    report it RUNNING;
-4. stop each released task whose attempt the quota scheduler is stopping (preemption or cancel):
+4. stop each released task whose attempt the quota scheduler asked the ``airflow`` backend to
+   stop (preemption or cancel; a held one is reported stopped before it started):
    SIGTERM to the task's process, then after the share's ``preemption_grace_seconds`` clear it,
    Airflow's RESTARTING route (its supervisor kills it, the scheduler queues the next try, which
    is held again and resumes from the checkpoint);
@@ -64,6 +65,7 @@ from airflow_quota.executors.placement import Placement
 from airflow_quota.executors.worker import run_worker
 from airflow_quota.hooks.quota import describe_job
 from airflow_quota.operators.priority import priority_override
+from airflow_quota.service.backends.base import STOPPED_BEFORE_START
 from airflow_quota.store.models import AttemptState
 
 if TYPE_CHECKING:
@@ -287,6 +289,9 @@ class QuotaExecutor(LocalExecutor):
             return
         jobs = self.jobs.jobs(ids)
         attempts = self.jobs.attempts(ids)
+        keys = {(r.job_id, r.attempt) for r in self.released.values()}
+        keys |= {(a.job_id, a.number) for a in attempts.values() if not a.ended}
+        reports = self.jobs.reports(keys)
         for key, held in list(self.held.items()):
             if held.job_id is None:
                 continue
@@ -295,16 +300,21 @@ class QuotaExecutor(LocalExecutor):
                 self._fail_held(key, self.jobs.refusal(held.job_id))
                 continue
             attempt = attempts.get(job.id)
-            if job.state in HOLDING_STATES:
+            report = reports.get((job.id, attempt.number)) if attempt is not None else None
+            if attempt is not None and not attempt.ended and report is not None and report.stop_requested_at:
+                # preempted or cancelled before it was released: it never ran
+                if report.status == "PENDING":
+                    try_number = held.workload.ti.try_number
+                    self.jobs.report(job.id, attempt.number, "STOPPED", STOPPED_BEFORE_START, try_number)
+            elif job.state in HOLDING_STATES:
                 if attempt is not None and not attempt.ended and attempt.status in RELEASABLE:
                     self._release(key, held, job.share, job.request.get("checkpoint_uri"), job.preemptions, attempt)
             elif job.state not in ("SUBMITTED", "RUNNABLE"):
                 self._fail_held(key, describe_job(job))
         for released in self.released.values():
-            attempt = attempts.get(released.job_id)
-            stopping = attempt is not None and attempt.number == released.attempt
-            if stopping and attempt is not None and attempt.status == AttemptState.STOPPING.value:
-                self._stop(released, attempt.stop_grace, now)
+            report = reports.get((released.job_id, released.attempt))
+            if report is not None and report.stop_requested_at is not None:
+                self._stop(released, report.stop_grace or 0.0, now)
             if released.stop_deadline is not None and not released.cleared and now >= released.stop_deadline:
                 self._clear(released)
 

@@ -149,7 +149,8 @@ class Attempt(Base):
 class TaskReport(Base):
     """What ``QuotaExecutor`` reports of the Airflow try that runs an attempt of a job of the
     ``airflow`` backend: the executor writes it, the backend's ``poll`` reads it. One row per
-    attempt; ``status`` is an ``AttemptStatus`` value (RUNNING, SUCCEEDED, FAILED, STOPPED)."""
+    attempt; ``status`` is an ``AttemptStatus`` value (PENDING until the executor reports, then
+    RUNNING, SUCCEEDED, FAILED, STOPPED). The backend writes only the stop request."""
 
     __tablename__ = "quota_task_reports"
 
@@ -161,6 +162,10 @@ class TaskReport(Base):
     ended_at: Mapped[float | None] = mapped_column(Float)
     try_number: Mapped[int | None] = mapped_column(Integer)
     """The Airflow try that ran the attempt."""
+    stop_requested_at: Mapped[float | None] = mapped_column(Float)
+    """When the quota scheduler asked the backend to stop the attempt (``ExecutorBackend.stop``)."""
+    stop_grace: Mapped[float | None] = mapped_column(Float)
+    """The seconds it gives the try to checkpoint before it is stopped."""
     updated_at: Mapped[float] = mapped_column(Float)
 
 

@@ -8,7 +8,10 @@ processes share nothing but the quota database, so what each needs of the other 
   (:func:`open_attempts`, from ``quota_attempts`` as the scheduler writes it);
 - the executor writes what became of the Airflow try running an attempt
   (:func:`write_report`, into ``quota_task_reports``), and the backend's ``poll`` reads it
-  (:func:`read_reports`).
+  (:func:`read_reports`);
+- the backend's ``stop`` writes a stop request on the same row (:func:`request_stop`), and the
+  executor reads it: the attempt's row in ``quota_attempts`` cannot carry it, since the scheduler
+  rewrites its status from each poll.
 
 Each report is keyed on the attempt (job id, attempt number) and rewritten in place, so a report
 written twice (an executor restarted after a crash) changes nothing.
@@ -95,6 +98,21 @@ def write_report(
         row.running_since = row.running_since or at
     else:
         row.reason, row.ended_at = reason, at
+
+
+def request_stop(session: Session, job_id: int, attempt: int, grace: float, at: float) -> None:
+    """Ask the executor to stop an attempt's try within ``grace`` seconds (in the caller's
+    transaction). A second request keeps the first one's time and can only shorten the grace
+    (a cancel during a preemption's grace)."""
+    row = session.get(TaskReport, (job_id, attempt))
+    if row is None:
+        row = TaskReport(job_id=job_id, attempt=attempt, status="PENDING", updated_at=at)
+        session.add(row)
+    if row.stop_requested_at is None:
+        row.stop_requested_at, row.stop_grace = at, max(grace, 0.0)
+    else:
+        row.stop_grace = min(row.stop_grace if row.stop_grace is not None else grace, max(grace, 0.0))
+    row.updated_at = at
 
 
 def read_reports(session: Session, keys: Collection[tuple[int, int]]) -> dict[tuple[int, int], TaskReport]:

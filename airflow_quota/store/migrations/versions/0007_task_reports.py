@@ -1,5 +1,6 @@
 """what QuotaExecutor reports of the Airflow tries that run its jobs' attempts (the ``airflow``
-backend reads them): running since when, and how each try ended
+backend reads them): running since when, and how each try ended; and the backend's requests to
+stop a try (preemption, cancel), which the executor reads
 
 Revision ID: 0007
 Revises: 0006
@@ -26,6 +27,8 @@ def upgrade() -> None:
         sa.Column("running_since", sa.Float(), nullable=True),
         sa.Column("ended_at", sa.Float(), nullable=True),
         sa.Column("try_number", sa.Integer(), nullable=True),
+        sa.Column("stop_requested_at", sa.Float(), nullable=True),
+        sa.Column("stop_grace", sa.Float(), nullable=True),
         sa.Column("updated_at", sa.Float(), nullable=False),
     )
 
