@@ -8,6 +8,9 @@ shares over a pool of two ml.g5.xlarge and two ml.g4dn.xlarge, ``quota.yaml`` th
    tasks (priorities 1, 9, 5) stay QUEUED past ``task_queued_timeout`` (30 s, checked every 5 s)
    and a prod task runs at once; then the research tasks run one at a time, highest priority
    first, and all succeed, the last after a hold of at least 90 s.
+3. Adoption: Airflow's scheduler killed with SIGKILL while one task runs and two are held, then
+   restarted: the new scheduler's QuotaExecutor adopts all three; each runs exactly once (one
+   try, one quota job, one start) and succeeds.
 2. A cross-share reclaim: lab borrows ops's idle instance; an ops task takes it back; the lab task
    on it gets SIGTERM, checkpoints, is cleared (RESTARTING), is held again as its next try and
    resumes from its checkpoint; every task succeeds and the quota jobs agree.
@@ -15,8 +18,11 @@ shares over a pool of two ml.g5.xlarge and two ml.g4dn.xlarge, ``quota.yaml`` th
 
 from __future__ import annotations
 
+import contextlib
+import itertools
 import json
 import os
+import signal
 import time
 import uuid
 from collections.abc import Iterator
@@ -32,8 +38,8 @@ from tests.conftest import missing
 
 HERE = Path(__file__).resolve().parent / "executor_dags"
 ADMIN_URL = os.environ.get("QUOTA_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
-DAG_FILES = ("quota_exec_training.py", "quota_exec_shares.py", "quota_exec_reclaim.py")
-DAG_IDS = ("quota_exec_blocker", "quota_exec_shares", "quota_exec_lab", "quota_exec_ops")
+DAG_FILES = ("quota_exec_training.py", "quota_exec_shares.py", "quota_exec_reclaim.py", "quota_exec_adopt.py")
+DAG_IDS = ("quota_exec_blocker", "quota_exec_shares", "quota_exec_lab", "quota_exec_ops", "quota_exec_adopt")
 QUEUED_TIMEOUT = 30
 START_TIMEOUT = 300.0
 
@@ -65,6 +71,9 @@ def airflow(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AirflowStack]:
             "AIRFLOW__CORE__EXECUTOR": "LocalExecutor,quota:airflow_quota.executors.QuotaExecutor",
             "AIRFLOW__SCHEDULER__TASK_QUEUED_TIMEOUT": str(QUEUED_TIMEOUT),
             "AIRFLOW__SCHEDULER__TASK_QUEUED_TIMEOUT_CHECK_INTERVAL": "5",
+            # a restarted scheduler adopts a dead one's tasks within seconds, not 5 minutes
+            "AIRFLOW__SCHEDULER__ORPHANED_TASKS_CHECK_INTERVAL": "10",
+            "AIRFLOW__SCHEDULER__SCHEDULER_HEALTH_CHECK_THRESHOLD": "10",
         },
     )
     try:
@@ -163,7 +172,7 @@ def test_tasks_are_held_while_their_share_is_full_and_placed_by_priority_past_th
     ), done
     starts = sorted(research, key=lambda t: done[t]["start"])
     assert starts == ["r_high", "r_mid", "r_low"], {t: done[t]["start"] for t in research}
-    for earlier, later in zip(starts, starts[1:]):
+    for earlier, later in itertools.pairwise(starts):
         assert done[later]["start"] >= done[earlier]["end"], "the research share ran two tasks at once"
     longest = seconds(done["r_low"]["start"], done["r_low"]["queued"])
     assert longest >= 3 * QUEUED_TIMEOUT, f"r_low was held {longest:.0f} s"
@@ -220,3 +229,40 @@ def test_a_cross_share_reclaim_stops_a_running_task_which_resumes_from_its_check
     assert resumed >= 5 and trail[-2]["attempt"] == 2, trail
     assert jobs["ops_job"].state == "SUCCEEDED" and jobs["lab_first"].state == "SUCCEEDED"
     print(f"\nlab_borrower: preempted by ops_job, resumed from step {resumed} on its second try")
+
+
+def test_a_scheduler_killed_while_tasks_are_held_and_running_is_restarted_and_each_task_runs_once(
+    airflow: AirflowStack,
+) -> None:
+    af = airflow
+    run = af.trigger("quota_exec_adopt")
+    held = ("a_second", "a_third")
+
+    def one_running_two_held() -> bool:
+        states = {t: ti["state"] for t, ti in tries(af, "quota_exec_adopt", run).items()}
+        started = any(e["task"] == "a_first" and e["event"] == "start" for e in events(af))
+        return started and states.get("a_first") == "running" and all(states.get(t) == "queued" for t in held)
+
+    wait_until("a_first running, the other two held", one_running_two_held, af, 180)
+    old = af.processes["scheduler"]
+    old_group = os.getpgid(old.pid)
+    os.kill(old.pid, signal.SIGKILL)  # its LocalExecutor workers live on, running a_first
+    old.wait(timeout=30)
+    af.start_process("scheduler", [str(Path(af.env["PATH"].split(os.pathsep)[0]) / "airflow"), "scheduler"])
+    try:
+        states = af.wait_for_runs("quota_exec_adopt", [run], 420)
+        assert states[run] == "success", diagnosis(af, ("quota_exec_adopt", run))
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(old_group, signal.SIGKILL)  # the dead scheduler's idle workers
+    done = tries(af, "quota_exec_adopt", run)
+    assert {t: (ti["state"], ti["try"]) for t, ti in done.items()} == dict.fromkeys(
+        ("a_first", *held), ("success", 1)
+    ), done
+    expected = dict.fromkeys(("a_first", *held), ("SUCCEEDED", 1))
+    wait_until("the quota jobs SUCCEEDED", lambda: final_jobs(af, "quota_exec_adopt") == expected, af, 15)
+    assert len(af.store.jobs(dag_id="quota_exec_adopt")) == 3  # never submitted twice
+    starts = [e["task"] for e in events(af) if e["event"] == "start" and e["task"] in ("a_first", *held)]
+    assert sorted(starts) == sorted(("a_first", *held)), starts  # each ran exactly once
+    log = (af.logs / "scheduler.log").read_text(errors="replace")
+    assert "QuotaExecutor adopted" in log
