@@ -56,6 +56,7 @@ from airflow.utils.net import get_hostname
 from airflow.utils.session import create_session
 from airflow.utils.state import TaskInstanceState
 from sqlalchemy import select
+from sqlalchemy.orm import object_session
 
 from airflow_quota.core.model import HOLDING_STATES
 from airflow_quota.exceptions import InvalidInput
@@ -72,6 +73,8 @@ if TYPE_CHECKING:
     from airflow.models.taskinstancekey import TaskInstanceKey
     from sqlalchemy.orm import Session
 
+# Every read and write of Airflow's database here opens its own session (scoped=False): the
+# scoped one is the scheduler's, and closing it would detach the scheduler's task instances.
 FOLLOW_SECONDS = 1.0
 """The quota database is read at most this often (the scheduler's loop may run faster)."""
 SUMMARY_SECONDS = 60.0
@@ -189,7 +192,7 @@ class QuotaExecutor(LocalExecutor):
             try:
                 if ti.state == TaskInstanceState.QUEUED:
                     workload = ExecuteTask.make(ti, generator=self.jwt_generator)
-                    self._hold(workload, None)
+                    self._hold(workload, object_session(ti))
                 elif ti.state == TaskInstanceState.RUNNING and self._adopt_running(ti):
                     pass
                 else:
@@ -255,7 +258,7 @@ class QuotaExecutor(LocalExecutor):
         query = select(DagRun.conf).where(DagRun.dag_id == ti.dag_id, DagRun.run_id == ti.run_id)
         if session is not None:
             return session.scalar(query) or {}
-        with create_session() as own:
+        with create_session(scoped=False) as own:
             return own.scalar(query) or {}
 
     def _submit_held(self) -> None:
@@ -383,7 +386,7 @@ class QuotaExecutor(LocalExecutor):
     @staticmethod
     def _task_pid(ti_id: str) -> int | None:
         """The task's process, when it runs on this host."""
-        with create_session() as session:
+        with create_session(scoped=False) as session:
             query = select(TaskInstance.pid, TaskInstance.hostname).where(TaskInstance.id == ti_id)
             row = session.execute(query).first()
         if row is None or row.pid is None or row.hostname != get_hostname():  # type: ignore[no-untyped-call]
@@ -394,7 +397,7 @@ class QuotaExecutor(LocalExecutor):
         """Airflow's own way to stop a running task for another try: clear it (RESTARTING); its
         supervisor kills it, and the scheduler queues the next try without using a retry."""
         released.cleared = True
-        with create_session() as session:
+        with create_session(scoped=False) as session:
             ti = session.scalars(select(TaskInstance).where(TaskInstance.id == released.ti_id)).one_or_none()
             if ti is not None and ti.state == TaskInstanceState.RUNNING:
                 clear_task_instances([ti], session, dag_run_state=False)
@@ -421,7 +424,7 @@ class QuotaExecutor(LocalExecutor):
     @staticmethod
     def _try_state(released: Released) -> str | None:
         identity = released.identity
-        with create_session() as session:
+        with create_session(scoped=False) as session:
             row = session.execute(
                 select(TaskInstance.state, TaskInstance.try_number).where(
                     TaskInstance.dag_id == identity.dag_id,
