@@ -15,8 +15,6 @@ from typing import Any
 from airflow.exceptions import AirflowClusterPolicyViolation
 from airflow.policies import hookimpl
 
-from airflow_quota.executors.config import QUOTA_KEY, config_problems
-
 CLASS_NAME = "QuotaExecutor"
 MODULE_PATH = "airflow_quota.executors.QuotaExecutor"
 NAMES = ("quota", CLASS_NAME, MODULE_PATH, "airflow_quota.executors.quota_executor.QuotaExecutor")
@@ -42,6 +40,9 @@ def is_quota_executor(executor: str | None) -> bool:
 @hookimpl
 def task_policy(task: Any) -> None:
     """Refuse a quota task whose config breaks a rule, naming the field."""
+    # imported here: Airflow loads this module while it initialises, before the Task SDK is ready
+    from airflow_quota.executors.config import QUOTA_KEY, config_problems
+
     config = getattr(task, "executor_config", None) or {}
     quota_task = is_quota_executor(getattr(task, "executor", None))
     if not quota_task:

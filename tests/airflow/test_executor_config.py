@@ -4,6 +4,9 @@ DAG file and the cluster policy on every task) and when the executor takes the t
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import uuid
 from typing import Any
 
 import pytest
@@ -110,3 +113,53 @@ def test_a_quota_config_on_another_executor_is_refused_not_ignored() -> None:
 def test_the_executor_is_named_by_its_class_or_path() -> None:
     assert is_quota_executor("QuotaExecutor") and is_quota_executor("airflow_quota.executors.QuotaExecutor")
     assert not is_quota_executor("LocalExecutor") and not is_quota_executor(None)
+
+
+def test_the_package_imports_before_airflow_does() -> None:
+    """Airflow loads the policy (an entry point) while it initialises itself: importing the
+    executors package first must not be a circular import."""
+    script = (
+        "from airflow_quota.executors import quota_config, QuotaExecutor\n"
+        "print(quota_config(share='a', instance_preferences=[{'instance_type': 'ml.g5.xlarge', 'count': 1}]))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "'share': 'a'" in done.stdout
+
+
+def test_held_tasks_use_none_of_the_executors_slots() -> None:
+    from airflow.executors.workloads import BundleInfo, ExecuteTask
+    from airflow.executors.workloads.task import TaskInstanceDTO
+
+    from airflow_quota.executors import QuotaExecutor
+
+    class RunConf:
+        """Stands in for the scheduler's session: the run's conf is empty."""
+
+        def scalar(self, query: Any) -> dict[str, Any]:
+            return {}
+
+    executor = QuotaExecutor(parallelism=2)
+    for name in ("a", "b", "c"):
+        ti = TaskInstanceDTO(
+            id=uuid.uuid4(),
+            task_id=name,
+            dag_id="dag",
+            run_id="run",
+            try_number=1,
+            dag_version_id=uuid.uuid4(),
+            map_index=-1,
+            pool_slots=1,
+            priority_weight=1,
+            queue="research",
+            executor_config={"quota": {"instance_preferences": G5}},
+        )
+        workload = ExecuteTask(
+            ti=ti, token="", dag_rel_path="dag.py", bundle_info=BundleInfo(name="dags-folder"), log_path=None
+        )
+        executor.queue_workload(workload, RunConf())  # type: ignore[arg-type]
+    assert len(executor.held) == 3 and not executor.queued_tasks
+    assert executor.slots_available == 2
+    assert all(h.problem is None and h.arguments["share"] == "research" for h in executor.held.values())
+    with pytest.raises(NotImplementedError):
+        executor.revoke_task(ti=None)  # type: ignore[arg-type]
