@@ -226,6 +226,9 @@ def run_scheduler(args: argparse.Namespace) -> int:
         from airflow_quota.service.backends.fake import FakeBackend
 
         backends["fake"] = FakeBackend(clock.now, state / "fake")
+    from airflow_quota.service.backends.executor import ExecutorBackend
+
+    backends["airflow"] = ExecutorBackend(engine)  # QuotaExecutor's tasks: Airflow runs them
     try:
         from airflow_quota.service.backends.local import LocalBackend
 

@@ -56,6 +56,7 @@ def get_provider_info() -> dict[str, Any]:
             f"{PACKAGE}.plugins.links.TrainingLogsLink",
         ],
         "notifications": [f"{PACKAGE}.notifications.log.QuotaLogNotifier"],
+        "executors": [f"{PACKAGE}.executors.QuotaExecutor"],
         "config": {
             "quota": {
                 "description": "Settings of airflow-quota (quota shares for GPU training).",

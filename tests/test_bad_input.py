@@ -895,8 +895,8 @@ def test_production_knows_no_fake_backend(tmp_path: Path, quota_db: tuple[str, E
     run = cli("jobs", "submit", str(write(tmp_path, job_file(), "job.yaml")), "--db", url)
     assert run.code == 2 and "Traceback" not in run.stderr, run
     assert (
-        f"backend: 'fake' is not one of local, sagemaker (the fake backend is for tests: {TEST_BACKENDS_VARIABLE}=fake)"
-        in run.stderr
+        "backend: 'fake' is not one of local, sagemaker, airflow "
+        f"(the fake backend is for tests: {TEST_BACKENDS_VARIABLE}=fake)" in run.stderr
     )
     assert stored_rows(engine) == (0, 1)
     monkeypatch.setenv(TEST_BACKENDS_VARIABLE, "fake,mock")
@@ -904,7 +904,9 @@ def test_production_knows_no_fake_backend(tmp_path: Path, quota_db: tuple[str, E
     assert run.code == 2 and f"{TEST_BACKENDS_VARIABLE}: mock: only fake can be enabled for tests" in run.stderr, run
 
 
-@pytest.mark.parametrize(("enabled", "backends"), [(None, "local, sagemaker"), ("fake", "fake, local, sagemaker")])
+@pytest.mark.parametrize(
+    ("enabled", "backends"), [(None, "airflow, local, sagemaker"), ("fake", "airflow, fake, local, sagemaker")]
+)
 def test_the_scheduler_registers_the_fake_backend_only_when_enabled(
     quota_db: tuple[str, Engine], tmp_path: Path, enabled: str | None, backends: str
 ) -> None:

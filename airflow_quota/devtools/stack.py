@@ -159,7 +159,8 @@ class AirflowStack:
                 "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
                 "AIRFLOW_HOME": str(self.home),
                 "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": self.metadata_url,
-                "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
+                # LocalExecutor for every task, QuotaExecutor for the tasks that ask for it
+                "AIRFLOW__CORE__EXECUTOR": "LocalExecutor,quota:airflow_quota.executors.QuotaExecutor",
                 "AIRFLOW__CORE__PARALLELISM": str(self.settings.parallelism),
                 "AIRFLOW__CORE__DAGS_FOLDER": str(self.dags_folder),
                 "AIRFLOW__CORE__LOAD_EXAMPLES": "False",

@@ -10,7 +10,6 @@ the quota's reason code.
 from __future__ import annotations
 
 import hashlib
-import json
 import re
 import time
 from collections.abc import Mapping, Sequence
@@ -20,14 +19,20 @@ from typing import Any, ClassVar
 
 from airflow.sdk import BaseOperator, Context
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
-from pydantic import ValidationError
 
 from airflow_quota.core.access import Actor
-from airflow_quota.core.config import pydantic_problems
 from airflow_quota.core.model import FINAL_STATES, LIVE_STATES, FailureReason, JobRequest, JobState
 from airflow_quota.exceptions import ChangeRefused, InvalidInput, Problem, SubmissionRejected
 from airflow_quota.hooks.quota import QuotaHook, describe_job, state_key, task_actor
 from airflow_quota.hooks.sagemaker import TrainingJobs, placed_request_problems, with_integers
+from airflow_quota.operators.arguments import (
+    REQUEST_ARGUMENTS,
+    has_template,
+    job_request,
+    read_rendered,
+    rendered_as,
+    request_problems,
+)
 from airflow_quota.operators.priority import QUOTA_PRIORITY_PARAM, priority_override
 from airflow_quota.plugins.links import XCOM_JOB_ID, QuotaJobLink, SageMakerTrainingJobLink, TrainingLogsLink
 from airflow_quota.store.backend_names import REAL_BACKENDS
@@ -39,46 +44,7 @@ JOB_NAME_LENGTH = 128
 PLACEMENT_FIELDS = ("InstanceType", "InstanceCount", "TrainingPlanArn", "InstanceGroups", "InstancePreferences")
 """``ResourceConfig`` fields of a SageMaker request that the placement decides."""
 
-_PARAMETER_OF = {"name": "job_name", "preferences": "instance_preferences", "max_pending_seconds": "max_pending_time"}
 _UNSAFE = re.compile(r"[^A-Za-z0-9_-]+")
-
-
-def has_template(value: Any) -> bool:
-    """Whether a value is known only at run time: Jinja, or a value Airflow resolves when the
-    task runs (a TaskFlow output, an ``XComArg``), anywhere inside it. Such a value is checked
-    once rendered, in ``execute``, not at DAG parse time."""
-    if isinstance(value, str):
-        return "{{" in value or "{%" in value
-    if callable(getattr(value, "resolve", None)) and callable(getattr(value, "iter_references", None)):
-        return True  # airflow.sdk's ResolveMixin: XComArg and its kin
-    if isinstance(value, Mapping):
-        return any(has_template(k) or has_template(v) for k, v in value.items())
-    if isinstance(value, (list, tuple)):
-        return any(has_template(v) for v in value)
-    return False
-
-
-def rendered_as(value: Any, kind: type) -> Any:
-    """A rendered value as the ``kind`` (list, dict, int or float) a parameter expects: Jinja
-    renders to strings, so ``"2"`` is 2 and ``'[{"instance_type": ...}]'`` a list. Anything
-    that does not read as that kind is returned as it is, for the checks to name."""
-    if not isinstance(value, str):
-        return value
-    text = value.strip()
-    if kind is int and re.fullmatch(r"[+-]?\d+", text):
-        return int(text)
-    if kind is float:
-        try:
-            return float(text)
-        except ValueError:
-            return value
-    if kind in (list, dict) and text[:1] in "[{":
-        try:
-            parsed = json.loads(text)
-        except ValueError:
-            return value
-        return parsed if isinstance(parsed, kind) else value
-    return value
 
 
 def derived_job_name(dag_id: str, task_id: str, run_id: str, map_index: int, generation: int = 1) -> str:
@@ -330,60 +296,23 @@ class QuotaTrainingOperator(BaseOperator):
                 problems.append(
                     Problem("checkpoint_uri", f"SageMaker saves checkpoints only to S3, got {self.checkpoint_uri!r}")
                 )
-        try:
-            self._job_request("parse-time-check", priority, placeholders=parse_time)
-        except ValidationError as exc:
-            for problem in pydantic_problems(exc):
-                head, dot, rest = problem.path.partition(".")
-                head, bracket, index = head.partition("[")
-                path = _PARAMETER_OF.get(head, head) + bracket + index + dot + rest
-                problems.append(Problem(path, problem.message))
-        except ValueError as exc:
-            problems.append(Problem("max_pending_time", str(exc)))
+        problems.extend(request_problems(self._request_arguments(), parse_time, priority))
         return problems
 
-    def _job_request(self, default_name: str, priority: int | None, placeholders: bool = False) -> JobRequest:
-        """The ``JobRequest`` built from the (rendered) arguments; they are never changed. With
-        ``placeholders``, fields still holding Jinja get a valid stand-in."""
+    def _request_arguments(self) -> dict[str, Any]:
+        """The arguments that make the job's request (``operators/arguments.py``)."""
+        return {name: getattr(self, name) for name in REQUEST_ARGUMENTS}
 
-        def value(field: Any, stand_in: Any) -> Any:
-            return stand_in if placeholders and has_template(field) else field
-
-        name = value(self.job_name, default_name) or default_name
-        retry_on = value(self.retry_on, None)
-        return JobRequest(
-            name=name,
-            share=value(self.share, "share"),
-            priority=value(self.priority, 0) if priority is None else priority,
-            preferences=value(self.instance_preferences, [{"instance_type": "stand-in", "count": 1}]),
-            max_pending_seconds=_seconds(value(self.max_pending_time, None)),
-            preemption_retries=value(self.preemption_retries, None),
-            retry_attempts=value(self.retry_attempts, 1),
-            retry_on=list(retry_on) if retry_on is not None else None,
-            checkpoint_uri=value(self.checkpoint_uri, "stand-in"),
-            checkpoint_interval=value(self.checkpoint_interval, None),
-            wait_for_capacity=self.wait_for_capacity,
-        )
+    def _job_request(self, default_name: str, priority: int | None) -> JobRequest:
+        """The ``JobRequest`` built from the rendered arguments; they are never changed."""
+        return job_request(self._request_arguments(), default_name, priority)
 
     def _read_rendered(self) -> None:
         """Once rendered: strings that hold a list, an object or a number become that value
         where the parameter expects one (Jinja renders to text; TaskFlow outputs arrive as
         they are)."""
-        preferences = rendered_as(self.instance_preferences, list)
-        if isinstance(preferences, list):
-            preferences = [
-                {**entry, "count": rendered_as(entry["count"], int)}
-                if isinstance(entry, Mapping) and "count" in entry
-                else entry
-                for entry in preferences
-            ]
-        self.instance_preferences = preferences
-        self.priority = rendered_as(self.priority, int)
-        self.max_pending_time = rendered_as(self.max_pending_time, float)
-        self.preemption_retries = rendered_as(self.preemption_retries, int)
-        self.retry_attempts = rendered_as(self.retry_attempts, int)
-        self.retry_on = rendered_as(self.retry_on, list)
-        self.checkpoint_interval = rendered_as(self.checkpoint_interval, float)
+        for name, value in read_rendered(self._request_arguments()).items():
+            setattr(self, name, value)
         self.env = rendered_as(self.env, dict)
         self.training_request = rendered_as(self.training_request, dict)
         if isinstance(self.training_request, Mapping):
@@ -617,16 +546,6 @@ class QuotaTrainingOperator(BaseOperator):
 def _final_payload(job: JobRow) -> dict[str, Any]:
     status: Status = "success" if job.state == JobState.SUCCEEDED.value else "failed"
     return QuotaJobEvent(status, job.id, job.state, job.reason, describe_job(job)).payload()
-
-
-def _seconds(value: float | timedelta | None) -> float | None:
-    if value is None:
-        return None
-    if isinstance(value, timedelta):
-        return value.total_seconds()
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ValueError(f"must be seconds or a timedelta, got {value!r}")
-    return float(value)
 
 
 def _is_command(command: Any) -> bool:

@@ -20,7 +20,7 @@ from airflow_quota.core.config import pydantic_problems
 from airflow_quota.core.model import FINAL_STATES, JobRequest, JobState
 from airflow_quota.exceptions import InvalidInput, Problem
 from airflow_quota.hooks.quota import QuotaHook, describe_job
-from airflow_quota.operators.training import has_template
+from airflow_quota.operators.arguments import has_template
 from airflow_quota.triggers.quota import QuotaCapacityTrigger, QuotaJobEvent, QuotaJobTrigger
 
 

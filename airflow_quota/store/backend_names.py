@@ -1,6 +1,7 @@
 """Which backends a job may name: the real ones, and the fake one only where a test asks for it.
 
-Production registers and accepts ``local`` and ``sagemaker``. The deterministic ``fake`` backend
+Production registers and accepts ``local``, ``sagemaker`` and ``airflow`` (the jobs of
+``QuotaExecutor``'s tasks; operators name only the first two). The deterministic ``fake`` backend
 (tests, the soak, benchmarks) is enabled by an explicit setting, the environment variable
 ``AIRFLOW_QUOTA_TEST_BACKENDS=fake``, read by the store (which submissions it accepts) and by
 ``airflow-quota scheduler`` (which backends it registers) alike.
@@ -13,6 +14,9 @@ import os
 from airflow_quota.exceptions import InvalidInput
 
 REAL_BACKENDS = ("local", "sagemaker")
+EXECUTOR_BACKEND = "airflow"
+"""Jobs of Airflow tasks that ``QuotaExecutor`` runs (``service/backends/executor.py``): accepted
+by the store, never named by an operator."""
 TEST_BACKENDS = ("fake",)
 TEST_BACKENDS_VARIABLE = "AIRFLOW_QUOTA_TEST_BACKENDS"
 
@@ -25,7 +29,7 @@ def enabled_backends() -> tuple[str, ...]:
         raise InvalidInput.single(
             TEST_BACKENDS_VARIABLE, f"{', '.join(unknown)}: only {', '.join(TEST_BACKENDS)} can be enabled for tests"
         )
-    return REAL_BACKENDS + tuple(name for name in TEST_BACKENDS if name in listed)
+    return (*REAL_BACKENDS, EXECUTOR_BACKEND, *(name for name in TEST_BACKENDS if name in listed))
 
 
 def not_enabled(backend: str) -> str:

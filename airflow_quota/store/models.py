@@ -152,6 +152,29 @@ class Attempt(Base):
     __table_args__ = (Index("ix_quota_attempts_open", "ended_at"),)
 
 
+class TaskReport(Base):
+    """What ``QuotaExecutor`` reports of the Airflow try that runs an attempt of a job of the
+    ``airflow`` backend: the executor writes it, the backend's ``poll`` reads it. One row per
+    attempt; ``status`` is an ``AttemptStatus`` value (PENDING until the executor reports, then
+    RUNNING, SUCCEEDED, FAILED, STOPPED). The backend writes only the stop request."""
+
+    __tablename__ = "quota_task_reports"
+
+    job_id: Mapped[int] = mapped_column(ForeignKey("quota_jobs.id"), primary_key=True)
+    attempt: Mapped[int] = mapped_column(Integer, primary_key=True)
+    status: Mapped[str] = mapped_column(String(20))
+    reason: Mapped[str | None] = mapped_column(Text)
+    running_since: Mapped[float | None] = mapped_column(Float)
+    ended_at: Mapped[float | None] = mapped_column(Float)
+    try_number: Mapped[int | None] = mapped_column(Integer)
+    """The Airflow try that ran the attempt."""
+    stop_requested_at: Mapped[float | None] = mapped_column(Float)
+    """When the quota scheduler asked the backend to stop the attempt (``ExecutorBackend.stop``)."""
+    stop_grace: Mapped[float | None] = mapped_column(Float)
+    """The seconds it gives the try to checkpoint before it is stopped."""
+    updated_at: Mapped[float] = mapped_column(Float)
+
+
 class Preemption(Base):
     __tablename__ = "quota_preemptions"
 

@@ -36,6 +36,7 @@ EXPECTED_TASKS = {
     "quota_preference_fallback": 5,
     "quota_daily_training": 3,
     "quota_taskflow_training": 3,
+    "quota_executor_training": 2,
 }
 
 
@@ -44,6 +45,8 @@ def dagbag(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DagBag]:
     """The example DAGs, parsed with their checkpoints under a temporary directory (read at parse time)."""
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("AIRFLOW_QUOTA_EXAMPLE_CHECKPOINTS", str(tmp_path_factory.mktemp("checkpoints")))
+        # the hybrid setting quota_executor_training.py needs (an unknown executor fails the parse)
+        patch.setenv("AIRFLOW__CORE__EXECUTOR", "LocalExecutor,quota:airflow_quota.executors.QuotaExecutor")
         yield DagBag(dag_folder=str(DAGS), safe_mode=False)
 
 

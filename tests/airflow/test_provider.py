@@ -43,6 +43,7 @@ def test_providers_manager_lists_the_package_its_hook_link_and_notifier() -> Non
     for link in ("QuotaJobLink", "SageMakerTrainingJobLink", "TrainingLogsLink"):
         assert f"airflow_quota.plugins.links.{link}" in manager.extra_links_class_names
     assert "airflow_quota.notifications.log.QuotaLogNotifier" in manager.notification
+    assert "airflow_quota.executors.QuotaExecutor" in manager.executor_class_names
     assert manager.field_behaviours["quota"]["relabeling"] == {"schema": "Database"}
 
 

@@ -1,0 +1,481 @@
+"""``QuotaExecutor``: any Airflow task under the quota shares.
+
+A LocalExecutor whose tasks wait for the quota scheduler before they run. Each queued workload
+becomes a quota job of the ``airflow`` backend (``executors/jobs.py``), and the task stays QUEUED,
+*held* in this executor (not in ``queued_tasks``: it uses none of the executor's
+``parallelism``, which is about running tasks), for as long as the job is RUNNABLE. Three facts
+of Airflow 3.3.2 make the hold safe (``reference/airflow-3.3-extension-points.md`` 2.3):
+
+1. the scheduler's stuck-in-queued check calls ``revoke_task`` and skips executors that leave
+   it unimplemented, so ``revoke_task`` raises ``NotImplementedError`` and a task may stay
+   QUEUED past ``[scheduler] task_queued_timeout``;
+2. the workload's token was minted at queue time and lives ``task_queued_timeout``: at release
+   the executor mints a fresh one (``ExecuteTask.generate_token``);
+3. that skipped check is silent, so the executor watches its own held tasks: every minute it
+   logs how many it holds and the longest wait, and a job the quota scheduler refused or failed
+   fails its task with the quota's message.
+
+Each ``sync`` (one per scheduler loop):
+
+1. submit the held tasks that have no job yet; a broken ``executor_config`` or a refused
+   submission fails the task, naming the field;
+2. read the held and released tasks' jobs and latest attempts (one query each);
+3. release each held task whose job is placed: a fresh token, the placement in its environment
+   (``executors/placement.py``), then LocalExecutor's worker processes (``executors/worker.py``);
+   report it RUNNING;
+4. stop each released task whose attempt the quota scheduler asked the ``airflow`` backend to
+   stop (preemption or cancel; a held one is reported stopped before it started):
+   SIGTERM to the task's process, then after the share's ``preemption_grace_seconds`` clear it,
+   Airflow's RESTARTING route (its supervisor kills it, the scheduler queues the next try, which
+   is held again and resumes from the checkpoint);
+5. report each try that ended (from the executor's events, with the task instance's state in
+   Airflow's database) as SUCCEEDED, FAILED or STOPPED.
+
+A scheduler restart: ``try_adopt_task_instances`` takes back the QUEUED tasks (held again, their
+jobs found by key) and the RUNNING ones (followed in Airflow's database until they end, then
+reported), so nothing is reset, submitted twice or lost.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import multiprocessing
+import os
+import signal
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from types import SimpleNamespace
+from typing import TYPE_CHECKING, Any
+
+from airflow.executors.local_executor import LocalExecutor
+from airflow.executors.workloads import ExecuteTask
+from airflow.models.dag import DagTag
+from airflow.models.dagrun import DagRun
+from airflow.models.taskinstance import TaskInstance, clear_task_instances
+from airflow.utils.net import get_hostname
+from airflow.utils.session import create_session
+from airflow.utils.state import TaskInstanceState
+from sqlalchemy import select
+from sqlalchemy.orm import object_session
+
+from airflow_quota.core.access import Actor
+from airflow_quota.core.model import HOLDING_STATES
+from airflow_quota.exceptions import InvalidInput
+from airflow_quota.executors.config import config_problems, quota_arguments
+from airflow_quota.executors.jobs import ExecutorJobs, TaskIdentity, TaskRefused
+from airflow_quota.executors.placement import Placement
+from airflow_quota.executors.worker import run_worker
+from airflow_quota.hooks.quota import describe_job
+from airflow_quota.operators.priority import priority_override
+from airflow_quota.service.backends.base import STOPPED_BEFORE_START
+from airflow_quota.store.models import AttemptState
+
+if TYPE_CHECKING:
+    from airflow.models.taskinstancekey import TaskInstanceKey
+    from sqlalchemy.orm import Session
+
+# Every read and write of Airflow's database here opens its own session (scoped=False): the
+# scoped one is the scheduler's, and closing it would detach the scheduler's task instances.
+FOLLOW_SECONDS = 1.0
+"""The quota database is read at most this often (the scheduler's loop may run faster)."""
+SUMMARY_SECONDS = 60.0
+"""How often the executor logs what it holds."""
+RELEASABLE = (AttemptState.PENDING.value, AttemptState.RUNNING.value)
+"""An attempt the quota scheduler has placed and told its backend to start."""
+
+
+@dataclass
+class Held:
+    """A task QUEUED in Airflow whose job waits for a placement."""
+
+    workload: ExecuteTask
+    arguments: dict[str, Any]
+    priority: int | None
+    since: float
+    actor: Actor = field(default_factory=Actor)
+    """Who submits (``core.access``): the task's DAG (id, tags, bundle) and its run's triggering user."""
+    job_id: int | None = None
+    problem: str | None = None
+    """Why the task cannot run (it fails at the next sync)."""
+
+
+@dataclass
+class Released:
+    """A task running (or about to) on a placement of its job."""
+
+    workload: ExecuteTask | None
+    """None for a task adopted while running (another scheduler's worker runs it)."""
+    ti_id: str
+    identity: TaskIdentity
+    job_id: int
+    attempt: int
+    environment: dict[str, str]
+    stop_at: float | None = None
+    stop_deadline: float | None = None
+    cleared: bool = False
+
+
+def identity_of(ti: Any) -> TaskIdentity:
+    """The task instance and try of a workload's ``TaskInstanceDTO`` or an ORM task instance."""
+    map_index = ti.map_index if ti.map_index is not None else -1
+    return TaskIdentity(ti.dag_id, ti.task_id, ti.run_id, map_index, ti.try_number)
+
+
+class QuotaExecutor(LocalExecutor):
+    """Hold each task until its quota share places it, then run it as LocalExecutor does.
+
+    Configure it beside Airflow's default executor, ``[core] executor =
+    LocalExecutor,quota:airflow_quota.executors.QuotaExecutor``, and opt tasks in with
+    ``executor="quota"`` and ``executor_config=quota_config(...)`` (``executors/config.py``).
+    ``[quota] quota_conn_id`` names the quota database's connection (``quota_default``).
+    """
+
+    supports_ad_hoc_ti_run: bool = False
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)  # type: ignore[no-untyped-call]
+        self.held: dict[TaskInstanceKey, Held] = {}
+        self.released: dict[TaskInstanceKey, Released] = {}
+        self.watched: dict[TaskInstanceKey, Released] = {}
+        """Tasks adopted while running: their process belongs to a scheduler that died."""
+        conn_id = self.conf.get("quota", "quota_conn_id", fallback="quota_default")
+        self.jobs = ExecutorJobs(conn_id or "quota_default")
+        self._followed_at = float("-inf")
+        self._summarised_at = time.monotonic()
+
+    # -- Airflow's interface ---------------------------------------------------------------
+
+    def queue_workload(self, workload: Any, session: Session) -> None:
+        """Hold a task (callbacks and connection tests go to LocalExecutor as they are)."""
+        if not isinstance(workload, ExecuteTask):
+            super().queue_workload(workload, session)
+            return
+        self._hold(workload, session)
+
+    def has_task(self, task_instance: TaskInstance) -> bool:
+        return (
+            super().has_task(task_instance)
+            or task_instance.key in self.held
+            or task_instance.key in self.released
+            or task_instance.key in self.watched
+        )
+
+    def revoke_task(self, *, ti: TaskInstance) -> None:
+        """Left unimplemented on purpose: the scheduler's stuck-in-queued check skips an
+        executor whose ``revoke_task`` raises ``NotImplementedError``, so a task held for its
+        share stays QUEUED past ``task_queued_timeout`` (module docstring, fact 1)."""
+        raise NotImplementedError("QuotaExecutor holds queued tasks until their quota share places them")
+
+    def sync(self) -> None:
+        now = time.time()
+        if time.monotonic() - self._followed_at >= FOLLOW_SECONDS:
+            self._followed_at = time.monotonic()
+            try:
+                self._submit_held()
+                self._follow(now)
+                self._watch_adopted()
+            except Exception:  # the quota database may be down: Airflow's loop must go on
+                self.log.exception("QuotaExecutor could not reach the quota database; retrying")
+        self._summarise()
+        super().sync()
+
+    def change_state(self, key: Any, state: Any, info: Any = None, remove_running: bool = True) -> None:
+        """A try ended (LocalExecutor's event): tell the quota scheduler how, then Airflow."""
+        if state in (TaskInstanceState.SUCCESS, TaskInstanceState.FAILED):
+            released = self.released.pop(key, None)
+            if released is not None:
+                self._report_end(released)
+        super().change_state(key, state, info, remove_running)
+
+    def try_adopt_task_instances(self, tis: Sequence[TaskInstance]) -> Sequence[TaskInstance]:
+        """Take back a dead scheduler's quota tasks: QUEUED ones are held again (their jobs
+        found by key, never submitted twice), RUNNING ones followed until they end."""
+        unadopted: list[TaskInstance] = []
+        for ti in tis:
+            try:
+                if ti.state == TaskInstanceState.QUEUED:
+                    workload = ExecuteTask.make(ti, generator=self.jwt_generator)
+                    self._hold(workload, object_session(ti))
+                elif ti.state == TaskInstanceState.RUNNING and self._adopt_running(ti):
+                    pass
+                else:
+                    unadopted.append(ti)
+            except Exception:
+                self.log.exception("QuotaExecutor could not adopt %s", ti)
+                unadopted.append(ti)
+        if len(unadopted) < len(tis):
+            self.log.info("QuotaExecutor adopted %d task(s)", len(tis) - len(unadopted))
+        return unadopted
+
+    # -- worker processes ------------------------------------------------------------------
+
+    def _spawn_worker(self) -> None:
+        process = multiprocessing.Process(
+            target=run_worker,
+            kwargs={
+                "logger_name": self.log.name,
+                "input": self.activity_queue,
+                "output": self.result_queue,
+                "unread_messages": self._unread_messages,
+                "team_conf": self.conf,
+            },
+        )
+        process.start()
+        assert process.pid is not None
+        self.workers[process.pid] = process
+
+    def _process_workloads(self, workload_list: Sequence[Any]) -> None:
+        """LocalExecutor's, with each task's placement travelling with it to the worker."""
+        for workload in workload_list:
+            released = self.released.get(workload.key)
+            item = (workload, released.environment if released else {})
+            self.activity_queue.put(item)  # type: ignore[arg-type]  # run_worker reads work items
+            removed = (
+                self.queued_tasks.pop(workload.key, None)
+                or self.queued_callbacks.pop(workload.key, None)
+                or self.queued_connection_tests.pop(workload.key, None)
+            )
+            if not removed:
+                raise KeyError(f"Workload {workload.key} was not found in any queue")
+        with self._unread_messages:
+            self._unread_messages.value += len(workload_list)
+        self._check_workers()  # type: ignore[no-untyped-call]
+
+    # -- holding -----------------------------------------------------------------------------
+
+    def _hold(self, workload: ExecuteTask, session: Session | None) -> None:
+        ti = workload.ti
+        held = Held(workload, {}, None, time.time())
+        try:
+            held.arguments = quota_arguments(ti.executor_config, ti.queue)
+            conf, user, tags = self._run_facts(ti, session)
+            held.actor = Actor.of_dag(ti.dag_id, tags, workload.bundle_info.name, user)
+            held.priority = priority_override({"dag_run": SimpleNamespace(conf=conf)})
+            problems = config_problems(ti.executor_config, ti.queue, priority=held.priority)
+            if problems:
+                raise InvalidInput(problems)
+        except (InvalidInput, ValueError) as exc:
+            held.problem = f"task {ti.task_id!r}: invalid quota executor_config: {exc}"
+        self.held[ti.key] = held
+
+    @staticmethod
+    def _run_facts(ti: Any, session: Session | None) -> tuple[dict[str, Any], str | None, list[str]]:
+        """The run's conf and triggering user, and the DAG's tags, from Airflow's database."""
+        run = select(DagRun.conf, DagRun.triggering_user_name).where(
+            DagRun.dag_id == ti.dag_id, DagRun.run_id == ti.run_id
+        )
+        tags = select(DagTag.name).where(DagTag.dag_id == ti.dag_id)
+        with contextlib.nullcontext(session) if session is not None else create_session(scoped=False) as own:
+            row = own.execute(run).first()
+            return (row.conf or {}) if row else {}, row.triggering_user_name if row else None, list(own.scalars(tags))
+
+    def _submit_held(self) -> None:
+        for key, held in list(self.held.items()):
+            if held.job_id is not None or held.problem is not None:
+                continue
+            try:
+                job = self.jobs.job_for(identity_of(held.workload.ti), held.arguments, held.priority, held.actor)
+            except TaskRefused as exc:
+                held.problem = str(exc)
+                continue
+            held.job_id = job.id
+            self.log.info("%s held: %s", key, describe_job(job))
+        for key, held in list(self.held.items()):
+            if held.problem is not None:
+                self._fail_held(key, held.problem)
+
+    def _fail_held(self, key: TaskInstanceKey, message: str) -> None:
+        """Fail a held task with a message naming what is wrong (never a silent hold)."""
+        del self.held[key]
+        self.log.error("%s fails: %s", key, message)
+        self.log_task_event(event="quota executor", extra=message, ti_key=key)
+        self.fail(key, info=message)
+
+    # -- following the quota scheduler -------------------------------------------------------
+
+    def _follow(self, now: float) -> None:
+        ids = {h.job_id for h in self.held.values() if h.job_id is not None}
+        ids |= {r.job_id for r in self.released.values()}
+        if not ids:
+            return
+        jobs = self.jobs.jobs(ids)
+        attempts = self.jobs.attempts(ids)
+        keys = {(r.job_id, r.attempt) for r in self.released.values()}
+        keys |= {(a.job_id, a.number) for a in attempts.values() if not a.ended}
+        reports = self.jobs.reports(keys)
+        for key, held in list(self.held.items()):
+            if held.job_id is None:
+                continue
+            job = jobs.get(held.job_id)
+            if job is None:
+                self._fail_held(key, self.jobs.refusal(held.job_id))
+                continue
+            attempt = attempts.get(job.id)
+            report = reports.get((job.id, attempt.number)) if attempt is not None else None
+            if attempt is not None and not attempt.ended and report is not None and report.stop_requested_at:
+                # preempted or cancelled before it was released: it never ran
+                if report.status == "PENDING":
+                    try_number = held.workload.ti.try_number
+                    self.jobs.report(job.id, attempt.number, "STOPPED", STOPPED_BEFORE_START, try_number)
+            elif job.state in HOLDING_STATES:
+                if attempt is not None and not attempt.ended and attempt.status in RELEASABLE:
+                    self._release(key, held, job.share, job.request.get("checkpoint_uri"), job.preemptions, attempt)
+            elif job.state not in ("SUBMITTED", "RUNNABLE"):
+                self._fail_held(key, describe_job(job))
+        for released in self.released.values():
+            report = reports.get((released.job_id, released.attempt))
+            if report is not None and report.stop_requested_at is not None:
+                self._stop(released, report.stop_grace or 0.0, now)
+            if released.stop_deadline is not None and not released.cleared and now >= released.stop_deadline:
+                self._clear(released)
+
+    def _release(
+        self,
+        key: TaskInstanceKey,
+        held: Held,
+        share: str,
+        checkpoint_uri: str | None,
+        preemptions: int,
+        attempt: Any,
+    ) -> None:
+        """Run a placed task: a fresh token (the one minted at queue time may have expired),
+        the placement in its environment, LocalExecutor's queue (a worker takes it when one is
+        free)."""
+        assert held.job_id is not None
+        del self.held[key]
+        placement = Placement(
+            share,
+            held.job_id,
+            attempt.number,
+            attempt.instance_type,
+            attempt.count,
+            attempt.training_plan,
+            checkpoint_uri,
+            preemptions,
+        )
+        token = ExecuteTask.generate_token(str(held.workload.ti.id), self.jwt_generator)
+        workload = held.workload.model_copy(update={"token": token})
+        identity = identity_of(workload.ti)
+        self.released[key] = Released(
+            workload, str(workload.ti.id), identity, held.job_id, attempt.number, placement.environment()
+        )
+        self.queued_tasks[key] = workload
+        self.jobs.report(held.job_id, attempt.number, "RUNNING", None, identity.try_number)
+        self.log.info(
+            "%s released after %.0f s: quota job %s attempt %s on %sx %s in share %s",
+            key,
+            time.time() - held.since,
+            held.job_id,
+            attempt.number,
+            attempt.count,
+            attempt.instance_type,
+            share,
+        )
+
+    def _stop(self, released: Released, grace: float, now: float) -> None:
+        """The quota scheduler stops the attempt: SIGTERM now, the RESTARTING route at the end
+        of the grace (``_clear``)."""
+        if released.stop_at is not None:
+            return
+        released.stop_at, released.stop_deadline = now, now + max(grace, 0.0)
+        pid = self._task_pid(released.ti_id)
+        if pid is not None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGTERM)
+        self.log.info(
+            "quota job %s attempt %s is being stopped: SIGTERM to %s (pid %s), cleared in %.0f s",
+            released.job_id,
+            released.attempt,
+            released.identity,
+            pid,
+            grace,
+        )
+
+    @staticmethod
+    def _task_pid(ti_id: str) -> int | None:
+        """The task's process, when it runs on this host."""
+        with create_session(scoped=False) as session:
+            query = select(TaskInstance.pid, TaskInstance.hostname).where(TaskInstance.id == ti_id)
+            row = session.execute(query).first()
+        if row is None or row.pid is None or row.hostname != get_hostname():  # type: ignore[no-untyped-call]
+            return None
+        return int(row.pid)
+
+    def _clear(self, released: Released) -> None:
+        """Airflow's own way to stop a running task for another try: clear it (RESTARTING); its
+        supervisor kills it, and the scheduler queues the next try without using a retry."""
+        released.cleared = True
+        with create_session(scoped=False) as session:
+            ti = session.scalars(select(TaskInstance).where(TaskInstance.id == released.ti_id)).one_or_none()
+            if ti is not None and ti.state == TaskInstanceState.RUNNING:
+                clear_task_instances([ti], session, dag_run_state=False)
+                self.log.info("%s cleared (RESTARTING) for quota job %s", released.identity, released.job_id)
+
+    # -- reporting ---------------------------------------------------------------------------
+
+    def _report_end(self, released: Released) -> None:
+        """How the try ended, from the task instance's state in Airflow's database."""
+        state = self._try_state(released)
+        try_number = released.identity.try_number
+        try:
+            if state == TaskInstanceState.SUCCESS:
+                self.jobs.report(released.job_id, released.attempt, "SUCCEEDED", None, try_number)
+                if released.stop_at is not None:  # it finished during its grace: nothing to resume
+                    self.jobs.cancel(released.job_id)
+            elif released.stop_at is not None:
+                self.jobs.report(released.job_id, released.attempt, "STOPPED", "Preempted", try_number)
+            else:
+                self.jobs.report(released.job_id, released.attempt, "FAILED", f"AirflowTask:{state}", try_number)
+        except Exception:
+            self.log.exception("could not report quota job %s attempt %s", released.job_id, released.attempt)
+
+    @staticmethod
+    def _try_state(released: Released) -> str | None:
+        identity = released.identity
+        with create_session(scoped=False) as session:
+            row = session.execute(
+                select(TaskInstance.state, TaskInstance.try_number).where(
+                    TaskInstance.dag_id == identity.dag_id,
+                    TaskInstance.task_id == identity.task_id,
+                    TaskInstance.run_id == identity.run_id,
+                    TaskInstance.map_index == identity.map_index,
+                )
+            ).first()
+        if row is None or row.try_number != identity.try_number:
+            return None
+        return None if row.state is None else str(row.state)
+
+    # -- adoption ----------------------------------------------------------------------------
+
+    def _adopt_running(self, ti: TaskInstance) -> bool:
+        identity = identity_of(ti)
+        generation, found = 1, None
+        while (job := self.jobs.hook.get_job_by_token(identity.token(generation))) is not None:
+            found, generation = job, generation + 1
+        if found is None or found.attempts < 1:
+            return False
+        self.watched[ti.key] = Released(None, str(ti.id), identity, found.id, found.attempts, {})
+        return True
+
+    def _watch_adopted(self) -> None:
+        """Adopted running tasks: report them once Airflow's database says they ended."""
+        for key, watched in list(self.watched.items()):
+            state = self._try_state(watched)
+            if state in (TaskInstanceState.RUNNING, TaskInstanceState.QUEUED):
+                continue
+            del self.watched[key]
+            self._report_end(watched)
+
+    def _summarise(self) -> None:
+        if time.monotonic() - self._summarised_at < SUMMARY_SECONDS:
+            return
+        self._summarised_at = time.monotonic()
+        if self.held:
+            oldest = min(h.since for h in self.held.values())
+            self.log.info(
+                "QuotaExecutor holds %d task(s) for their quota shares (longest %.0f s), runs %d",
+                len(self.held),
+                time.time() - oldest,
+                len(self.released),
+            )

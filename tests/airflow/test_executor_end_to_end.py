@@ -1,0 +1,268 @@
+"""QuotaExecutor end to end in a real Airflow 3.3: scheduler, dag-processor and api-server
+processes with the hybrid executor setting ``LocalExecutor,quota:airflow_quota.executors.QuotaExecutor``,
+a PostgreSQL metadata database, and ``airflow-quota scheduler`` on a second PostgreSQL database.
+The DAGs are ``tests/airflow/executor_dags/`` (``@task`` and ``PythonOperator`` tasks in four
+shares over a pool of two ml.g5.xlarge and two ml.g4dn.xlarge, ``quota.yaml`` there).
+
+1. Held and placed in order: while a blocker fills the research share for 95 s, three research
+   tasks (priorities 1, 9, 5) stay QUEUED past ``task_queued_timeout`` (30 s, checked every 5 s)
+   and a prod task runs at once; then the research tasks run one at a time, highest priority
+   first, and all succeed, the last after a hold of at least 90 s.
+3. Adoption: Airflow's scheduler killed with SIGKILL while one task runs and two are held, then
+   restarted: the new scheduler's QuotaExecutor adopts all three; each runs exactly once (one
+   try, one quota job, one start) and succeeds.
+2. A cross-share reclaim: lab borrows ops's idle instance; an ops task takes it back; the lab task
+   on it gets SIGTERM, checkpoints, is cleared (RESTARTING), is held again as its next try and
+   resumes from its checkpoint; every task succeeds and the quota jobs agree.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import json
+import os
+import signal
+import time
+import uuid
+from collections.abc import Iterator
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+from airflow_quota.devtools.stack import AirflowStack, StackSettings
+from tests.conftest import missing
+
+HERE = Path(__file__).resolve().parent / "executor_dags"
+ADMIN_URL = os.environ.get("QUOTA_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
+DAG_FILES = ("quota_exec_training.py", "quota_exec_shares.py", "quota_exec_reclaim.py", "quota_exec_adopt.py")
+DAG_IDS = ("quota_exec_blocker", "quota_exec_shares", "quota_exec_lab", "quota_exec_ops", "quota_exec_adopt")
+QUEUED_TIMEOUT = 30
+START_TIMEOUT = 300.0
+
+
+@pytest.fixture(scope="module")
+def airflow(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AirflowStack]:
+    try:
+        with psycopg.connect(ADMIN_URL, connect_timeout=3):
+            pass
+    except psycopg.Error as exc:
+        missing(f"no PostgreSQL server for the metadata database at {ADMIN_URL}: {exc}")
+    suffix = uuid.uuid4().hex[:10]
+    names = {"metadata": f"airflow_exec_{suffix}", "quota": f"quota_exec_{suffix}"}
+    with psycopg.connect(ADMIN_URL, autocommit=True) as admin:
+        for name in names.values():
+            admin.execute(f'CREATE DATABASE "{name}"')
+    base = ADMIN_URL.rsplit("/", 1)[0]
+    settings = StackSettings(
+        root=tmp_path_factory.mktemp("airflow-exec"),
+        dags=[HERE / name for name in DAG_FILES],
+        quota_config=HERE / "quota.yaml",
+        metadata_url=f"{base}/{names['metadata']}",
+        quota_url=f"{base}/{names['quota']}",
+        parallelism=6,
+        components=("scheduler", "dag-processor", "api-server", "quota-scheduler"),
+        wait_for_dags=DAG_IDS,
+        start_timeout=START_TIMEOUT,
+        extra_env={
+            "AIRFLOW__CORE__EXECUTOR": "LocalExecutor,quota:airflow_quota.executors.QuotaExecutor",
+            "AIRFLOW__SCHEDULER__TASK_QUEUED_TIMEOUT": str(QUEUED_TIMEOUT),
+            "AIRFLOW__SCHEDULER__TASK_QUEUED_TIMEOUT_CHECK_INTERVAL": "5",
+            # a restarted scheduler adopts a dead one's tasks once its heartbeat is 30 s stale
+            # (the default threshold), checked every 10 s rather than every 5 minutes
+            "AIRFLOW__SCHEDULER__ORPHANED_TASKS_CHECK_INTERVAL": "10",
+        },
+    )
+    try:
+        with AirflowStack(settings) as stack:
+            yield stack
+    finally:
+        with psycopg.connect(ADMIN_URL, autocommit=True) as admin:
+            for name in names.values():
+                admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def events(af: AirflowStack) -> list[dict[str, Any]]:
+    """What the trainings recorded (``quota_exec_training.py``), in order."""
+    path = Path(af.env["AIRFLOW_QUOTA_EXAMPLE_CHECKPOINTS"]) / "events.jsonl"
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def wait_until(what: str, condition: Any, af: AirflowStack, timeout: float) -> None:
+    """Poll ``condition`` until it holds; fail with the logs' tails at the deadline."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return
+        if af.dead():
+            pytest.fail(f"Airflow processes died while waiting for {what}: {af.dead()}\n{af.tails()}")
+        time.sleep(1)
+    pytest.fail(f"{what}: not within {timeout:.0f} s\n{af.tails(40)}")
+
+
+def tries(af: AirflowStack, dag_id: str, run_id: str) -> dict[str, dict[str, Any]]:
+    """Per task: its state, try number and when it was queued, started and ended."""
+    rows = af.query(
+        "SELECT task_id, state, try_number, queued_dttm, start_date, end_date FROM task_instance "
+        "WHERE dag_id = :d AND run_id = :r",
+        d=dag_id,
+        r=run_id,
+    )
+    return {r[0]: {"state": r[1], "try": r[2], "queued": r[3], "start": r[4], "end": r[5]} for r in rows}
+
+
+def diagnosis(af: AirflowStack, *runs: tuple[str, str]) -> str:
+    lines = [f"{dag}/{run}: {af.run_state(dag, run)} {tries(af, dag, run)}" for dag, run in runs]
+    lines += [f"quota job {j.id} {j.task_id} {j.state} {j.reason or ''} {j.detail or ''}" for j in af.store.jobs()]
+    return "\n".join(lines) + "\n" + af.tails(30)
+
+
+def final_jobs(af: AirflowStack, dag_id: str) -> dict[str | None, tuple[str, int]]:
+    return {j.task_id: (j.state, j.attempts) for j in af.store.jobs(dag_id=dag_id)}
+
+
+def seconds(later: datetime, earlier: datetime) -> float:
+    return (later - earlier).total_seconds()
+
+
+def test_tasks_are_held_while_their_share_is_full_and_placed_by_priority_past_the_queued_timeout(
+    airflow: AirflowStack,
+) -> None:
+    af = airflow
+    blocker = af.trigger("quota_exec_blocker", conf={"seconds": 95})
+    wait_until(
+        "the blocker running",
+        lambda: tries(af, "quota_exec_blocker", blocker).get("block", {}).get("state") == "running",
+        af,
+        180,
+    )
+    run = af.trigger("quota_exec_shares")
+    research = ("r_high", "r_mid", "r_low")
+
+    def all_queued() -> bool:
+        states = {t: ti["state"] for t, ti in tries(af, "quota_exec_shares", run).items()}
+        return all(states.get(t) == "queued" for t in research)
+
+    wait_until("the research tasks queued", all_queued, af, 120)
+    # held: the research share is full; the prod task runs on prod's own instance meanwhile
+    wait_until(
+        "the prod task done",
+        lambda: tries(af, "quota_exec_shares", run).get("p_now", {}).get("state") == "success",
+        af,
+        120,
+    )
+    held = tries(af, "quota_exec_shares", run)
+    assert all(held[t]["state"] == "queued" for t in research), diagnosis(af, ("quota_exec_shares", run))
+    jobs = {j.task_id: j for j in af.store.jobs(dag_id="quota_exec_shares")}
+    assert {t: jobs[t].state for t in research} == dict.fromkeys(research, "RUNNABLE"), jobs
+    assert {jobs[t].backend for t in research} == {"airflow"}
+
+    states = af.wait_for_runs("quota_exec_shares", [run], 420)
+    assert states[run] == "success", diagnosis(af, ("quota_exec_shares", run), ("quota_exec_blocker", blocker))
+    assert af.wait_for_runs("quota_exec_blocker", [blocker], 60)[blocker] == "success"
+    done = tries(af, "quota_exec_shares", run)
+    # one try each: the stuck-in-queued check never rescheduled or failed them
+    assert {t: (ti["state"], ti["try"]) for t, ti in done.items()} == dict.fromkeys(
+        (*research, "p_now"), ("success", 1)
+    ), done
+    starts = sorted(research, key=lambda t: done[t]["start"])
+    assert starts == ["r_high", "r_mid", "r_low"], {t: done[t]["start"] for t in research}
+    for earlier, later in itertools.pairwise(starts):
+        assert done[later]["start"] >= done[earlier]["end"], "the research share ran two tasks at once"
+    longest = seconds(done["r_low"]["start"], done["r_low"]["queued"])
+    assert longest >= 3 * QUEUED_TIMEOUT, f"r_low was held {longest:.0f} s"
+    log = (af.logs / "scheduler.log").read_text(errors="replace")
+    assert "stuck in queued" not in log.lower()
+    # the quota jobs agree within a few of the quota scheduler's steps (it polls the reports each second)
+    expected = dict.fromkeys((*research, "p_now"), ("SUCCEEDED", 1))
+    wait_until("the quota jobs SUCCEEDED", lambda: final_jobs(af, "quota_exec_shares") == expected, af, 15)
+    started = {e["task"]: e for e in events(af) if e["event"] == "start"}
+    assert started["r_high"]["share"] == "research" and started["p_now"]["share"] == "prod"
+    assert started["r_mid"]["instance_type"] == "ml.g5.xlarge"
+    print(f"\nr_low held {longest:.0f} s (task_queued_timeout {QUEUED_TIMEOUT} s); order {starts}")
+
+
+def test_a_cross_share_reclaim_stops_a_running_task_which_resumes_from_its_checkpoint(
+    airflow: AirflowStack,
+) -> None:
+    af = airflow
+    lab = af.trigger("quota_exec_lab")
+
+    def borrower_running() -> bool:
+        return any(e["task"] == "lab_borrower" and e["event"] == "start" for e in events(af)) and all(
+            ti["state"] == "running" for ti in tries(af, "quota_exec_lab", lab).values()
+        )
+
+    wait_until("both lab tasks running (one on ops's instance)", borrower_running, af, 180)
+    step = Path(af.env["AIRFLOW_QUOTA_EXAMPLE_CHECKPOINTS"]) / "lab_borrower" / "step"
+    wait_until("the borrower 5 steps in", lambda: step.exists() and int(step.read_text() or 0) >= 5, af, 60)
+    ops = af.trigger("quota_exec_ops")
+    states = af.wait_for_runs("quota_exec_lab", [lab], 420)
+    assert states[lab] == "success", diagnosis(af, ("quota_exec_lab", lab), ("quota_exec_ops", ops))
+    assert af.wait_for_runs("quota_exec_ops", [ops], 120)[ops] == "success"
+
+    done = tries(af, "quota_exec_lab", lab)
+    assert done["lab_first"]["try"] == 1 and done["lab_borrower"]["try"] == 2, done
+    wait_until(
+        "the quota jobs SUCCEEDED",
+        lambda: final_jobs(af, "quota_exec_lab") == {"lab_first": ("SUCCEEDED", 1), "lab_borrower": ("SUCCEEDED", 2)},
+        af,
+        15,
+    )
+    jobs = {j.task_id: j for j in af.store.jobs() if j.task_id in ("lab_first", "lab_borrower", "ops_job")}
+    assert (jobs["lab_borrower"].state, jobs["lab_borrower"].attempts, jobs["lab_borrower"].preemptions) == (
+        "SUCCEEDED",
+        2,
+        1,
+    ), jobs["lab_borrower"]
+    preempted = [e for e in af.store.events(job_id=jobs["lab_borrower"].id) if e.type == "PREEMPTED"]
+    assert [e.record["kind"] for e in preempted] == ["CROSS_SHARE"], preempted
+    trail = [e for e in events(af) if e["task"] == "lab_borrower"]
+    kinds = [e["event"] for e in trail]
+    assert kinds[:2] == ["start", "checkpoint"] and kinds[-2:] == ["start", "end"], trail
+    resumed = trail[-2]["resumed_from"]
+    assert resumed >= 5 and trail[-2]["attempt"] == 2, trail
+    assert jobs["ops_job"].state == "SUCCEEDED" and jobs["lab_first"].state == "SUCCEEDED"
+    print(f"\nlab_borrower: preempted by ops_job, resumed from step {resumed} on its second try")
+
+
+def test_a_scheduler_killed_while_tasks_are_held_and_running_is_restarted_and_each_task_runs_once(
+    airflow: AirflowStack,
+) -> None:
+    af = airflow
+    run = af.trigger("quota_exec_adopt")
+    held = ("a_second", "a_third")
+
+    def one_running_two_held() -> bool:
+        states = {t: ti["state"] for t, ti in tries(af, "quota_exec_adopt", run).items()}
+        started = any(e["task"] == "a_first" and e["event"] == "start" for e in events(af))
+        return started and states.get("a_first") == "running" and all(states.get(t) == "queued" for t in held)
+
+    wait_until("a_first running, the other two held", one_running_two_held, af, 180)
+    old = af.processes["scheduler"]
+    old_group = os.getpgid(old.pid)
+    os.kill(old.pid, signal.SIGKILL)  # its LocalExecutor workers live on, running a_first
+    old.wait(timeout=30)
+    af.start_process("scheduler", [str(Path(af.env["PATH"].split(os.pathsep)[0]) / "airflow"), "scheduler"])
+    try:
+        states = af.wait_for_runs("quota_exec_adopt", [run], 420)
+        assert states[run] == "success", diagnosis(af, ("quota_exec_adopt", run))
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(old_group, signal.SIGKILL)  # the dead scheduler's idle workers
+    done = tries(af, "quota_exec_adopt", run)
+    assert {t: (ti["state"], ti["try"]) for t, ti in done.items()} == dict.fromkeys(
+        ("a_first", *held), ("success", 1)
+    ), done
+    expected = dict.fromkeys(("a_first", *held), ("SUCCEEDED", 1))
+    wait_until("the quota jobs SUCCEEDED", lambda: final_jobs(af, "quota_exec_adopt") == expected, af, 15)
+    assert len(af.store.jobs(dag_id="quota_exec_adopt")) == 3  # never submitted twice
+    starts = [e["task"] for e in events(af) if e["event"] == "start" and e["task"] in ("a_first", *held)]
+    assert sorted(starts) == sorted(("a_first", *held)), starts  # each ran exactly once
+    log = (af.logs / "scheduler.log").read_text(errors="replace")
+    assert "QuotaExecutor adopted" in log

@@ -1,0 +1,152 @@
+"""The quota side of QuotaExecutor against the real quota scheduler (``QuotaService`` on a manual
+clock) with the ``airflow`` backend: one job per task instance whatever the re-queues, placement
+and reports through ``quota_task_reports``, a preemption's stop request, and the try after a
+preemption that ended the job failing with the job's reason instead of submitting again."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from airflow_quota.core.access import Actor
+from airflow_quota.executors.jobs import ExecutorJobs, TaskIdentity, TaskRefused
+from airflow_quota.service.backends.executor import ExecutorBackend
+from airflow_quota.service.clock import ManualClock
+from airflow_quota.service.scheduler import QuotaService
+from airflow_quota.store.engine import make_engine, migrate
+from airflow_quota.store.models import JobRow
+from airflow_quota.store.repository import QuotaStore
+from tests.airflow.conftest import QUOTA
+
+G5 = [{"instance_type": "ml.g5.xlarge", "count": 1}]
+DAG = Actor.of_dag("dag", tags=["team-research"])
+"""The DAG the tasks below belong to, as the executor reads it from Airflow's database."""
+
+
+class World:
+    def __init__(self, service: QuotaService, clock: ManualClock, store: QuotaStore) -> None:
+        self.service, self.clock, self.store = service, clock, store
+        self.jobs = ExecutorJobs()
+
+    def step(self, seconds: float = 1.0) -> None:
+        self.clock.advance_to(self.clock.now() + seconds)
+        self.service.step()
+
+    def job(self, job_id: int) -> JobRow:
+        row = self.store.job(job_id)
+        assert row is not None
+        return row
+
+
+@pytest.fixture
+def world(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[World]:
+    url = f"sqlite:///{tmp_path / 'quota.db'}"
+    engine = make_engine(url)
+    migrate(engine)
+    clock = ManualClock(1_000.0)
+    store = QuotaStore(engine, clock.now)
+    store.apply_config(QUOTA)
+    backend = ExecutorBackend(engine, poll_interval_seconds=0.0)
+    service = QuotaService(engine, {"airflow": backend}, clock=clock, refresh_views_seconds=0.0)
+    service.step()
+    monkeypatch.setenv("AIRFLOW_CONN_QUOTA_DEFAULT", url)
+    yield World(service, clock, store)
+    engine.dispose()
+
+
+def task(name: str, try_number: int = 1) -> TaskIdentity:
+    return TaskIdentity("dag", name, "run1", -1, try_number)
+
+
+def arguments(share: str = "research", **more: Any) -> dict[str, Any]:
+    return {"share": share, "instance_preferences": G5, **more}
+
+
+def test_a_task_instance_is_one_job_whatever_the_requeues(world: World) -> None:
+    first = world.jobs.job_for(task("a"), arguments(), None, DAG)
+    again = world.jobs.job_for(task("a"), arguments(), None, DAG)  # a re-queue, an adoption
+    assert again.id == first.id and first.backend == "airflow"
+    assert world.jobs.job_for(task("b"), arguments(), None, DAG).id != first.id
+
+
+def test_a_placed_job_waits_for_the_executor_then_follows_its_reports(world: World) -> None:
+    job = world.jobs.job_for(task("a"), arguments(), None, DAG)
+    world.step()
+    world.step()
+    assert world.job(job.id).state == "SCHEDULED"  # placed; the backend waits for the executor
+    latest = world.jobs.attempts({job.id})[job.id]
+    assert (latest.number, latest.status, latest.instance_type) == (1, "PENDING", "ml.g5.xlarge")
+    world.jobs.report(job.id, 1, "RUNNING", None, 1)
+    world.step()
+    assert world.job(job.id).state == "RUNNING"
+    world.jobs.report(job.id, 1, "SUCCEEDED", None, 1)
+    world.step()
+    assert world.job(job.id).state == "SUCCEEDED"
+    # the task cleared and run again: a new job
+    assert world.jobs.job_for(task("a", 2), arguments(), None, DAG).id != job.id
+
+
+def test_a_reclaim_asks_the_executor_to_stop_and_the_next_try_finds_the_same_job(world: World) -> None:
+    own = world.jobs.job_for(task("own"), arguments(), None, DAG)
+    borrower = world.jobs.job_for(task("borrower"), arguments(), None, DAG)
+    world.step()
+    world.step()
+    for job in (own, borrower):
+        world.jobs.report(job.id, 1, "RUNNING", None, 1)
+    world.step()
+    assert world.job(borrower.id).borrowed == 1
+    world.jobs.job_for(task("prod"), arguments("prod"), None, DAG)
+    world.step()
+    world.step()
+    victim = next(j for j in (own, borrower) if world.job(j.id).preemptions == 1)
+    report = world.jobs.reports({(victim.id, 1)})[victim.id, 1]
+    assert report.stop_requested_at is not None and report.stop_grace == 0.0
+    world.jobs.report(victim.id, 1, "STOPPED", "Preempted", 1)
+    world.step()
+    world.step()
+    assert world.job(victim.id).state == "RUNNABLE"
+    requeued = world.jobs.job_for(task(victim.task_id or "", 2), arguments(), None, DAG)
+    assert requeued.id == victim.id  # keeps its first submission time
+
+
+def test_the_try_after_a_preemption_that_ended_the_job_fails_with_its_reason(world: World) -> None:
+    own = world.jobs.job_for(task("own"), arguments(preemption_retries=0), None, DAG)
+    borrower = world.jobs.job_for(task("borrower"), arguments(preemption_retries=0), None, DAG)
+    world.step()
+    world.step()
+    for job in (own, borrower):
+        world.jobs.report(job.id, 1, "RUNNING", None, 1)
+    world.step()
+    world.jobs.job_for(task("prod"), arguments("prod"), None, DAG)
+    world.step()
+    world.step()
+    victim = next(j for j in (own, borrower) if world.job(j.id).preemptions == 1)
+    world.jobs.report(victim.id, 1, "STOPPED", "Preempted", 1)
+    world.step()
+    world.step()
+    assert (world.job(victim.id).state, world.job(victim.id).reason) == ("FAILED", "PREEMPTION_LIMIT")
+    with pytest.raises(TaskRefused, match="PREEMPTION_LIMIT"):
+        world.jobs.job_for(task(victim.task_id or "", 2), arguments(preemption_retries=0), None, DAG)
+    # an Airflow retry after that failure is a new job
+    assert world.jobs.job_for(task(victim.task_id or "", 3), arguments(), None, DAG).id != victim.id
+
+
+def test_a_refused_submission_names_the_rule(world: World) -> None:
+    with pytest.raises(TaskRefused, match="share: no share named 'nowhere'"):
+        world.jobs.job_for(task("a"), arguments("nowhere"), None, DAG)
+    with pytest.raises(TaskRefused, match="priority: 60 is above share 'research'"):
+        world.jobs.job_for(task("b"), arguments(), 60, DAG)  # a run's quota_priority above max_priority
+
+
+def test_a_share_s_access_rule_decides_which_dags_tasks_it_takes(world: World) -> None:
+    research, prod = QUOTA["shares"]
+    ruled = {**research, "access": {"submit": {"tags": ["team-research"]}}}
+    world.store.apply_config({**QUOTA, "shares": [ruled, prod]})
+    world.step()
+    assert world.jobs.job_for(task("ours"), arguments(), None, DAG).share == "research"
+    with pytest.raises(TaskRefused, match=r"access\.submit: share 'research' takes submissions only from"):
+        world.jobs.job_for(task("theirs"), arguments(), None, Actor.of_dag("other", tags=["team-prod"]))
+    assert [j.task_id for j in world.store.jobs()] == ["ours"]
