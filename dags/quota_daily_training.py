@@ -31,10 +31,11 @@ from __future__ import annotations
 import os
 import sys
 import tempfile
-from datetime import datetime, timedelta, timezone
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+import pendulum
 from airflow.sdk import DAG, get_current_context, task
 
 from airflow_quota.operators import QuotaTrainingOperator, quota_priority_param
@@ -65,7 +66,7 @@ with DAG(
     dag_id="quota_daily_training",
     description="Daily trainings in share qs1; backfill with --dag-run-conf '{\"quota_priority\": N}'",
     schedule="@daily",
-    start_date=datetime(2026, 11, 1, tzinfo=timezone.utc),
+    start_date=pendulum.datetime(2026, 11, 1, tz="UTC"),
     catchup=False,
     params=quota_priority_param(),  # the one line that enables the override
     default_args={"retries": 1, "retry_delay": timedelta(seconds=30)},

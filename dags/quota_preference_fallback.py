@@ -39,10 +39,11 @@ import os
 import sys
 import tempfile
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+import pendulum
 from airflow.sdk import DAG, get_current_context, task
 
 from airflow_quota.core.model import JobRequest, JobState
@@ -117,7 +118,7 @@ with DAG(
     dag_id="quota_preference_fallback",
     description="A preference list falls back to its second entry when the first has no quota left",
     schedule=None,
-    start_date=datetime(2026, 11, 1, tzinfo=timezone.utc),
+    start_date=pendulum.datetime(2026, 11, 1, tz="UTC"),
     catchup=False,
     tags=["airflow-quota", "example"],
 ):

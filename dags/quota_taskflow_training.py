@@ -20,10 +20,10 @@ from __future__ import annotations
 import os
 import sys
 import tempfile
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+import pendulum
 from airflow.sdk import DAG, Param, task
 
 from airflow_quota.operators import QuotaTrainingOperator
@@ -60,7 +60,7 @@ with DAG(
     dag_id="quota_taskflow_training",
     description="A training whose share, preferences and priority come from a TaskFlow task",
     schedule=None,
-    start_date=datetime(2026, 11, 1, tzinfo=timezone.utc),
+    start_date=pendulum.datetime(2026, 11, 1, tz="UTC"),
     params={"urgent": Param(False, type="boolean"), "gpus": Param(1, type="integer", minimum=1)},
     tags=["airflow-quota", "example"],
 ):

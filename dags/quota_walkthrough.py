@@ -50,10 +50,10 @@ import os
 import sys
 import tempfile
 import time
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+import pendulum
 from airflow.sdk import DAG, get_current_context, task
 
 from airflow_quota.hooks.quota import QuotaHook
@@ -153,7 +153,7 @@ with DAG(
     dag_id="quota_walkthrough",
     description="The AWS quota-management walkthrough: borrow, reclaim, RESERVE, in-share preemption",
     schedule=None,
-    start_date=datetime(2026, 11, 1, tzinfo=timezone.utc),
+    start_date=pendulum.datetime(2026, 11, 1, tz="UTC"),
     catchup=False,
     tags=["airflow-quota", "example"],
 ):
