@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import re
 import threading
 import time
@@ -32,14 +31,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import psycopg
 import pytest
 
-from airflow_quota.devtools.stack import AirflowStack, StackSettings
-from tests.conftest import missing
+from airflow_quota.devtools.stack import AirflowStack
+from tests.airflow.stacks import airflow_on_postgres
 
 REPO = Path(__file__).resolve().parents[2]
-ADMIN_URL = os.environ.get("QUOTA_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
 
 WALKTHROUGH = "quota_walkthrough"
 DAILY = "quota_daily_training"
@@ -57,37 +54,17 @@ BACKFILL_TIMEOUT = 180.0
 
 @pytest.fixture(scope="module")
 def airflow(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AirflowStack]:
-    try:
-        with psycopg.connect(ADMIN_URL, connect_timeout=3):
-            pass
-    except psycopg.Error as exc:
-        missing(f"no PostgreSQL server for the metadata database at {ADMIN_URL}: {exc}")
-    suffix = uuid.uuid4().hex[:10]
-    names = {"metadata": f"airflow_e2e_{suffix}", "quota": f"quota_e2e_{suffix}"}
-    with psycopg.connect(ADMIN_URL, autocommit=True) as admin:
-        for name in names.values():
-            admin.execute(f'CREATE DATABASE "{name}"')
-    base = ADMIN_URL.rsplit("/", 1)[0]
-    settings = StackSettings(
-        root=tmp_path_factory.mktemp("airflow-e2e"),
-        # the example walkthrough and daily DAGs and their training script, as they are
+    with airflow_on_postgres(
+        "e2e",
+        tmp_path_factory.mktemp("airflow-e2e"),
+        # the example walkthrough, daily and TaskFlow DAGs and their training script, as they are
         dags=[REPO / "dags" / name for name in DAG_FILES],
         quota_config=REPO / "examples" / "quota.yaml",
-        metadata_url=f"{base}/{names['metadata']}",
-        quota_url=f"{base}/{names['quota']}",
         parallelism=2,
         wait_for_dags=[WALKTHROUGH, DAILY, TASKFLOW],
         start_timeout=START_TIMEOUT,
-    )
-    started = time.monotonic()
-    try:
-        with AirflowStack(settings) as stack:
-            print(f"\nAirflow 3.3 ready in {time.monotonic() - started:.0f} s (AIRFLOW_HOME {stack.home})")
-            yield stack
-    finally:
-        with psycopg.connect(ADMIN_URL, autocommit=True) as admin:
-            for name in names.values():
-                admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    ) as stack:
+        yield stack
 
 
 @dataclass

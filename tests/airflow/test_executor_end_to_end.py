@@ -24,20 +24,17 @@ import json
 import os
 import signal
 import time
-import uuid
 from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-import psycopg
 import pytest
 
-from airflow_quota.devtools.stack import AirflowStack, StackSettings
-from tests.conftest import missing
+from airflow_quota.devtools.stack import AirflowStack
+from tests.airflow.stacks import airflow_on_postgres
 
 HERE = Path(__file__).resolve().parent / "executor_dags"
-ADMIN_URL = os.environ.get("QUOTA_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
 DAG_FILES = ("quota_exec_training.py", "quota_exec_shares.py", "quota_exec_reclaim.py", "quota_exec_adopt.py")
 DAG_IDS = ("quota_exec_blocker", "quota_exec_shares", "quota_exec_lab", "quota_exec_ops", "quota_exec_adopt")
 QUEUED_TIMEOUT = 30
@@ -46,23 +43,11 @@ START_TIMEOUT = 300.0
 
 @pytest.fixture(scope="module")
 def airflow(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AirflowStack]:
-    try:
-        with psycopg.connect(ADMIN_URL, connect_timeout=3):
-            pass
-    except psycopg.Error as exc:
-        missing(f"no PostgreSQL server for the metadata database at {ADMIN_URL}: {exc}")
-    suffix = uuid.uuid4().hex[:10]
-    names = {"metadata": f"airflow_exec_{suffix}", "quota": f"quota_exec_{suffix}"}
-    with psycopg.connect(ADMIN_URL, autocommit=True) as admin:
-        for name in names.values():
-            admin.execute(f'CREATE DATABASE "{name}"')
-    base = ADMIN_URL.rsplit("/", 1)[0]
-    settings = StackSettings(
-        root=tmp_path_factory.mktemp("airflow-exec"),
+    with airflow_on_postgres(
+        "exec",
+        tmp_path_factory.mktemp("airflow-exec"),
         dags=[HERE / name for name in DAG_FILES],
         quota_config=HERE / "quota.yaml",
-        metadata_url=f"{base}/{names['metadata']}",
-        quota_url=f"{base}/{names['quota']}",
         parallelism=6,
         components=("scheduler", "dag-processor", "api-server", "quota-scheduler"),
         wait_for_dags=DAG_IDS,
@@ -75,14 +60,8 @@ def airflow(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AirflowStack]:
             # (the default threshold), checked every 10 s rather than every 5 minutes
             "AIRFLOW__SCHEDULER__ORPHANED_TASKS_CHECK_INTERVAL": "10",
         },
-    )
-    try:
-        with AirflowStack(settings) as stack:
-            yield stack
-    finally:
-        with psycopg.connect(ADMIN_URL, autocommit=True) as admin:
-            for name in names.values():
-                admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    ) as stack:
+        yield stack
 
 
 def events(af: AirflowStack) -> list[dict[str, Any]]:
