@@ -1,5 +1,6 @@
 # airflow-quota: two commands for a fresh machine.
-#   make test   creates .venv, installs the project with its test extras, lints, type-checks, tests
+#   make test   creates .venv, installs the project with its test extras, lints, type-checks, builds the
+#               docs, tests
 #   make demo   runs the AWS walkthrough in a real Airflow (SQLite) with the quota scheduler, tells its
 #               quota story and serves the UI until Ctrl-C (DEMO_ARGS=--once: stop after the story)
 PYTHON ?= python3
@@ -7,7 +8,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: test lint typecheck postgres browser demo bench clean
+.PHONY: test lint typecheck docs postgres browser demo bench clean
 
 $(BIN)/python:
 	@$(PYTHON) -m venv $(VENV) 2>/dev/null || { \
@@ -39,7 +40,12 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
-test: lint typecheck postgres browser
+# The manual (docs/, Markdown through myst-parser, the reference from the docstrings): every warning,
+# a broken link included, fails the build.
+docs: $(STAMP)
+	$(BIN)/sphinx-build -W --keep-going -b html docs docs/_build/html
+
+test: lint typecheck docs postgres browser
 	$(BIN)/pytest
 
 DEMO_ARGS ?=
@@ -51,4 +57,4 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/core_cycle.py
 
 clean:
-	rm -rf $(VENV) .demo .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .demo .pytest_cache .mypy_cache .ruff_cache docs/_build
