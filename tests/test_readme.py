@@ -1,5 +1,5 @@
-"""Every ``airflow-quota`` command shown in the README runs, exits as the README implies, and
-prints the lines shown under it."""
+"""Every ``airflow-quota`` command shown in the README and the manual's pages (``docs/``) runs,
+exits as the page implies, and prints the lines shown under it."""
 
 from __future__ import annotations
 
@@ -12,9 +12,39 @@ import pytest
 from tests.conftest import ROOT, cli
 
 
-def readme_commands() -> list[tuple[str, list[str]]]:
-    """(command, the output lines shown under it) for each ``$ airflow-quota`` line."""
+def toctree(page: Path) -> list[Path]:
+    """The pages a page's ``{toctree}`` blocks list, in order, each followed by its own."""
+    pages = []
+    for block in re.findall(r"```\{toctree\}\n(.*?)```", page.read_text(), re.S):
+        for entry in block.splitlines():
+            entry = entry.strip()
+            if entry and not entry.startswith(":"):
+                child = page.parent / f"{entry}.md"
+                pages += [child, *toctree(child)]
+    return pages
+
+
+def pages() -> list[Path]:
+    """The README, then the manual's pages in the order of its table of contents (docs/index.md):
+    the order in which a reader meets the commands, the old README's, so each one's prerequisites
+    come before it (``db migrate`` before ``apply``, ``apply`` before ``jobs submit``)."""
+    return [ROOT / "README.md", ROOT / "docs" / "index.md", *toctree(ROOT / "docs" / "index.md")]
+
+
+def test_every_page_is_read() -> None:
+    """No page of docs/ escapes the commands' checks: each one is in the table of contents."""
+    found = {p for p in (ROOT / "docs").rglob("*.md") if "_build" not in p.parts}
+    assert found == set(pages()[1:]), sorted(str(p) for p in found ^ set(pages()[1:]))
+
+
+def test_the_readme_shows_the_two_commands() -> None:
     text = (ROOT / "README.md").read_text()
+    assert "make test" in text and "make demo" in text
+
+
+def readme_commands() -> list[tuple[str, list[str]]]:
+    """(command, the output lines shown under it) for each ``$ airflow-quota`` line of every page."""
+    text = "\n".join(page.read_text() for page in pages())
     found = []
     for block in re.findall(r"```console\n(.*?)```", text, re.S):
         lines = block.splitlines()
@@ -39,7 +69,7 @@ def test_the_readme_shows_commands() -> None:
 @pytest.fixture(scope="module")
 def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A directory like the repository's root, so commands that write (a quota.db) write there;
-    the commands run in README order, each seeing what the previous ones did."""
+    the commands run in the pages' order, each seeing what the previous ones did."""
     path = tmp_path_factory.mktemp("readme")
     (path / "examples").symlink_to(ROOT / "examples")
     return path
@@ -54,13 +84,13 @@ def test_readme_command(command: str, shown: list[str], workdir: Path) -> None:
     assert run.code == expected_code, run.stderr
     output = run.stdout + run.stderr
     for line in shown:
-        assert line.strip() in output, f"README shows {line!r}, the command printed:\n{output}"
+        assert line.strip() in output, f"the docs show {line!r}, the command printed:\n{output}"
 
 
 def shell_commands() -> list[str]:
     """Every command the README shows outside ``$ airflow-quota`` console lines: the lines of
-    ``bash`` blocks (continuations joined, comments dropped) and the other ``$`` lines."""
-    text = (ROOT / "README.md").read_text()
+    ``bash`` blocks (continuations joined, comments dropped) and the other ``$`` lines, on every page."""
+    text = "\n".join(page.read_text() for page in pages())
     commands = []
     for block in re.findall(r"```bash\n(.*?)```", text, re.S):
         for line in block.replace("\\\n", " ").splitlines():
@@ -105,7 +135,7 @@ EXERCISED_BY: list[tuple[str, str, list[str]]] = [
 
 @pytest.mark.parametrize("command", shell_commands())
 def test_every_other_readme_command_is_exercised(command: str) -> None:
-    """A command the README shows but this module cannot run is run by the test (or the tool
+    """A command the README or a page shows but this module cannot run is run by the test (or the tool
     the demo and the end-to-end tests share) named here."""
     for pattern, path, evidence in EXERCISED_BY:
         if re.fullmatch(pattern, command):
@@ -113,4 +143,4 @@ def test_every_other_readme_command_is_exercised(command: str) -> None:
             missing = [e for e in evidence if e not in source]
             assert not missing, f"{path} no longer runs {command!r}: it lacks {missing}"
             return
-    pytest.fail(f"the README shows {command!r}, which no test runs: run it in a test and list it in EXERCISED_BY")
+    pytest.fail(f"the docs show {command!r}, which no test runs: run it in a test and list it in EXERCISED_BY")
