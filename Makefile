@@ -41,9 +41,10 @@ typecheck: $(STAMP)
 	$(BIN)/mypy
 
 # The manual (docs/, Markdown through myst-parser, the reference from the docstrings): every warning,
-# a broken link included, fails the build.
+# a broken link included, fails the build. -E re-reads every page: autodoc does not notice an edited
+# docstring, so an incremental build would hide its warnings.
 docs: $(STAMP)
-	$(BIN)/sphinx-build -W --keep-going -b html docs docs/_build/html
+	$(BIN)/sphinx-build -E -W --keep-going -b html docs docs/_build/html
 
 test: lint typecheck docs postgres browser
 	$(BIN)/pytest

@@ -162,7 +162,7 @@ def _at_least(least: float, whole: bool = False) -> Callable[[str], float]:
 
 
 def _db_option(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--db", default=None, metavar="URL", help="quota database URL (default: see README)")
+    parser.add_argument("--db", default=None, metavar="URL", help="quota database URL (default: docs/operations.md)")
 
 
 def _json_option(parser: argparse.ArgumentParser) -> None:

@@ -112,7 +112,7 @@ class PreferenceEntry(BaseModel):
 
 class JobRequest(BaseModel):
     """A submission: the job fields of quota-model.md 2 (the table's static rules), each
-    bounded (README, "Limits")."""
+    bounded (docs/configuration.md, "Limits")."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
@@ -147,7 +147,7 @@ class JobRequest(BaseModel):
 class JobFields(BaseModel):
     """What is stored with a submission beside its ``JobRequest``: the backend that runs it,
     what it runs (``training``), its idempotency token and the Airflow task that submitted it.
-    Every field is bounded (README, "Limits") so that no submission, from the CLI or the hook,
+    Every field is bounded (docs/configuration.md, "Limits") so that no submission, from the CLI or the hook,
     stores more than a few tens of kB; whether the backend exists is the store's rule."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)

@@ -1,7 +1,7 @@
 """The quota scheduler's metrics, through Airflow's metrics (StatsD or OpenTelemetry, as
 Airflow's ``[metrics]`` section says), or nowhere when Airflow is not installed or metrics are off.
 
-What is sent (the README's "Alerts and metrics" has the table):
+What is sent (docs/alerts-metrics.md has the table):
 
 - gauges per share and instance type, at most every ``gauge_seconds``: ``limit``, ``used``,
   ``borrowed``, ``lent``, ``runnable``, ``oldest_pending_seconds``, from the shares' view the
