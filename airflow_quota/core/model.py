@@ -158,6 +158,9 @@ class JobFields(BaseModel):
     dag_id: AirflowId | None = None
     task_id: AirflowId | None = None
     run_id: AirflowId | None = None
+    map_index: Annotated[int, Field(strict=True, ge=0, le=2**31 - 1)] | None = None
+    """The submitting task instance's map index when it is a mapped task (None: not mapped), so
+    the Quotas page links to that task instance."""
     aws_conn_id: AirflowId | None = None
     """The Airflow AWS connection whose credentials the sagemaker backend uses for this job's
     calls; None: its share's ``aws_conn_id``, else the quota scheduler's own credentials."""

@@ -89,6 +89,7 @@ class ExecutorJobs:
                 run_id=task.run_id,
                 actor=actor,
                 priority_overridden=priority is not None,
+                map_index=task.map_index,
             )
         except (SubmissionRejected, InvalidInput, ValueError) as exc:
             raise TaskRefused(f"quota job {name!r} was not submitted: {exc}") from exc

@@ -263,6 +263,7 @@ class QuotaHook(BaseHook):
         *,
         actor: Actor | None = None,
         priority_overridden: bool = False,
+        map_index: int | None = None,
     ) -> JobRow:
         """Store a submission for the quota scheduler (``QuotaStore.submit``): raises
         ``InvalidInput`` for a field beyond its limit (``core.submission.job_fields``, as the
@@ -274,6 +275,7 @@ class QuotaHook(BaseHook):
             running task's DAG, or the operating-system user outside a task (``current_actor``).
         :param priority_overridden: the request's priority is a run's ``quota_priority``
             override: the share's ``access.set_priority`` rule must allow ``actor`` too.
+        :param map_index: the mapped task instance's index (None or -1: not a mapped task).
         """
         fields = job_fields(
             {
@@ -284,6 +286,7 @@ class QuotaHook(BaseHook):
                 "task_id": task_id,
                 "run_id": run_id,
                 "aws_conn_id": aws_conn_id,
+                "map_index": None if map_index is None or map_index < 0 else map_index,
             }
         )
         return self.store.submit(
@@ -297,6 +300,7 @@ class QuotaHook(BaseHook):
             aws_conn_id=fields.aws_conn_id,
             actor=current_actor() if actor is None else actor,
             priority_overridden=priority_overridden,
+            map_index=fields.map_index,
         )
 
     def get_job(self, job_id: int) -> JobRow | None:

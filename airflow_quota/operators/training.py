@@ -444,6 +444,7 @@ class QuotaTrainingOperator(BaseOperator):
                 aws_conn_id=self.aws_conn_id if self.backend == "sagemaker" else None,
                 actor=actor,
                 priority_overridden=override is not None,
+                map_index=map_index,
             )
         except (SubmissionRejected, ChangeRefused, InvalidInput) as exc:
             source = f" ({QUOTA_PRIORITY_PARAM}={override} from the run's conf)" if override is not None else ""

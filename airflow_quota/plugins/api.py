@@ -129,6 +129,7 @@ class JobModel(_Model):
     dag_id: str | None
     task_id: str | None
     run_id: str | None
+    map_index: int | None = Field(description="the mapped task instance's index; null: not mapped")
     submitted_at: float
     updated_at: float
     can_edit: bool = Field(description="whether the requesting user may change this job")
@@ -479,8 +480,10 @@ def job_model(
     airflow_root = root[: -len(URL_PREFIX)] if root.endswith(URL_PREFIX) else ""
     task_url = None
     if job.dag_id and job.run_id and job.task_id:
-        path = "/".join(quote(part, safe="") for part in (job.dag_id, "runs", job.run_id, "tasks", job.task_id))
-        task_url = f"{airflow_root}/dags/{path}"
+        parts = [job.dag_id, "runs", job.run_id, "tasks", job.task_id]
+        if job.map_index is not None:
+            parts += ["mapped", str(job.map_index)]
+        task_url = f"{airflow_root}/dags/" + "/".join(quote(part, safe="") for part in parts)
     values: dict[str, Any] = {
         column: getattr(job, column) for column in JobModel.model_fields if column not in COMPUTED_COLUMNS
     }

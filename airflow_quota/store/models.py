@@ -66,6 +66,8 @@ class JobRow(Base):
     dag_id: Mapped[str | None] = mapped_column(String(250))
     task_id: Mapped[str | None] = mapped_column(String(250))
     run_id: Mapped[str | None] = mapped_column(String(250))
+    map_index: Mapped[int | None] = mapped_column(Integer)
+    """The mapped task instance's index (``JobFields.map_index``); None: not a mapped task."""
     aws_conn_id: Mapped[str | None] = mapped_column(String(250))
     """The Airflow AWS connection the job's SageMaker calls use (``JobFields.aws_conn_id``)."""
     submitted_at: Mapped[float] = mapped_column(Float)

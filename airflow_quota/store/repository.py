@@ -101,6 +101,7 @@ class QuotaStore:
         *,
         actor: Actor = Actor(),  # noqa: B008 (frozen: one shared instance is what is meant)
         priority_overridden: bool = False,
+        map_index: int | None = None,
     ) -> JobRow:
         """Store a submission for the scheduler to take in; raises SubmissionRejected when the
         current configuration could never accept it (nothing stored), SubmissionDenied when
@@ -137,6 +138,7 @@ class QuotaStore:
                         task_id=task_id,
                         run_id=run_id,
                         aws_conn_id=aws_conn_id,
+                        map_index=map_index,
                         submitted_at=now,
                         state="SUBMITTED",
                         updated_at=now,

@@ -24,7 +24,7 @@ from sqlalchemy import select
 from airflow_quota.core.config import read_yaml
 from airflow_quota.store.models import Request
 from tests.plugins.conftest import UNTIL, Served, raw_request, serve
-from tests.plugins.walkthrough import DAG_ID, QUOTA, starving_in_an_hour
+from tests.plugins.walkthrough import DAG_ID, MAPPED, QUOTA, starving_in_an_hour
 
 MAX_PRIORITY = 10
 """qs1's max_priority in these tests (the walkthrough's priorities are 1-4)."""
@@ -178,6 +178,9 @@ def test_jobs_filter_by_state_share_and_dag_and_show_where_waiting_jobs_stand(se
     assert job["dag_id"] == DAG_ID and job["task_id"] == "qs1_med"
     assert job["page_url"] == f"/quota/jobs/{job['id']}"
     assert job["task_url"] == f"/dags/{DAG_ID}/runs/manual__walkthrough/tasks/qs1_med"
+    mapped = next(j for j in live if j["name"] == "qs3-job")
+    assert mapped["map_index"] == MAPPED["qs3-job"] and job["map_index"] is None
+    assert mapped["task_url"] == f"/dags/{DAG_ID}/runs/manual__walkthrough/tasks/qs3_job/mapped/{MAPPED['qs3-job']}"
     assert job["preferences"] == [{"instance_type": "ml.g5.xlarge", "count": 1, "training_plan": None}]
 
 

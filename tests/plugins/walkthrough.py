@@ -32,6 +32,8 @@ SCENARIO = ROOT / "examples" / "walkthrough.yaml"
 QUOTA = ROOT / "examples" / "quota.yaml"
 DAG_ID = "quota_walkthrough"
 RUN_ID = "manual__walkthrough"
+MAPPED = {"qs3-job": 2}
+"""Jobs submitted by a mapped task instance, with its map index (the page links to it)."""
 
 
 @dataclass
@@ -123,6 +125,7 @@ def play(url: str, until: float, quota: dict[str, Any] | None = None, state_dir:
                     dag_id=DAG_ID,
                     task_id=task_id,
                     run_id=RUN_ID,
+                    map_index=MAPPED.get(event.submit.name),
                 )
                 world.ids[job.name] = job.id
             elif event.set_priority is not None:

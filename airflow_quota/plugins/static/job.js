@@ -65,7 +65,7 @@
       ["cost", money(job.cost)],
       ["backend", job.backend],
       ["submitted", clock(job.submitted_at)],
-      ["Airflow task", job.task_url ? h("a", {href: job.task_url, target: "_top"}, job.dag_id + " / " + job.task_id) : null],
+      ["Airflow task", job.task_url ? h("a", {href: job.task_url, target: "_top"}, job.dag_id + " / " + job.task_id + (job.map_index === null || job.map_index === undefined ? "" : " [" + job.map_index + "]")) : null],
     ]));
     fill(document.getElementById("attempts"), table(["#", "on", "borrowed", "status", "placed", "running since", "ended", "reason"],
       detail.attempts.map((a) => h("tr", {dataset: {attempt: a.number}},
