@@ -7,7 +7,9 @@ shares over a pool of two ml.g5.xlarge and two ml.g4dn.xlarge, ``quota.yaml`` th
 1. Held and placed in order: while a blocker fills the research share for 95 s, three research
    tasks (priorities 1, 9, 5) stay QUEUED past ``task_queued_timeout`` (30 s, checked every 5 s)
    and a prod task runs at once; then the research tasks run one at a time, highest priority
-   first, and all succeed, the last after a hold of at least 90 s.
+   first, and all succeed, the last after a hold of at least 90 s; r_low and r_mid, overtaken
+   by r_high after 30 s of waiting, raise STARVING alerts (in the store and the quota
+   scheduler's log).
 3. Adoption: Airflow's scheduler killed with SIGKILL while one task runs and two are held, then
    restarted: the new scheduler's QuotaExecutor adopts all three; each runs exactly once (one
    try, one quota job, one start) and succeeds.
@@ -160,6 +162,20 @@ def test_tasks_are_held_while_their_share_is_full_and_placed_by_priority_past_th
     # the quota jobs agree within a few of the quota scheduler's steps (it polls the reports each second)
     expected = dict.fromkeys((*research, "p_now"), ("SUCCEEDED", 1))
     wait_until("the quota jobs SUCCEEDED", lambda: final_jobs(af, "quota_exec_shares") == expected, af, 15)
+    # Airflow queued r_low, then r_mid, then r_high (priority_weight); the quota model placed
+    # r_high first: r_low and r_mid, waiting past research's 30 s, were overtaken and starved
+    by_id = {jobs[t].id: t for t in research}
+    starving = [a for a in af.store.alerts() if a.kind == "STARVING" and a.job_id in by_id]
+    assert sorted(by_id[a.job_id] for a in starving) == ["r_low", "r_mid"], starving
+    wait_until(
+        "the STARVING alerts in the quota scheduler's log",
+        lambda: all(
+            f"quota alert STARVING: job {a.job_id} " in (af.logs / "quota-scheduler.log").read_text(errors="replace")
+            for a in starving
+        ),
+        af,
+        15,
+    )
     started = {e["task"]: e for e in events(af) if e["event"] == "start"}
     assert started["r_high"]["share"] == "research" and started["p_now"]["share"] == "prod"
     assert started["r_mid"]["instance_type"] == "ml.g5.xlarge"

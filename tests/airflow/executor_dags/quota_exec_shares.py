@@ -2,7 +2,9 @@
 is full and placed in the quota model's order (priority first).
 
 ``quota_exec_blocker`` fills the research share (one ml.g5.xlarge) for ``conf.seconds``;
-``quota_exec_shares`` then queues three research tasks (priorities 1, 9, 5) and one prod task.
+``quota_exec_shares`` then queues three research tasks (priorities 1, 9, 5) and one prod task;
+their Airflow ``priority_weight`` has Airflow queue r_low first, then r_mid, then r_high, so the
+quota model's order (r_high, r_mid, r_low) overtakes r_low and r_mid: both starve.
 """
 
 from __future__ import annotations
@@ -27,11 +29,20 @@ with DAG("quota_exec_blocker", schedule=None, start_date=START, catchup=False, p
 
 with DAG("quota_exec_shares", schedule=None, start_date=START, catchup=False):
 
-    @task(executor="quota", executor_config=quota_config(share="research", instance_preferences=G5, priority=1))
+    @task(
+        executor="quota",
+        priority_weight=30,
+        executor_config=quota_config(share="research", instance_preferences=G5, priority=1),
+    )
     def r_low() -> int:
         return train("r_low", 5)
 
-    @task(executor="quota", queue="research", executor_config=quota_config(instance_preferences=G5, priority=5))
+    @task(
+        executor="quota",
+        queue="research",
+        priority_weight=20,
+        executor_config=quota_config(instance_preferences=G5, priority=5),
+    )
     def r_mid() -> int:
         return train("r_mid", 5)
 
