@@ -1,5 +1,5 @@
 """Durations and instants as people read them, in the CLI's tables, the simulator's reports and
-the task log: "2 hours 5 minutes", "about 3 days", "at 14:20 UTC". The one way the project
+the task log: "2 hours 5 minutes", "about 3 days", "14:20 UTC". The one way the project
 writes time for people, built on pendulum's words (the library Airflow users write
 ``start_date`` with).
 
@@ -47,8 +47,3 @@ def clock_time(epoch_seconds: float, now: float | None = None) -> str:
     if now is not None and pendulum.from_timestamp(now, tz="UTC").date() == instant.date():
         return instant.format("HH:mm [UTC]", locale=LOCALE)
     return instant.format("YYYY-MM-DD HH:mm [UTC]", locale=LOCALE)
-
-
-def at_clock_time(epoch_seconds: float, now: float | None = None) -> str:
-    """ "at 14:20 UTC" (``clock_time`` in a sentence)."""
-    return f"at {clock_time(epoch_seconds, now)}"

@@ -19,7 +19,7 @@ from typing import Any, Literal, cast
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
-from airflow_quota.core.human_time import clock_time, duration_words
+from airflow_quota.core.human_time import about, clock_time
 from airflow_quota.core.model import FINAL_STATES, JobState
 from airflow_quota.hooks.quota import QuotaHook, describe_alert, describe_job, state_key
 from airflow_quota.store.lock import SchedulerHealth
@@ -69,11 +69,11 @@ class QuotaJobEvent:
 
 
 def scheduler_silence(silent_seconds: float | None, now: float) -> str:
-    """Why no quota scheduler counts as running, for the task log: "none has beaten for 12
-    minutes, since 14:20 UTC", or "none has ever run on this quota database"."""
+    """Why no quota scheduler counts as running, for the task log: "none has beaten for about
+    13 minutes, since 14:07 UTC", or "none has ever run on this quota database"."""
     if silent_seconds is None:
         return "none has ever run on this quota database"
-    return f"none has beaten for {duration_words(silent_seconds)}, since {clock_time(now - silent_seconds, now)}"
+    return f"none has beaten for {about(silent_seconds)}, since {clock_time(now - silent_seconds, now)}"
 
 
 def _fire(payload: dict[str, Any]) -> TriggerEvent:

@@ -271,7 +271,7 @@ def test_a_waiting_task_warns_once_while_no_quota_scheduler_runs_and_says_when_o
     ("silent_seconds", "said"),
     [
         pytest.param(None, "none has ever run on this quota database", id="never led"),
-        pytest.param(750.0, "none has beaten for 12 minutes 30 seconds, since 14:07 UTC", id="silent a while"),
+        pytest.param(750.0, "none has beaten for about 13 minutes, since 14:07 UTC", id="silent a while"),
     ],
 )
 def test_the_warning_says_how_long_the_quota_scheduler_has_been_silent(silent_seconds: float | None, said: str) -> None:

@@ -8,7 +8,7 @@ import math
 import pendulum
 import pytest
 
-from airflow_quota.core.human_time import about, at_clock_time, clock_time, duration_words
+from airflow_quota.core.human_time import about, clock_time, duration_words
 
 DEC_3_14_20 = pendulum.datetime(2026, 12, 3, 14, 20, 5).timestamp()
 
@@ -54,6 +54,5 @@ def test_the_words_are_english_whatever_the_process_locale() -> None:
 
 def test_an_instant_on_a_utc_clock_has_its_date_unless_it_is_today() -> None:
     assert clock_time(DEC_3_14_20, now=DEC_3_14_20 + 3600) == "14:20 UTC"
-    assert at_clock_time(DEC_3_14_20, now=DEC_3_14_20 + 60) == "at 14:20 UTC"
     assert clock_time(DEC_3_14_20, now=DEC_3_14_20 + 86400) == "2026-12-03 14:20 UTC"
     assert clock_time(DEC_3_14_20) == "2026-12-03 14:20 UTC"
