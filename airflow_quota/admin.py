@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow_quota.core.access import local_user
 from airflow_quota.core.config import NAME_PATTERN, QUOTA_SECTIONS, load_file, parse_config
+from airflow_quota.core.human_time import clock_time, duration_words
 from airflow_quota.exceptions import ChangeRefused, InvalidInput, Problem
 from airflow_quota.store.backend_names import enabled_backends
 from airflow_quota.store.settings import airflow_home, database_url, redacted
@@ -299,13 +300,13 @@ def show_shares(args: argparse.Namespace) -> int:
             round(t.lent, 3),
             t.idle,
             t.runnable,
-            t.oldest_pending_seconds(now),
+            duration_words(t.oldest_pending_seconds(now)) if t.runnable else None,
         ]
         for share in view.shares
         for t in share.types
     ]
     headers = ["share", "strategy", "instance type", "limit", "used", "borrowed", "lent", "idle", "RUNNABLE"]
-    print(_table([*headers, "oldest wait s"], rows))
+    print(_table([*headers, "oldest wait"], rows))
     return 0
 
 
@@ -457,7 +458,6 @@ def show_job(args: argparse.Namespace) -> int:
         "backend",
         "attempts",
         "preemptions",
-        "wait_seconds",
         "gpu_hours",
         "lost_gpu_hours",
         "cost",
@@ -467,6 +467,9 @@ def show_job(args: argparse.Namespace) -> int:
     ):
         if record[key] is not None:
             print(f"{key:>18}: {record[key]}")
+    now = store.clock()
+    submitted = clock_time(record["submitted_at"], now)
+    print(f"{'submitted':>18}: {submitted}, waited {duration_words(record['wait_seconds'])}")
     if record["attempts_detail"]:
         print("\nattempts")
         print(
@@ -489,8 +492,11 @@ def show_job(args: argparse.Namespace) -> int:
         print("\npreemptions")
         print(
             _table(
-                ["attempt", "kind", "by", "lost s"],
-                [[p["attempt"], p["kind"], p["by"], p["lost_seconds"]] for p in record["preemptions_detail"]],
+                ["attempt", "at", "kind", "by", "work lost"],
+                [
+                    [p["attempt"], clock_time(p["at"], now), p["kind"], p["by"], duration_words(p["lost_seconds"])]
+                    for p in record["preemptions_detail"]
+                ],
             )
         )
     if record["events"]:
@@ -597,7 +603,8 @@ def set_provider_available(args: argparse.Namespace) -> int:
 
 
 def show_alerts(args: argparse.Namespace) -> int:
-    alerts = _store(args).alerts()
+    store = _store(args)
+    alerts, now = store.alerts(), store.clock()
     records = [
         {"at": a.at, "kind": a.kind, "job": a.job, "share": a.share, "reason": a.reason, "position": a.position}
         for a in alerts
@@ -608,7 +615,7 @@ def show_alerts(args: argparse.Namespace) -> int:
     print(
         _table(
             ["at", "kind", "job", "share", "reason"],
-            [[r["at"], r["kind"], r["job"], r["share"], r["reason"]] for r in records],
+            [[clock_time(a.at, now), a.kind, a.job, a.share, a.reason] for a in alerts],
         )
     )
     return 0

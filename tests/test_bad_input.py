@@ -17,7 +17,7 @@ import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterator
-from datetime import date
+from datetime import date, datetime
 from pathlib import Path
 from typing import Any
 
@@ -129,6 +129,14 @@ def assert_refused(run: Run, expected: Expected, file: Path, *, stdout_empty: bo
 
 
 # --------------------------------------------------------------------------- simulate: one problem each
+
+PLAN = {
+    "name": "night",
+    "instance_type": G5,
+    "count": 1,
+    "starts_at": "2026-12-01T00:00:00Z",
+    "ends_at": datetime(2026, 12, 2),  # written by YAML as 2026-12-02 00:00:00, unquoted: no zone
+}
 
 AT_LEAST_ONE = r"≥ 1|>= 1|greater than or equal to 1|at least 1"
 AT_LEAST_ZERO = r"≥ 0|>= 0|greater than or equal to 0|negative"
@@ -253,6 +261,16 @@ SIMULATE_CASES: list[tuple[str, str | dict[str, Any], Expected]] = [
         "an update_share that gives a borrow_limit to a RESERVE share",
         scenario(submit(0), {"at": 5, "update_share": {"name": "qs2", "borrow_limit": 50}}),
         [("events[1].update_share.borrow_limit", r"LEND_AND_BORROW")],
+    ),
+    (
+        "a start without a zone (read as UTC here, as local time by a person)",
+        "start: '2026-12-01T09:00:00'\n" + yaml.safe_dump(scenario(submit(0)), sort_keys=False),
+        [("start", r"'2026-12-01T09:00:00' has no zone; a timestamp needs a zone: an offset")],
+    ),
+    (
+        "a plan window whose end is a YAML timestamp without a zone",
+        scenario(quota_=quota(pool={**BASE_QUOTA["pool"], "training_plans": [PLAN]})),
+        [("quota.pool.training_plans[0].ends_at", r"^2026-12-02T00:00:00 has no zone")],
     ),
 ]
 

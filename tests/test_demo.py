@@ -57,7 +57,9 @@ def test_make_demo_once_tells_the_quota_story(tmp_path: Path) -> None:
     assert re.search(r"qs1_high .*\n  attempt 1 ran on 1x ml\.g5\.xlarge; preempted \(IN_SHARE\) by qs1_low", story)
     resumed = re.findall(r"attempt 2 ran on .*resumed from the checkpoint at step (\d+)", story)
     assert len(resumed) == 2 and all(int(step) > 0 for step in resumed), story
-    assert len(re.findall(r"waited [\d.]+ s in the queue; [\d.]+ GPU-hours, \$[\d.]+", story)) == 5
+    waits = re.findall(r"waited (.+) in the queue; [\d.]+ GPU-hours, \$[\d.]+", story)
+    assert len(waits) == 5, story
+    assert all(re.fullmatch(r"\d+ \w+( \d+ \w+)?|less than a second", w) for w in waits), waits  # in words
     assert "5 trainings, 2 preemption(s)" in story
     assert re.search(r"The Airflow UI: http://127\.0\.0\.1:\d+ +\(login admin / \S+\)", story)
     # the live table was shown while the run went on

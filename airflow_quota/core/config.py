@@ -13,10 +13,11 @@ from pathlib import Path
 from typing import Annotated, Any, Literal, TypeVar
 
 import yaml
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator
 
 from airflow_quota.core.access import ShareAccess
 from airflow_quota.core.catalogue import InstanceTypeSpec, builtin_catalogue
+from airflow_quota.core.timestamps import STORED, zoned
 from airflow_quota.exceptions import InvalidInput, Problem, join_path
 
 NAME_CHARACTERS = "A-Za-z0-9_-"
@@ -57,8 +58,9 @@ def at_most(limit: int) -> AfterValidator:
 URI_MAX_LENGTH = 2048
 """``checkpoint_uri``, a plan's ``arn``: S3 keys are at most 1024 bytes, URLs in practice 2048."""
 Uri = Annotated[str, Field(strict=True), at_most(URI_MAX_LENGTH)]
-Instant = datetime | float
-"""A point in time: an aware datetime, or seconds from the scheduler's origin."""
+Instant = Annotated[datetime | float, BeforeValidator(zoned)]
+"""A point in time: a zoned timestamp (``core.timestamps``: ``2026-12-01T09:00:00+01:00``,
+``2026-12-01T09:00:00 Europe/Paris``), or seconds from the scheduler's origin."""
 
 
 class Strategy(str, Enum):
@@ -512,6 +514,13 @@ def _kind(value: Any) -> str:
     if isinstance(value, date):
         return "a date"
     return f"a {type(value).__name__}"
+
+
+def stored_config(document: Mapping[str, Any]) -> QuotaConfig:
+    """A configuration read back from the quota database (its input log, its versions): it
+    was checked when applied, so one stored before timestamps needed a zone is read as it was
+    then, a zoneless timestamp as UTC (``core.timestamps.STORED``)."""
+    return QuotaConfig.model_validate(document, context={STORED: True})
 
 
 def load_config(path: Path) -> QuotaConfig:

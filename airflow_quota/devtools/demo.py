@@ -22,6 +22,7 @@ import uuid
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from airflow_quota.core.human_time import duration_words
 from airflow_quota.devtools.stack import AirflowStack, StackError, StackSettings, stop_on_sigterm
 from airflow_quota.sim.report import table
 from airflow_quota.store.models import JobRow
@@ -92,15 +93,16 @@ def quota_story(store: QuotaStore, jobs: Sequence[JobRow], training_log: Callabl
             if preempted is not None:
                 line += (
                     f"; preempted ({preempted.kind}) by {names.get(preempted.by_job, preempted.by_job)}, "
-                    f"{preempted.lost_seconds:.1f} s of work lost"
+                    f"{duration_words(preempted.lost_seconds)} of work lost"
                 )
             lines.append(line)
-        lines.append(f"  waited {job.wait_seconds:.1f} s in the queue; {job.gpu_hours:.4f} GPU-hours, ${job.cost:.4f}")
+        waited = duration_words(job.wait_seconds)
+        lines.append(f"  waited {waited} in the queue; {job.gpu_hours:.4f} GPU-hours, ${job.cost:.4f}")
     total_cost = sum(j.cost for j in jobs)
     total_wait = sum(j.wait_seconds for j in jobs)
     preemptions_in_all = sum(j.preemptions for j in jobs)
     lines.append(
-        f"{len(jobs)} trainings, {preemptions_in_all} preemption(s), {total_wait:.1f} s of waiting in all, "
+        f"{len(jobs)} trainings, {preemptions_in_all} preemption(s), {duration_words(total_wait)} of waiting in all, "
         f"cost ${total_cost:.4f}"
     )
     return "\n".join(lines)

@@ -60,6 +60,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import object_session
 
 from airflow_quota.core.access import Actor
+from airflow_quota.core.human_time import duration_words
 from airflow_quota.core.model import HOLDING_STATES
 from airflow_quota.exceptions import InvalidInput
 from airflow_quota.executors.config import config_problems, quota_arguments
@@ -363,9 +364,9 @@ class QuotaExecutor(LocalExecutor):
         self.queued_tasks[key] = workload
         self.jobs.report(held.job_id, attempt.number, "RUNNING", None, identity.try_number)
         self.log.info(
-            "%s released after %.0f s: quota job %s attempt %s on %sx %s in share %s",
+            "%s released after %s: quota job %s attempt %s on %sx %s in share %s",
             key,
-            time.time() - held.since,
+            duration_words(max(0.0, time.time() - held.since)),
             held.job_id,
             attempt.number,
             attempt.count,
@@ -384,12 +385,12 @@ class QuotaExecutor(LocalExecutor):
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, signal.SIGTERM)
         self.log.info(
-            "quota job %s attempt %s is being stopped: SIGTERM to %s (pid %s), cleared in %.0f s",
+            "quota job %s attempt %s is being stopped: SIGTERM to %s (pid %s), cleared in %s",
             released.job_id,
             released.attempt,
             released.identity,
             pid,
-            grace,
+            duration_words(max(grace, 0.0)),
         )
 
     @staticmethod

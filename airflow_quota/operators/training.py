@@ -21,6 +21,7 @@ from airflow.sdk import BaseOperator, Context
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 from airflow_quota.core.access import Actor
+from airflow_quota.core.human_time import duration_words
 from airflow_quota.core.model import FINAL_STATES, LIVE_STATES, FailureReason, JobRequest, JobState
 from airflow_quota.exceptions import ChangeRefused, InvalidInput, Problem, SubmissionRejected
 from airflow_quota.hooks.quota import QuotaHook, describe_job, state_key, task_actor
@@ -499,7 +500,7 @@ class QuotaTrainingOperator(BaseOperator):
             summary = job_summary(job, borrowed)
             self.log.info(
                 "quota job %s SUCCEEDED on %sx %s: %s attempt(s), %s preemption(s), %.3f GPU-hours (%.3f lost), "
-                "cost $%.2f, waited %.0f s",
+                "cost $%.2f, waited %s",
                 job.id,
                 job.count,
                 job.instance_type,
@@ -508,7 +509,7 @@ class QuotaTrainingOperator(BaseOperator):
                 job.gpu_hours,
                 job.lost_gpu_hours,
                 job.cost,
-                job.wait_seconds,
+                duration_words(job.wait_seconds),
             )
             if self.backend == "sagemaker" and training_job is not None:
                 return {"Training": TrainingJobs(self._calls_aws_conn_id()).describe(training_job), "quota": summary}

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from airflow_quota.core.config import QuotaConfig
+from airflow_quota.core.config import stored_config
 from airflow_quota.core.cycle import QuotaScheduler
 from airflow_quota.core.inputs import (
     AttemptFailed,
@@ -46,7 +46,7 @@ KINDS = (
 def from_row(kind: str, payload: dict[str, Any]) -> Input:
     """The typed input a log row (or a request of the inbox, in the same shape) stands for."""
     if kind == "config":
-        return ConfigurationApplied(QuotaConfig.model_validate(payload["document"]), payload.get("version"))
+        return ConfigurationApplied(stored_config(payload["document"]), payload.get("version"))
     if kind == "cycle":
         return CycleDue()
     if kind == "provider":

@@ -194,7 +194,12 @@ class BackendPoller:
             log.info("%s answers polls again after throttling: polls resume every %g s", self.name, self.interval)
 
     def _throttled(self, exc: BackendThrottled, now: float) -> None:
-        """Pause this backend's polls; polls of the same round throttled too do not pause longer."""
+        """Pause this backend's polls; polls of the same round throttled too do not pause longer.
+
+        Not a tenacity retry (as ``QuotaService._retrying`` is): nothing is called again here.
+        The pause is shared state that every worker thread of the backend reads, on the service's
+        clock (a test's manual one too), and the throttled attempt just stays due; a per-call
+        retry would sleep in one thread while the others went on calling the throttled API."""
         with self._lock:
             if now < self._paused_until:
                 return

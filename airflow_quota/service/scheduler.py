@@ -46,6 +46,7 @@ from sqlalchemy import Engine, event, func, select, update
 from sqlalchemy.exc import DBAPIError, DisconnectionError, PendingRollbackError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.orm import Session
+from tenacity import RetryCallState, RetryError, Retrying, retry_if_exception_type, wait_exponential
 
 from airflow_quota.core.cycle import QuotaScheduler
 from airflow_quota.core.explain import describe, event_record
@@ -114,7 +115,8 @@ started, then finishes, then failures, then stops; each kind in the order of pla
 
 RETRY_FIRST_SECONDS = 0.5
 RETRY_MAX_SECONDS = 5.0
-"""Back-off after a database error: 0.5 s, doubling up to 5 s, reset by a step that works."""
+RETRY_BACKOFF = wait_exponential(multiplier=RETRY_FIRST_SECONDS, max=RETRY_MAX_SECONDS)
+"""Back-off after a database error: 0.5 s, doubling up to 5 s, reset by a pass that works."""
 
 DATABASE_ERRORS = (DatabaseUnavailable, DBAPIError, PendingRollbackError, DisconnectionError, PoolTimeout)
 """What a dropped connection, a restarted or failed-over server looks like through SQLAlchemy."""
@@ -213,6 +215,12 @@ class QuotaService:
         self.lock = leader_lock(engine, self.holder, leader_lease_seconds if lease_seconds is None else lease_seconds)
         self._fencing = False
         """True once ``run`` leads: then every decision transaction checks the lease's epoch."""
+        self._leading = False
+        """Whether ``run`` holds the leader lease (as far as it knows: the next check may say no)."""
+        self._migrated = False
+        """Whether ``run`` has brought the database's schema up to date."""
+        self._standing_by = False
+        """Whether ``run`` waits as a standby, having said so once in the log."""
         if engine.dialect.name == "postgresql":
             _end_frozen_transactions(engine, self.lock.lease_seconds)
         self.scheduler: QuotaScheduler | None = None
@@ -231,14 +239,13 @@ class QuotaService:
     def run(self, stop: threading.Event, migrate_first: bool = True) -> None:
         """Lead when possible, wait otherwise, until ``stop`` is set (SIGTERM).
 
-        A database error in the leader or a standby (at start or later: unreachable, connection
-        dropped, server restarted) is logged in one line and retried with back-off, never fatal;
+        The process is a loop of passes (``_pass``). A database error in a pass, the leader's
+        or a standby's (at start or later: unreachable, connection dropped, server restarted),
+        is logged in one line and the pass retried with back-off (``_retrying``), never fatal;
         a lost lease makes the leader step down and wait as a standby."""
-        backoff = RETRY_FIRST_SECONDS
-        leading = False
-        migrated = not migrate_first
-        standby_seconds = min(1.0, self.lock.lease_seconds / 4)
-        standing_by = False
+        self._leading = False
+        self._migrated = not migrate_first
+        self._standing_by = False
         if not self._metrics_given:
             self.metrics = self.alerts.metrics = QuotaMetrics.from_airflow()
         self.alerts.in_background()  # a slow notifier must not hold up cycles or the lease
@@ -247,61 +254,22 @@ class QuotaService:
         pool_log = getattr(self.engine.pool, "logger", None)  # sqlalchemy.pool.impl.QueuePool
         if isinstance(pool_log, logging.Logger) and not any(isinstance(f, _OneLine) for f in pool_log.filters):
             pool_log.addFilter(_OneLine())
+        retrying = self._retrying(stop)
         while not stop.is_set():
             try:
-                with reachable(str(self.engine.url)):
-                    if not migrated:
-                        migrate(self.engine)
-                        migrated = True
-                    if not leading:
-                        leading = self.lock.acquire()
-                        if not leading:
-                            if not standing_by:
-                                log.info("%s waits as standby: %s leads", self.holder, current_leader(self.engine))
-                                standing_by = True
-                            stop.wait(standby_seconds)
-                            backoff = RETRY_FIRST_SECONDS
-                            continue
-                        standing_by = False
-                        log.info(
-                            "%s leads the quota scheduler (lease epoch %s, %g s lease)",
-                            self.holder,
-                            self.lock.epoch,
-                            self.lock.lease_seconds,
-                        )
-                        self.recover()
-                    if not self.lock.still_leader():
-                        raise LeadershipLost(f"{self.holder}: another scheduler took the leader lease")
-                    worked = self.step()
-                if not worked:
-                    self._wait(stop)
-                backoff = RETRY_FIRST_SECONDS
+                retrying(self._pass, stop)
             except LeadershipLost as exc:
                 log.warning(
                     "%s lost the leadership (%s); what it had not committed is dropped; waiting", self.holder, exc
                 )
-                leading = False
+                self._leading = False
                 self.scheduler = None
                 self.poller.forget()  # a standby asks the backends about nothing
-            except DATABASE_ERRORS as exc:
-                role = "leader" if leading else "standby"
-                log.error(
-                    "%s (%s): database error: %s; retrying in %.1f s",
-                    self.holder,
-                    role,
-                    database_error_line(exc),
-                    backoff,
-                )
-                leading = False
-                self.scheduler = None  # it may be ahead of what committed: rebuilt from the log
-                self.poller.forget()  # until it leads again
-                self.lock.reset()
-                self.engine.dispose()  # every pooled connection may be dead (server restart)
-                stop.wait(backoff)
-                backoff = min(backoff * 2, RETRY_MAX_SECONDS)
+            except RetryError:
+                break  # stopped while backing off from a database error
         self.alerts.close()
         self.poller.stop()
-        if leading:
+        if self._leading:
             try:
                 self.lock.release()
             except DATABASE_ERRORS as exc:
@@ -309,6 +277,75 @@ class QuotaService:
                     "%s could not release the lease (%s): it runs out by itself", self.holder, database_error_line(exc)
                 )
         log.info("%s stopped", self.holder)
+
+    def _retrying(self, stop: threading.Event) -> Retrying:
+        """How ``run`` retries a pass that met a database error (tenacity): after
+        ``RETRY_BACKOFF``'s wait, cut short when ``stop`` is set, until it is. Each pass starts
+        a fresh count, so one that works resets the back-off to its first wait."""
+
+        def stopping(_: RetryCallState) -> bool:
+            return stop.is_set()
+
+        def pause(seconds: float) -> None:
+            stop.wait(seconds)
+
+        return Retrying(
+            retry=retry_if_exception_type(DATABASE_ERRORS),
+            wait=RETRY_BACKOFF,
+            stop=stopping,
+            sleep=pause,
+            after=self._after_database_error,
+        )
+
+    def _after_database_error(self, attempt: RetryCallState) -> None:
+        """A pass met a database error: say so in one line, and forget what is in memory (the
+        scheduler may be ahead of what committed: rebuilt from the log once it leads again)."""
+        assert attempt.outcome is not None  # tenacity calls ``after`` with the failed outcome
+        error = attempt.outcome.exception()
+        log.error(
+            "%s (%s): database error: %s; retrying in %.1f s",
+            self.holder,
+            "leader" if self._leading else "standby",
+            database_error_line(error) if error is not None else "?",
+            RETRY_BACKOFF(attempt),
+        )
+        self._leading = False
+        self.scheduler = None
+        self.poller.forget()  # until it leads again
+        self.lock.reset()
+        self.engine.dispose()  # every pooled connection may be dead (server restart)
+
+    def _pass(self, stop: threading.Event) -> None:
+        """One pass of ``run``: migrate (once), take the lease or wait a moment as a standby,
+        recover on taking it, then one step and, when it found nothing to do, a wait. Raises
+        a database error for ``_retrying``, LeadershipLost when the lease is another's."""
+        if stop.is_set():
+            return  # stopped during a back-off
+        with reachable(str(self.engine.url)):
+            if not self._migrated:
+                migrate(self.engine)
+                self._migrated = True
+            if not self._leading:
+                self._leading = self.lock.acquire()
+                if not self._leading:
+                    if not self._standing_by:
+                        log.info("%s waits as standby: %s leads", self.holder, current_leader(self.engine))
+                        self._standing_by = True
+                    stop.wait(min(1.0, self.lock.lease_seconds / 4))
+                    return
+                self._standing_by = False
+                log.info(
+                    "%s leads the quota scheduler (lease epoch %s, %g s lease)",
+                    self.holder,
+                    self.lock.epoch,
+                    self.lock.lease_seconds,
+                )
+                self.recover()
+            if not self.lock.still_leader():
+                raise LeadershipLost(f"{self.holder}: another scheduler took the leader lease")
+            worked = self.step()
+        if not worked:
+            self._wait(stop)
 
     def _wait(self, stop: threading.Event) -> None:
         """Sleep until woken (PostgreSQL NOTIFY) or the poll interval passes."""

@@ -9,21 +9,14 @@ import html
 import json
 from typing import Any
 
+from airflow_quota.core.human_time import duration_words
 from airflow_quota.sim.plots import FIGURES
 from airflow_quota.sim.report import table
 
 
 def duration(seconds: float | None) -> str:
-    """A wait in the unit that reads best: s, min, h or d."""
-    if seconds is None:
-        return "-"
-    if seconds < 120:
-        return f"{seconds:.0f} s"
-    if seconds < 2 * 3600:
-        return f"{seconds / 60:.1f} min"
-    if seconds < 48 * 3600:
-        return f"{seconds / 3600:.1f} h"
-    return f"{seconds / 86400:.1f} d"
+    """A wait in a table cell: in words (``core.human_time``), "-" when there is none."""
+    return "-" if seconds is None else duration_words(seconds)
 
 
 def _ratio(mine: float, theirs: float) -> str:

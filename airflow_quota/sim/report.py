@@ -7,6 +7,7 @@ import json
 from typing import Any
 
 from airflow_quota.core.explain import event_record, number
+from airflow_quota.core.human_time import duration_words
 from airflow_quota.core.measures import charge, percentile
 from airflow_quota.core.model import (
     Alert,
@@ -153,12 +154,17 @@ def table(headers: list[str], rows: list[list[Any]]) -> str:
     return "\n".join(lines)
 
 
+def _wait(seconds: float | None) -> str | None:
+    """A wait in a table cell, in words (``core.human_time``); None (shown "-") for none."""
+    return None if seconds is None else duration_words(seconds)
+
+
 def to_text(report: dict[str, Any]) -> str:
     """The human summary: shares, jobs, alerts."""
     out = []
     pool = report["pool"]
     out.append(
-        f"Simulated {pool['end']} s in {pool['cycles']} cycles: pool GPU utilisation "
+        f"Simulated {pool['end']} s ({duration_words(pool['end'])}) in {pool['cycles']} cycles: pool GPU utilisation "
         f"{pool['utilization']:.0%}, {pool['gpu_hours']} GPU-hours, cost ${pool['cost']}"
     )
     out.append("")
@@ -173,9 +179,9 @@ def to_text(report: dict[str, Any]) -> str:
                     f"{s['utilization']:.0%}",
                     s["borrowed_gpu_hours"],
                     s["lent_gpu_hours"],
-                    s["wait_mean"],
-                    s["wait_p95"],
-                    s["wait_max"],
+                    _wait(s["wait_mean"]),
+                    _wait(s["wait_p95"]),
+                    _wait(s["wait_max"]),
                     s["preemptions"],
                     s["cost"],
                 ]
@@ -196,7 +202,7 @@ def to_text(report: dict[str, Any]) -> str:
                 "placed on",
                 "attempts",
                 "preempted",
-                "wait s",
+                "waited",
                 "GPU-h",
                 "cost",
             ],
@@ -210,7 +216,7 @@ def to_text(report: dict[str, Any]) -> str:
                     f"{j['count']}x {j['instance_type']}" if j["instance_type"] else None,
                     j["attempts"],
                     j["preemptions"],
-                    j["wait_seconds"],
+                    _wait(j["wait_seconds"]),
                     j["gpu_hours"],
                     j["cost"],
                 ]

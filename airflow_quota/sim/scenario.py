@@ -24,6 +24,7 @@ from airflow_quota.core.config import (
     pydantic_problems,
 )
 from airflow_quota.core.model import JobRequest
+from airflow_quota.core.timestamps import ZonedDatetime
 from airflow_quota.exceptions import InvalidInput, Problem
 
 EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
@@ -118,7 +119,8 @@ _EVENT_KINDS = ("submit", "set_priority", "update_share", "update_pool", "provid
 
 
 class Scenario(_Model):
-    start: datetime = EPOCH
+    start: ZonedDatetime = EPOCH
+    """The instant of t=0: a zoned timestamp (``core.timestamps``)."""
     quota: dict[str, Any] | None = None
     quota_file: str | None = None
     provider: ProviderState = Field(default_factory=ProviderState)
@@ -184,8 +186,9 @@ def parse_scenario(raw: Any, base: Path) -> LoadedScenario:
     if problems:
         raise InvalidInput(problems)
     assert config is not None
-    start = scenario.start if scenario.start.tzinfo else scenario.start.replace(tzinfo=timezone.utc)
-    return LoadedScenario(start=start, config=config, provider=scenario.provider, events=[e for _, e in events])
+    return LoadedScenario(
+        start=scenario.start, config=config, provider=scenario.provider, events=[e for _, e in events]
+    )
 
 
 def apply_share_update(config: QuotaConfig, update: ShareUpdate) -> dict[str, Any]:

@@ -27,7 +27,7 @@ from typing import Annotated, Any
 from pydantic import Field
 from sqlalchemy import func, or_, select
 
-from airflow_quota.core.config import QuotaConfig
+from airflow_quota.core.config import QuotaConfig, stored_config
 from airflow_quota.core.model import HOLDING_STATES, LIVE_STATES, WAITING_STATES, JobState
 from airflow_quota.store.engine import reachable
 from airflow_quota.store.models import (
@@ -449,7 +449,7 @@ def utilisation_history(store: QuotaStore, share: str, start: float, end: float)
     """
     with reachable(str(store.engine.url)), store.sessions() as session:
         versions = [
-            (row.created_at, QuotaConfig.model_validate(row.document))
+            (row.created_at, stored_config(row.document))
             for row in session.scalars(select(ConfigVersion).order_by(ConfigVersion.id))
         ]
         attempts = list(

@@ -17,7 +17,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from airflow_quota.core.access import Actor, check_priority_access, check_submit_access
-from airflow_quota.core.config import QuotaConfig, parse_config
+from airflow_quota.core.config import QuotaConfig, parse_config, stored_config
 from airflow_quota.core.model import LIVE_STATES, JobRequest
 from airflow_quota.core.state import QuotaState
 from airflow_quota.core.submission import check_submission
@@ -84,7 +84,7 @@ class QuotaStore:
     def latest_config(self) -> tuple[int, QuotaConfig] | None:
         with self._session() as session:
             row = session.scalars(select(ConfigVersion).order_by(ConfigVersion.id.desc()).limit(1)).first()
-            return None if row is None else (row.id, QuotaConfig.model_validate(row.document))
+            return None if row is None else (row.id, stored_config(row.document))
 
     # -- jobs ----------------------------------------------------------------------------
 
@@ -167,7 +167,7 @@ class QuotaStore:
         if self._checked is None or self._checked[0] != version:
             row = session.get(ConfigVersion, version)
             assert row is not None
-            self._checked = (version, QuotaState(QuotaConfig.model_validate(row.document), _EPOCH))
+            self._checked = (version, QuotaState(stored_config(row.document), _EPOCH))
         return self._checked[1]
 
     def set_priority(

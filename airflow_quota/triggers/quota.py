@@ -12,12 +12,14 @@ database (``triggers/watch.py``), which reads all their jobs in one query per in
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any, Literal, cast
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
+from airflow_quota.core.human_time import about, clock_time
 from airflow_quota.core.model import FINAL_STATES, JobState
 from airflow_quota.hooks.quota import QuotaHook, describe_alert, describe_job, state_key
 from airflow_quota.store.lock import SchedulerHealth
@@ -64,6 +66,14 @@ class QuotaJobEvent:
             if value is not None and not isinstance(value, str):
                 raise ValueError(f"a quota job event's {key} is a string or null, got {value!r}")
         return cls(cast(Status, status), job_id, state, reason, str(message))
+
+
+def scheduler_silence(silent_seconds: float | None, now: float) -> str:
+    """Why no quota scheduler counts as running, for the task log: "none has beaten for about
+    13 minutes, since 14:07 UTC", or "none has ever run on this quota database"."""
+    if silent_seconds is None:
+        return "none has ever run on this quota database"
+    return f"none has beaten for {about(silent_seconds)}, since {clock_time(now - silent_seconds, now)}"
 
 
 def _fire(payload: dict[str, Any]) -> TriggerEvent:
@@ -234,11 +244,7 @@ class QuotaJobTrigger(BaseTrigger):
         if health is None or job.state in FINAL_STATES:
             return warned
         if health.down and not warned:
-            since = (
-                f"none has beaten for {health.silent_seconds:.0f} s"
-                if health.silent_seconds is not None
-                else "none has ever run on this quota database"
-            )
+            since = scheduler_silence(health.silent_seconds, time.time())
             self.log.warning(
                 "no quota scheduler is running (%s): quota job %s waits until one does (start `airflow-quota"
                 " scheduler`; the Quotas page shows the same banner)",

@@ -12,6 +12,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import pendulum
 import pytest
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 from sqlalchemy import Engine, event, select
@@ -21,7 +22,7 @@ from airflow_quota.hooks.quota import store_for
 from airflow_quota.store.engine import make_engine, migrate
 from airflow_quota.store.models import AlertRow, JobRow, Request
 from airflow_quota.store.repository import QuotaStore
-from airflow_quota.triggers.quota import QuotaCapacityTrigger, QuotaJobEvent, QuotaJobTrigger
+from airflow_quota.triggers.quota import QuotaCapacityTrigger, QuotaJobEvent, QuotaJobTrigger, scheduler_silence
 from airflow_quota.triggers.watch import JobWatch
 from tests.airflow.conftest import G5, QUOTA, QuotaWorld, events_of, request
 
@@ -264,6 +265,18 @@ def test_a_waiting_task_warns_once_while_no_quota_scheduler_runs_and_says_when_o
     assert _payload(events[0])["status"] == "success"
     assert said(down) == 1 and said(back) == 1
     assert [line for line in lines if "no quota scheduler" in line and "[warning" in line] != []
+
+
+@pytest.mark.parametrize(
+    ("silent_seconds", "said"),
+    [
+        pytest.param(None, "none has ever run on this quota database", id="never led"),
+        pytest.param(750.0, "none has beaten for about 13 minutes, since 14:07 UTC", id="silent a while"),
+    ],
+)
+def test_the_warning_says_how_long_the_quota_scheduler_has_been_silent(silent_seconds: float | None, said: str) -> None:
+    now = pendulum.datetime(2026, 12, 3, 14, 20).timestamp()
+    assert scheduler_silence(silent_seconds, now) == said
 
 
 # -- one reader per triggerer: JobWatch -------------------------------------------------------

@@ -13,6 +13,7 @@ import pytest
 import yaml
 from sqlalchemy import Engine, func, select
 
+from airflow_quota.core.human_time import clock_time, duration_words
 from airflow_quota.store.engine import make_engine
 from airflow_quota.store.models import ConfigVersion, EventRow, JobRow, Request
 from airflow_quota.store.settings import normalize
@@ -267,6 +268,16 @@ def test_the_admin_commands_with_a_scheduler_running(
     alerts = cli_json(url, "alerts")
     assert isinstance(alerts, dict)
     assert [(a["kind"], a["job"]) for a in alerts["alerts"]] == [("PREEMPTED_REPEATEDLY", "low-a")], alerts
+
+    # the same for people: instants on a UTC clock, durations in words (core.human_time)
+    preemption = shown["preemptions_detail"][0]
+    text = cli("jobs", "show", "low-a", "--db", url)
+    line = next(row for row in text.stdout.splitlines() if "IN_SHARE" in row)
+    assert clock_time(preemption["at"], now=preemption["at"]) in line, text.stdout  # "14:20 UTC"
+    assert line.rstrip().endswith(duration_words(preemption["lost_seconds"])), text.stdout
+    assert f"waited {duration_words(shown['wait_seconds'])}" in text.stdout
+    text = cli("alerts", "--db", url)
+    assert clock_time(alerts["alerts"][0]["at"], now=alerts["alerts"][0]["at"]) in text.stdout, text.stdout
 
     listed = cli_json(url, "jobs", "list", "--share", "qs1")
     assert isinstance(listed, dict)

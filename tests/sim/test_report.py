@@ -13,6 +13,7 @@ import pytest
 import yaml
 
 from airflow_quota.core.catalogue import builtin_catalogue
+from airflow_quota.core.human_time import duration_words
 from tests.conftest import CLI, ROOT, SHARED, cli
 
 WALKTHROUGH = SHARED / "scenarios" / "aws-walkthrough.yaml"
@@ -267,6 +268,9 @@ def test_text_output_shows_shares_jobs_and_alerts() -> None:
         row = next(r for r in job_rows if r.split()[:1] == [name])
         assert record["state"] in row.split()
         assert record["share"] in row.split()
+        assert duration_words(record["wait_seconds"]) in row  # the wait in words, not seconds
+    end = walkthrough["pool"]["end"]
+    assert lines[0].startswith(f"Simulated {end} s ({duration_words(end)}) in ")
     for alert in walkthrough["alerts"]:
         assert any(alert["job"] in row.split() and alert["kind"] in row.split() for row in alert_rows), alert
 
