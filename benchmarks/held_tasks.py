@@ -41,7 +41,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import socket
+import subprocess
 import sys
 import tempfile
 import threading
@@ -222,6 +224,20 @@ def wait_for(what: str, condition: Any, stack: AirflowStack, timeout: float, rep
     raise RuntimeError(f"{what}: not within {timeout:.0f} s\n{stack.tails(40)}")
 
 
+def start_profiler(folder: Path | None, kind: str, pid: int, seconds: float) -> subprocess.Popen[bytes] | None:
+    """With ``--profile``: py-spy samples the scheduler's main process through the window, as
+    collapsed stacks in ``FOLDER/scheduler-KIND.txt`` (the evidence for where its loop goes)."""
+    if folder is None:
+        return None
+    spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
+    if not Path(spy).exists():
+        raise RuntimeError("--profile needs py-spy (pip install py-spy)")
+    folder.mkdir(parents=True, exist_ok=True)
+    output = folder / f"scheduler-{kind}.txt"
+    command = [spy, "record", "-p", str(pid), "-d", str(int(seconds)), "-r", "50", "-f", "raw", "-o", str(output)]
+    return subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
 def summary(values: list[float]) -> dict[str, float | int | None]:
     """Count, p50, p95 and max of timer values in ms."""
     if not values:
@@ -336,7 +352,7 @@ def measure(kind: str, args: argparse.Namespace) -> dict[str, Any]:
                     lambda: all_held(held_sample(stack), held),
                     stack,
                     args.limit,
-                    report=lambda: held_sample(stack),
+                    report=lambda: "{0.queued} queued, {0.runnable} RUNNABLE".format(held_sample(stack)),
                 )
                 ended = time.time()
                 queueing = {
@@ -351,6 +367,7 @@ def measure(kind: str, args: argparse.Namespace) -> dict[str, Any]:
             start = time.time()
             pgid = stack.processes["scheduler"].pid
             cpu_start, _, _ = group_usage(pgid)
+            profiler = start_profiler(args.profile, kind, pgid, args.window)
             samples: list[HeldSample] = []
             while time.time() < start + args.window:
                 if stack.dead():
@@ -370,6 +387,8 @@ def measure(kind: str, args: argparse.Namespace) -> dict[str, Any]:
             samples.append(held_sample(stack))
             throughput = worker_throughput(stack, start, end)
             feeder.join(timeout=10)
+            if profiler is not None:
+                profiler.wait(timeout=120)
     listener.stop()
     loop = listener.durations(LOOP_METRIC, start, end)
     quota_heartbeat = listener.durations(f"{HEARTBEAT_METRIC},executor=QuotaExecutor", start, end)
@@ -431,12 +450,14 @@ def main() -> None:
     parser.add_argument("--in-flight", type=int, default=3, help="worker DAG runs kept queued or running")
     parser.add_argument("--parallelism", type=int, default=64, help="[core] parallelism")
     parser.add_argument("--limit", type=float, default=900.0, help="seconds allowed to hold all the tasks")
+    parser.add_argument("--only", choices=("baseline", "held"), help="one kind of run only")
+    parser.add_argument("--profile", type=Path, help="py-spy the scheduler in each window; stacks in this folder")
     parser.add_argument("--json", action="store_true", help="print the figures as JSON only")
     args = parser.parse_args()
     stop_on_sigterm()
     results = []
     for _ in range(args.rounds):
-        for kind in ("baseline", "held"):
+        for kind in (args.only,) if args.only else ("baseline", "held"):
             results.append(measure(kind, args))
             if not args.json:
                 print(json.dumps(results[-1]), flush=True)
