@@ -1,6 +1,6 @@
 """Benchmark of 1,000 tasks held by QuotaExecutor in a real Airflow 3.3 (issue 17).
 
-    python benchmarks/held_tasks.py                 # 1,000 held tasks (about 20 minutes)
+    python benchmarks/held_tasks.py                 # baseline, then 1,000 held tasks (about 15-20 minutes)
     python benchmarks/held_tasks.py --held 100      # a quick look
 
 The question: does a thousand tasks held QUEUED by ``QuotaExecutor`` (waiting for a full quota
