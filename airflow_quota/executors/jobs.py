@@ -18,6 +18,8 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any
 
+from sqlalchemy import select
+
 from airflow_quota.core.access import Actor
 from airflow_quota.core.model import LIVE_STATES, FailureReason
 from airflow_quota.exceptions import InvalidInput, SubmissionRejected
@@ -27,6 +29,7 @@ from airflow_quota.operators.training import client_token, derived_job_name
 from airflow_quota.store.backend_names import EXECUTOR_BACKEND
 from airflow_quota.store.engine import reachable
 from airflow_quota.store.models import JobRow, TaskReport
+from airflow_quota.store.repository import IN_CHUNK
 from airflow_quota.store.task_reports import OpenAttempt, latest_attempts, read_reports, write_report
 
 ENDED_BY_STOP = (FailureReason.PREEMPTION_LIMIT.value, FailureReason.CANCELLED.value)
@@ -102,6 +105,22 @@ class ExecutorJobs:
 
     def jobs(self, job_ids: Collection[int]) -> dict[int, JobRow]:
         return {row.id: row for row in self.hook.store.jobs_by_ids(job_ids)}
+
+    def states(self, job_ids: Collection[int]) -> dict[int, tuple[str, int]]:
+        """Each existing job's state and number of attempts, and nothing else: the narrow read
+        the executor makes of every held job at each sync. Whole rows (``jobs``) cost about a
+        millisecond each to load, too much for a thousand held tasks every second (issue 17's
+        benchmark, ``BENCHMARKS.md``); only the jobs that moved need them."""
+        wanted = sorted(set(job_ids))
+        store = self.hook.store
+        found: dict[int, tuple[str, int]] = {}
+        with reachable(str(store.engine.url)), store.sessions() as session:
+            for start in range(0, len(wanted), IN_CHUNK):
+                query = select(JobRow.id, JobRow.state, JobRow.attempts).where(
+                    JobRow.id.in_(wanted[start : start + IN_CHUNK])
+                )
+                found.update((row.id, (row.state, row.attempts)) for row in session.execute(query))
+        return found
 
     def attempts(self, job_ids: Collection[int]) -> dict[int, OpenAttempt]:
         """Each job's latest attempt, as the quota scheduler last wrote it."""

@@ -89,6 +89,24 @@ def test_a_placed_job_waits_for_the_executor_then_follows_its_reports(world: Wor
     assert world.jobs.job_for(task("a", 2), arguments(), None, DAG).id != job.id
 
 
+def test_the_narrow_read_of_held_jobs_agrees_with_the_whole_rows_step_by_step(world: World) -> None:
+    """QuotaExecutor reads every held job's state and attempt count at each sync, and whole rows
+    and attempts only for the jobs that moved (issue 17's benchmark): a job with an attempt row
+    must never show 0 attempts in the narrow read."""
+    ids = [world.jobs.job_for(task(name), arguments(), None, DAG).id for name in ("a", "b", "c")]
+    seen: set[tuple[str, int]] = set()
+    for _ in range(3):
+        states = world.jobs.states([*ids, 999_999])
+        rows = world.jobs.jobs(ids)
+        attempts = world.jobs.attempts(ids)
+        assert states == {i: (rows[i].state, rows[i].attempts) for i in ids}  # a missing job is absent
+        assert {i for i in ids if states[i][1] > 0} == set(attempts)
+        assert all(attempts[i].number == states[i][1] for i in attempts)
+        seen |= set(states.values())
+        world.step()
+    assert ("RUNNABLE", 0) in seen and ("SCHEDULED", 1) in seen, seen
+
+
 def test_a_reclaim_asks_the_executor_to_stop_and_the_next_try_finds_the_same_job(world: World) -> None:
     own = world.jobs.job_for(task("own"), arguments(), None, DAG)
     borrower = world.jobs.job_for(task("borrower"), arguments(), None, DAG)
