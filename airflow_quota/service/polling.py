@@ -129,12 +129,12 @@ class BackendPoller:
     open attempts, each once per ``interval`` seconds; at most ``workers`` calls at once, within
     one rate, pausing with exponential back-off when the backend throttles.
 
-    :param backend: the backend asked (``backend.poll``).
+    :param backend: the backend called (``start``, ``stop``, ``poll``).
     :param clock: the service's clock (epoch seconds, or a test's manual clock).
     :param interval: seconds between two polls of one attempt; 0 polls at every ``poll_due``.
-    :param workers: the cap on this backend's polls in flight at once (its thread pool's size).
-    :param rate: the most polls a second (a token bucket with a burst of ``BURST_SECONDS`` of
-        them); None: no cap.
+    :param workers: the cap on this backend's calls in flight at once (its thread pool's size).
+    :param rate: the most calls a second, polls, starts and stops together (a token bucket with
+        a burst of ``BURST_SECONDS`` of them, at least one start's or stop's); None: no cap.
     """
 
     def __init__(
@@ -290,8 +290,9 @@ class BackendPoller:
                 self.backend.stop(spec, action.grace_seconds)
                 outcome = ActionOutcome(action.kind, action.key, spec.job_name)
         except BackendThrottled as exc:
-            with self._lock:
-                self._waiting.setdefault(action.key, action)  # again after the pause (a newer stop wins)
+            with self._lock:  # first again after the pause, unless a stop replaced it meanwhile
+                if action.key not in self._waiting:
+                    self._waiting = {action.key: action, **self._waiting}
             self._throttled(exc, now)
         except BackendError as exc:
             outcome = ActionOutcome(action.kind, action.key, spec.job_name, error=str(exc))

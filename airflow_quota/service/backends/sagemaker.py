@@ -127,8 +127,8 @@ treats as throttling); an HTTP 429 counts too."""
 DEFAULT_POLL_INTERVAL_SECONDS = 30.0
 """As the amazon provider's ``check_interval`` for SageMaker training jobs."""
 DEFAULT_POLL_CALLS_PER_SECOND = 35.0
-"""The most DescribeTrainingJob polls a second (burst included, at most 39.4 in any second):
-1,000 open jobs every 30 s need 33.3."""
+"""The most SageMaker calls a second, polls, starts and stops together (burst included, at most
+39.4 in any second): 1,000 open jobs described every 30 s need 33.3."""
 
 ALREADY_EXISTS_PATTERN = re.compile(r"already\s+exists|must\s+be\s+unique", re.IGNORECASE)
 
