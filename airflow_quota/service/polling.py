@@ -255,14 +255,19 @@ class BackendPoller:
 
     # -- starts and stops -------------------------------------------------------------------
 
-    def act_due(self, now: float) -> int:
-        """Carry out the actions waiting (none while throttled; as many as the rate allows, in
-        the order asked) concurrently up to the cap, and wait for them; the number begun."""
+    def act_due(self, now: float, wait: bool = True) -> int:
+        """Begin the actions waiting (none while throttled; as many as the rate allows, in the
+        order asked, at most ``workers`` in flight) and, with ``wait``, wait for them; the
+        number begun. The background loop does not wait: each action wakes it when it returns,
+        so starts keep flowing at the rate while some are slow to answer."""
         with self._lock:
             if now < self._paused_until:
                 return 0
             chosen: list[BackendAction] = []
+            room = self.workers - len(self._acting)
             for key, action in list(self._waiting.items()):
+                if len(chosen) >= room:
+                    break
                 if key in self._acting:
                     continue  # a stop waits for its attempt's start to return
                 if not self._take_tokens(self._cost(action), now):
@@ -272,7 +277,9 @@ class BackendPoller:
                 chosen.append(action)
         if not chosen:
             return 0
-        wait_for([self._executor().submit(self._act_one, action, now) for action in chosen])
+        begun = [self._executor().submit(self._act_one, action, now) for action in chosen]
+        if wait:
+            wait_for(begun)
         return len(chosen)
 
     def _cost(self, action: BackendAction) -> int:
@@ -425,7 +432,7 @@ class BackendPoller:
         with self._lock:
             soonest = min(self._due.values(), default=None)
             needed = 1.0
-            if any(key not in self._acting for key in self._waiting):
+            if len(self._acting) < self.workers and any(key not in self._acting for key in self._waiting):
                 soonest = float("-inf")
                 needed = float(min(self._cost(action) for action in self._waiting.values()))
             if soonest is None:
@@ -452,7 +459,7 @@ class BackendPoller:
         while not self._stop.is_set():
             self._wake.clear()
             try:
-                self.act_due(self.clock())
+                self.act_due(self.clock(), wait=False)
                 self.poll_due(self.clock())
             except Exception:  # a bug must not stop calling for good: logged, retried next round
                 log.exception("calling %s failed", self.name)
@@ -461,14 +468,15 @@ class BackendPoller:
             self._wake.wait(max(pause, MIN_ROUND_SECONDS))
 
     def stop(self, timeout: float = 10.0) -> None:
-        """Stop the background thread (after the round in flight) and the pool."""
+        """Stop the background thread (after the round in flight) and the pool, once the
+        starts and stops in flight have returned (their outcomes are kept for the step)."""
         self._stop.set()
         self._wake.set()
         if self._thread is not None:
             self._thread.join(timeout)
             self._thread = None
         if self._pool is not None:
-            self._pool.shutdown(wait=False, cancel_futures=True)
+            self._pool.shutdown(wait=True)
             self._pool = None
 
 

@@ -48,7 +48,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import Engine, event, func, select, update
+from sqlalchemy import Engine, event, func, select, tuple_, update
 from sqlalchemy.exc import DBAPIError, DisconnectionError, PendingRollbackError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.orm import Session
@@ -108,7 +108,7 @@ from airflow_quota.store.models import (
     Request,
 )
 from airflow_quota.store.models import Input as InputRow
-from airflow_quota.store.repository import NOTIFY_CHANNEL
+from airflow_quota.store.repository import IN_CHUNK, NOTIFY_CHANNEL
 from airflow_quota.store.views import QuotaView, ViewBuilder, write_view
 
 log = logging.getLogger("airflow_quota.scheduler")
@@ -780,40 +780,58 @@ class QuotaService:
         comes back after another leader took over is not written (the fence rolls it back), nor
         a start's after a preemption turned it into a stop (the stop decides what comes next).
         A start's training job name and ARN are kept either way. Errors are logged once committed."""
+        done = [outcome for outcome in outcomes if outcome.error is None]
         failed: list[ActionOutcome] = []
         with self.sessions() as session, session.begin():
             self._fence(session)
-            for outcome in outcomes:
-                job_id, number = outcome.key
-                same = (Attempt.job_id == job_id, Attempt.number == number)
-                values: dict[str, Any] = {"action": None}
-                if outcome.kind is ActionKind.START and outcome.error is None:
-                    values["status"] = AttemptState.PENDING.value
-                elif outcome.kind is ActionKind.START:  # the next poll reports it as a failed attempt
-                    values["status"] = AttemptState.START_FAILED.value
-                    values["reason"] = f"BackendError: {outcome.error}"
-                done = session.execute(
-                    update(Attempt).where(*same, Attempt.action == outcome.kind.value).values(**values)
-                )
-                if outcome.started is not None:
+            for kind, status in ((ActionKind.START, AttemptState.PENDING.value), (ActionKind.STOP, None)):
+                keys = [outcome.key for outcome in done if outcome.kind is kind]
+                values: dict[str, Any] = {"action": None} if status is None else {"action": None, "status": status}
+                for chunk in range(0, len(keys), IN_CHUNK):
                     session.execute(
                         update(Attempt)
-                        .where(*same, Attempt.external_name.is_(None))
-                        .values(external_name=outcome.started.name, external_arn=outcome.started.arn)
+                        .where(
+                            Attempt.action == kind.value,
+                            tuple_(Attempt.job_id, Attempt.number).in_(keys[chunk : chunk + IN_CHUNK]),
+                        )
+                        .values(**values),
+                        execution_options={"synchronize_session": False},
                     )
-                if outcome.error is not None and done.rowcount:  # type: ignore[attr-defined]
+            named = [
+                {"job_id": o.key[0], "number": o.key[1], "external_name": o.started.name, "external_arn": o.started.arn}
+                for o in done
+                if o.started is not None
+            ]
+            if named:  # the deterministic name: writing it again is harmless
+                session.execute(update(Attempt), named)
+            for outcome in outcomes:
+                if outcome.error is None:
+                    continue
+                values = {"action": None}
+                if outcome.kind is ActionKind.START:  # the next poll reports it as a failed attempt
+                    values.update(status=AttemptState.START_FAILED.value, reason=f"BackendError: {outcome.error}")
+                job_id, number = outcome.key
+                written = session.execute(
+                    update(Attempt)
+                    .where(Attempt.job_id == job_id, Attempt.number == number, Attempt.action == outcome.kind.value)
+                    .values(**values),
+                    execution_options={"synchronize_session": False},
+                )
+                if written.rowcount:  # type: ignore[attr-defined]
                     failed.append(outcome)
         for outcome in failed:
             log.error("attempt %s of job %s: %s", outcome.key[1], outcome.job_name, outcome.error)
 
     def _still_wanted(self, action: BackendAction) -> bool:
-        """In a poller's thread, just before a backend action: this process still leads (the
-        lease is renewed under its epoch) and the action is still the one recorded. A leader
+        """In a poller's thread, just before a backend action: this process still leads (its
+        lease, under its epoch, has not run out) and the action is still the one recorded: two
+        reads, never waiting on the step's transactions. A leader
         frozen after asking for an action and resumed after a takeover does not carry it out."""
         if not self._fencing:
             return True
-        with self.sessions() as session, session.begin():
-            self._fence(session)
+        with self.sessions() as session:
+            if not self.lock.holds(session.connection()):
+                return False
             fresh = session.get(Attempt, action.key)
             return fresh is not None and fresh.action == action.kind.value
 
