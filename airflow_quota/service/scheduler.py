@@ -32,8 +32,8 @@ is still its own (same epoch); when it is not, the transaction rolls back and th
 down. The poller's threads check it too, just before each start or stop. Any database error (a
 dropped connection, a server restart, a failover) is logged in one line; the process forgets
 its in-memory state (it may be ahead of what was committed), waits (0.5 s, doubling to 5 s) and
-starts again from the committed log. Decision lines are logged
-once their transaction has committed, so a decision is never logged by two leaders.
+starts again from the committed log. Decision lines are logged once their transaction has
+committed, so a decision is never logged by two leaders.
 """
 
 from __future__ import annotations
@@ -824,9 +824,9 @@ class QuotaService:
 
     def _still_wanted(self, action: BackendAction) -> bool:
         """In a poller's thread, just before a backend action: this process still leads (its
-        lease, under its epoch, has not run out) and the action is still the one recorded: two
-        reads, never waiting on the step's transactions. A leader
-        frozen after asking for an action and resumed after a takeover does not carry it out."""
+        lease, under its epoch, has not run out) and the action is still the one recorded. Two
+        reads, so it never waits on the step's transactions. A leader frozen after asking for an
+        action and resumed after a takeover does not carry it out."""
         if not self._fencing:
             return True
         with self.sessions() as session:

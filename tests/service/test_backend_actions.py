@@ -250,3 +250,35 @@ def test_starts_stops_and_polls_share_one_budget() -> None:
     assert (poller.act_due(0.25), poller.poll_due(0.25)) == (1, 0), "the stop waited for tokens"
     assert (poller.act_due(0.5), poller.poll_due(0.5)) == (0, 1)
     assert backend.calls == ["start 1-1", "stop 1-1", "poll 9-1"]
+
+
+class GatedAnswering(Answering):
+    """``Answering`` whose starts wait on ``gate`` (``entered`` is set once one waits)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gate = threading.Event()
+        self.entered = threading.Event()
+
+    def start(self, attempt: AttemptSpec) -> None:
+        self.entered.set()
+        assert self.gate.wait(WAIT), "the test never opened the gate"
+        super().start(attempt)
+
+
+def test_a_stop_waits_for_its_attempts_start_in_flight_and_replaces_one_not_begun() -> None:
+    backend = GatedAnswering()
+    poller = BackendPoller(backend, ManualClock(0.0).now, interval=30.0, workers=4)
+    starting = threading.Thread(target=poller.act_due, args=(0.0,))
+    poller.request([start(1)])
+    starting.start()
+    assert backend.entered.wait(WAIT), "the start was never begun"
+    poller.request([BackendAction(ActionKind.STOP, spec(1)), start(2), BackendAction(ActionKind.STOP, spec(2))])
+    assert poller.act_due(0.0, wait=False) == 1, "only attempt 2's stop may begin: attempt 1's start is in flight"
+    backend.gate.set()
+    starting.join(WAIT)
+    assert poller.act_due(0.0) == 1  # attempt 1's stop, now that its start has returned
+    poller.stop()  # the pool's calls in flight return first
+    assert sorted(backend.calls) == ["start 1-1", "stop 1-1", "stop 2-1"], "attempt 2's start was replaced"
+    kinds = {(o.key, o.kind) for o in poller.take_outcomes()}
+    assert kinds == {((1, 1), ActionKind.START), ((1, 1), ActionKind.STOP), ((2, 1), ActionKind.STOP)}
