@@ -43,7 +43,9 @@ One code path, two drivers: :meth:`Poller.act_due` carries out the actions asked
 (and ``QuotaService.step`` when nobody started the poller) call them inline with a manual clock,
 so a start is done in its own step and a finish noticed in the very next one;
 ``QuotaService.run`` calls :meth:`Poller.start`, which runs the same two in one background thread
-per backend, sleeping until its next call falls due or new work is asked for.
+per backend without waiting for the answers (each call wakes it when it returns, and it never
+has more calls in flight than the threads), sleeping until its next call falls due or new work
+is asked for.
 """
 
 from __future__ import annotations
@@ -172,6 +174,8 @@ class BackendPoller:
         """Actions asked for and not begun, in the order asked."""
         self._acting: dict[AttemptKey, ActionKind] = {}
         """Actions in flight, by attempt."""
+        self._polling: set[AttemptKey] = set()
+        """Polls in flight."""
         self._outcomes: list[ActionOutcome] = []
         """Outcomes the step has not taken yet."""
         self.still_wanted: Callable[[BackendAction], bool] | None = None
@@ -337,18 +341,28 @@ class BackendPoller:
 
     # -- polling ------------------------------------------------------------------------------
 
-    def poll_due(self, now: float) -> int:
-        """Ask the backend about every tracked attempt due by ``now`` (none while throttled),
-        concurrently up to the cap, and wait for the answers; the number of polls asked for."""
+    def poll_due(self, now: float, wait: bool = True) -> int:
+        """Ask the backend about every tracked attempt due by ``now`` (none while throttled, as
+        many as the rate allows), concurrently up to the cap, and with ``wait`` wait for the
+        answers; the number of polls asked for. The background loop does not wait: it asks for
+        no more than the threads free (each poll wakes it when it returns), so the polls keep
+        flowing at the rate while some answers are slow."""
         with self._lock:
             if now < self._paused_until:
                 return 0
-            due = sorted((self._due[key], key) for key in self._specs if self._due[key] <= now)
+            due = sorted(
+                (self._due[key], key) for key in self._specs if self._due[key] <= now and key not in self._polling
+            )
+            if not wait:
+                due = due[: max(0, self.workers - len(self._acting) - len(self._polling))]
             due = due[: self._spend_tokens(len(due), now)]
             specs = [self._specs[key] for _, key in due]
+            self._polling.update(key for _, key in due)
         if not specs:
             return 0
-        wait_for([self._executor().submit(self._poll_one, spec, now) for spec in specs])
+        asked = [self._executor().submit(self._poll_one, spec, now) for spec in specs]
+        if wait:
+            wait_for(asked)
         return len(specs)
 
     def _executor(self) -> ThreadPoolExecutor:
@@ -385,6 +399,14 @@ class BackendPoller:
         return True
 
     def _poll_one(self, spec: AttemptSpec, now: float) -> None:
+        try:
+            self._ask(spec, now)
+        finally:
+            with self._lock:
+                self._polling.discard((spec.job_id, spec.attempt))
+            self._wake.set()
+
+    def _ask(self, spec: AttemptSpec, now: float) -> None:
         key = (spec.job_id, spec.attempt)
         with self._lock:
             if now < self._paused_until or key not in self._specs:
@@ -430,7 +452,7 @@ class BackendPoller:
         """When the next call falls due (after any throttling pause): an action waiting is due
         now, a poll at its time; None with nothing tracked or waiting."""
         with self._lock:
-            soonest = min(self._due.values(), default=None)
+            soonest = min((due for key, due in self._due.items() if key not in self._polling), default=None)
             needed = 1.0
             if len(self._acting) < self.workers and any(key not in self._acting for key in self._waiting):
                 soonest = float("-inf")
@@ -460,7 +482,7 @@ class BackendPoller:
             self._wake.clear()
             try:
                 self.act_due(self.clock(), wait=False)
-                self.poll_due(self.clock())
+                self.poll_due(self.clock(), wait=False)
             except Exception:  # a bug must not stop calling for good: logged, retried next round
                 log.exception("calling %s failed", self.name)
             soonest = self.next_due()
