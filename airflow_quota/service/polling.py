@@ -10,7 +10,7 @@ call. The poller asks each backend about each of its open attempts once per that
 1 s; the fake backend on every step unless told otherwise), so a change is noticed within one
 interval (plus one call's latency).
 
-How the polls are spread and capped:
+How the calls are spread and capped:
 
 - attempts first seen together (a leader taking over 1,000 running jobs, a cycle placing a
   batch) get their first polls spread evenly over one interval, so the calls per second stay
