@@ -68,7 +68,8 @@ def add_commands(commands: Any) -> None:
         "--sagemaker-poll-rate",
         type=_at_least(0.01),
         default=35.0,
-        help="at most this many DescribeTrainingJob polls a second (default %(default)g; 1,000 jobs at 30 s: 33.3)",
+        help="at most this many SageMaker calls a second, polls, starts and stops together"
+        " (default %(default)g; 1,000 jobs polled at 30 s: 33.3)",
     )
     scheduler.add_argument(
         "--local-poll-seconds",

@@ -1,7 +1,8 @@
-"""Polling within budget (issue 15): 1,000 running SageMaker jobs, polled through botocore.
+"""Polling within budget (issue 15): 1,000 SageMaker jobs, started, polled and stopped through botocore.
 
-    python benchmarks/polling.py            # 1,000 jobs, the default 30 s interval (about two minutes)
+    python benchmarks/polling.py            # 1,000 jobs running, the default 30 s interval (about two minutes)
     python benchmarks/polling.py --quick    # 200 jobs, a 10 s interval (under a minute)
+    python benchmarks/polling.py --burst    # 1,000 jobs placed at once, then all cancelled (about three minutes)
 
 A real botocore SageMaker client (fake credentials, never on the network) answers every call from
 a ``before-call.sagemaker.*`` event handler that keeps one fake training job per TrainingJobName.
@@ -18,12 +19,17 @@ different jobs concurrently, in no fixed order.
    clock, recovers from the log and leads for ``--seconds``. ``changes`` of the running training
    jobs complete at random moments of the first half (seeded); the queued jobs take their place.
 
-Reported: AWS calls per second (mean over the run, the busiest second), which thread made them
-(the leader's step versus the poller's threads), every change's lateness (the leader's input
-``finished`` minus the moment the job completed in the fake AWS), and the leader's step times.
+With ``--burst`` instead: ``jobs`` jobs wait before the measured leader starts; it places them
+all in its first cycle (``jobs`` starts, two calls each), and once every one is started they are
+all cancelled at once (``jobs`` stops). The leader runs until every attempt has ended.
+
+Reported: AWS calls per second (mean over the run, the busiest second, the seconds over 40),
+which thread made them and for what (the leader's step versus the poller's threads; poll, start,
+stop), every change's lateness (the leader's input ``finished`` minus the moment the job
+completed in the fake AWS), and the leader's step times.
 
 Targets (issue 15): ≤ 40 AWS calls per second in total, every change noticed within one interval,
-and a leader step that never waits on AWS for a poll.
+and a leader step that never waits on AWS.
 """
 
 from __future__ import annotations
@@ -48,8 +54,8 @@ from botocore.awsrequest import AWSResponse
 from sqlalchemy import func, select
 
 from airflow_quota.core.model import JobRequest, PreferenceEntry
-from airflow_quota.service.backends.base import AttemptReport, AttemptSpec
-from airflow_quota.service.backends.sagemaker import SageMakerBackend
+from airflow_quota.service.backends.base import AttemptReport, AttemptSpec, StartedAttempt
+from airflow_quota.service.backends.sagemaker import DEFAULT_POLL_CALLS_PER_SECOND, SageMakerBackend
 from airflow_quota.service.clock import WallClock
 from airflow_quota.service.metrics import QuotaMetrics
 from airflow_quota.service.scheduler import QuotaService
@@ -139,23 +145,26 @@ def error(code: str, message: str) -> tuple[AWSResponse, dict[str, Any]]:
 
 
 class RecordedSageMaker(SageMakerBackend):
-    """The real backend, telling the fake AWS whether a call comes from a poll, a start or a stop."""
+    """The real backend, telling the fake AWS whether a call comes from a poll, a start or a stop.
+    ``rate`` None: no cap on the calls (the unmeasured setup)."""
 
-    def __init__(self, fake: FakeSageMaker, interval: float) -> None:
+    def __init__(
+        self, fake: FakeSageMaker, interval: float, rate: float | None = DEFAULT_POLL_CALLS_PER_SECOND
+    ) -> None:
         client = boto3.client(
             "sagemaker", region_name=REGION, aws_access_key_id="testing", aws_secret_access_key="testing"
         )
         fake.attach(client)
-        super().__init__(client=client, name_prefix="bench", poll_interval_seconds=interval)
+        super().__init__(client=client, name_prefix="bench", poll_interval_seconds=interval, poll_calls_per_second=rate)
         self.fake = fake
 
     def poll(self, attempt: AttemptSpec) -> AttemptReport:
         self.fake.doing.what = "poll"
         return super().poll(attempt)
 
-    def start(self, attempt: AttemptSpec) -> None:
+    def start(self, attempt: AttemptSpec) -> StartedAttempt:
         self.fake.doing.what = "start"
-        super().start(attempt)
+        return super().start(attempt)
 
     def stop(self, attempt: AttemptSpec, grace_seconds: float) -> None:
         self.fake.doing.what = "stop"
@@ -191,7 +200,7 @@ def run(jobs: int, changes: int, interval: float, seconds: float, latency: float
             )
             store.submit(request, "sagemaker", TRAINING)
         setup = QuotaService(
-            engine, {"sagemaker": RecordedSageMaker(fake, interval)}, clock=WallClock(), holder="setup"
+            engine, {"sagemaker": RecordedSageMaker(fake, interval, rate=None)}, clock=WallClock(), holder="setup"
         )
         while len(fake.jobs) < jobs:
             setup.step()
@@ -230,8 +239,21 @@ def run(jobs: int, changes: int, interval: float, seconds: float, latency: float
     job_ids = {name: int(name.split("-")[-2]) for name in changing}
     lateness = [seen[job_ids[name]] - ends for name, ends in fake.completes_at.items() if job_ids[name] in seen]
     asked = [fake.asked_after[name] - ends for name, ends in fake.completes_at.items() if name in fake.asked_after]
-    per_second = Counter(int(at - start) for at, _, _, _ in fake.calls if at < end)
+    return {
+        **call_figures(fake, start, end, durations),
+        "changes": changes,
+        "noticed": len(lateness),
+        "late_max": max(lateness),
+        "asked_max": max(asked),
+        "asked_p50": statistics.median(asked),
+        "late_p50": statistics.median(lateness),
+        "running_at_end": running,
+    }
 
+
+def call_figures(fake: FakeSageMaker, start: float, end: float, durations: list[float]) -> dict[str, Any]:
+    """The AWS calls per second and by thread and purpose, and the leader's step times."""
+    per_second = Counter(int(at - start) for at, _, _, _ in fake.calls if start <= at < end)
     whole = int(end - start)
     by_thread = Counter(
         ("leader step" if thread == LEADER_THREAD else "poller threads", doing) for _, _, thread, doing in fake.calls
@@ -241,53 +263,94 @@ def run(jobs: int, changes: int, interval: float, seconds: float, latency: float
         "mean_per_second": len(fake.calls) / (end - start),
         "busiest_second": max(per_second[s] for s in range(whole)),
         "busiest_five": max(sum(per_second[s + k] for k in range(5)) / 5 for s in range(whole - 4)),
+        "seconds_over_40": sum(1 for s in range(whole) if per_second[s] > 40),
+        "seconds": whole,
         "by_thread": dict(by_thread),
-        "changes": changes,
-        "noticed": len(lateness),
-        "late_max": max(lateness),
-        "asked_max": max(asked),
-        "asked_p50": statistics.median(asked),
-        "late_p50": statistics.median(lateness),
         "steps": len(durations),
         "step_p50": statistics.median(durations),
         "step_p99": sorted(durations)[int(0.99 * (len(durations) - 1))],
         "step_max": max(durations),
-        "running_at_end": running,
     }
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true", help="200 jobs, a 10 s interval, 30 s")
-    parser.add_argument("--jobs", type=int, default=1000, help="training jobs running (default %(default)d)")
-    parser.add_argument("--changes", type=int, default=100, help="of them, completing during the run")
-    parser.add_argument("--interval", type=float, default=30.0, help="--sagemaker-poll-seconds (default %(default)g)")
-    parser.add_argument("--seconds", type=float, default=100.0, help="how long the measured leader runs")
-    parser.add_argument("--aws-latency", type=float, default=0.05, help="seconds per fake AWS answer")
-    parser.add_argument("--workers", type=int, default=8, help="--poll-workers (default %(default)d)")
-    args = parser.parse_args()
-    if args.quick:
-        args.jobs, args.changes, args.interval, args.seconds = 200, 20, 10.0, 30.0
-    command = "python benchmarks/polling.py" + (" --quick" if args.quick else "")
-    print(f"$ {command}  (PostgreSQL at {ADMIN.split('@')[-1]})")
-    r = run(args.jobs, args.changes, args.interval, args.seconds, args.aws_latency, args.workers)
-    in_step = {doing: n for (thread, doing), n in r["by_thread"].items() if thread == "leader step"}
-    rows = [
+def run_burst(jobs: int, interval: float, latency: float, workers: int, limit: float) -> dict[str, Any]:
+    """``jobs`` jobs placed at once by a leader on the wall clock, then all cancelled once every one
+    is started; measured from the leader's start until every attempt has ended (or ``limit`` s)."""
+    fake = FakeSageMaker(latency=latency)
+    with fresh_database() as url:
+        engine = make_engine(url)
+        migrate(engine)
+        store = QuotaStore(engine)
+        store.apply_config(
+            {
+                "pool": {"capacity": {TYPE: jobs}},
+                "shares": [{"name": "a", "capacity_limits": {TYPE: jobs}, "strategy": "LEND_AND_BORROW"}],
+            }
+        )
+        ids = [
+            store.submit(
+                JobRequest(name=f"burst-{i}", share="a", preferences=[PreferenceEntry(instance_type=TYPE, count=1)]),
+                "sagemaker",
+                TRAINING,
+            ).id
+            for i in range(jobs)
+        ]
+        service = QuotaService(
+            engine,
+            {"sagemaker": RecordedSageMaker(fake, interval)},
+            clock=WallClock(),
+            holder="measured",
+            poll_workers=workers,
+            metrics=QuotaMetrics.off(),
+        )
+        durations: list[float] = []
+        service.step = timed(service.step, durations)  # type: ignore[method-assign]
+        stop = threading.Event()
+        leader = threading.Thread(target=service.run, args=(stop, False), name=LEADER_THREAD)
+        start = time.time()
+        leader.start()
+
+        def count(*where: Any) -> int:
+            with engine.connect() as c:
+                return int(c.scalar(select(func.count()).select_from(Attempt).where(*where)) or 0)
+
+        # sampled twice a second: when every start is marked done, then every attempt ended
+        while time.time() < start + limit and count(Attempt.action.is_(None), Attempt.status != "PLACED") < jobs:
+            stop.wait(0.5)
+        started_all = time.time()
+        for job_id in ids:
+            store.cancel(job_id)
+        while time.time() < start + limit and count(Attempt.ended_at.is_not(None)) < jobs:
+            stop.wait(0.5)
+        ended_all = time.time()
+        stop.set()
+        leader.join()
+        end = time.time()
+        ended = count(Attempt.ended_at.is_not(None))
+        engine.dispose()
+    created = [at for at, operation, _, _ in fake.calls if operation == "CreateTrainingJob"]
+    stops = [at for at, operation, _, _ in fake.calls if operation == "StopTrainingJob"]
+    return {
+        **call_figures(fake, start, end, durations),
+        "created": len(created),
+        "last_created": max(created) - start,
+        "started_all": started_all - start,
+        "stopped": len(stops),
+        "last_stopped": max(stops) - started_all,
+        "ended": ended,
+        "ended_all": ended_all - started_all,
+    }
+
+
+Row = tuple[str, str, str]
+
+
+def steady_rows(args: argparse.Namespace, r: dict[str, Any]) -> list[Row]:
+    return [
         ("running SageMaker jobs", f"{args.jobs:,} ({r['running_at_end']:,} RUNNING at the end)", ""),
         (
             "interval, workers, AWS latency",
             f"{args.interval:g} s, {args.workers}, {args.aws_latency * 1000:.0f} ms",
-            "",
-        ),
-        (
-            "AWS calls per second",
-            f"mean {r['mean_per_second']:.1f}, busiest 5 s {r['busiest_five']:.1f}/s,"
-            f" busiest second {r['busiest_second']}",
-            "≤ 40",
-        ),
-        (
-            "AWS calls by thread and purpose",
-            ", ".join(f"{thread}: {doing} {n}" for (thread, doing), n in sorted(r["by_thread"].items())),
             "",
         ),
         (
@@ -300,7 +363,47 @@ def main() -> None:
             f"{r['noticed']} of {r['changes']}, p50 {r['late_p50']:.1f} s, max {r['late_max']:.2f} s after the change",
             f"all, ≤ {args.interval:g} s",
         ),
-        ("polls made in the leader's step", f"{in_step.get('poll', 0)}", "0"),
+    ]
+
+
+def burst_rows(args: argparse.Namespace, r: dict[str, Any]) -> list[Row]:
+    return [
+        (
+            "jobs placed at once, then cancelled",
+            f"{args.jobs:,}; interval {args.interval:g} s, {args.workers} workers, AWS latency"
+            f" {args.aws_latency * 1000:.0f} ms",
+            "",
+        ),
+        (
+            "training jobs created",
+            f"{r['created']:,}, the last {r['last_created']:.1f} s after the leader began;"
+            f" all marked started at {r['started_all']:.1f} s",
+            "",
+        ),
+        (
+            "training jobs asked to stop (after the cancels)",
+            f"{r['stopped']:,}, the last {r['last_stopped']:.1f} s after the cancels;"
+            f" {r['ended']:,} attempts ended, the last taken in {r['ended_all']:.1f} s after the cancels",
+            "",
+        ),
+    ]
+
+
+def common_rows(r: dict[str, Any]) -> list[Row]:
+    in_step = sum(n for (thread, _), n in r["by_thread"].items() if thread == "leader step")
+    return [
+        (
+            "AWS calls per second",
+            f"mean {r['mean_per_second']:.1f}, busiest 5 s {r['busiest_five']:.1f}/s,"
+            f" busiest second {r['busiest_second']}; seconds over 40: {r['seconds_over_40']} of {r['seconds']}",
+            "≤ 40 in every second",
+        ),
+        (
+            "AWS calls by thread and purpose",
+            ", ".join(f"{thread}: {doing} {n}" for (thread, doing), n in sorted(r["by_thread"].items())),
+            "",
+        ),
+        ("AWS calls made in the leader's step", f"{in_step}", "0"),
         (
             "leader step time",
             f"p50 {r['step_p50'] * 1000:.0f} ms, p99 {r['step_p99'] * 1000:.0f} ms, max {r['step_max'] * 1000:.0f} ms"
@@ -308,6 +411,30 @@ def main() -> None:
             "",
         ),
     ]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="200 jobs, a 10 s interval, 30 s")
+    parser.add_argument("--burst", action="store_true", help="--jobs placed at once, then all cancelled")
+    parser.add_argument("--jobs", type=int, default=1000, help="training jobs running (default %(default)d)")
+    parser.add_argument("--changes", type=int, default=100, help="of them, completing during the run")
+    parser.add_argument("--interval", type=float, default=30.0, help="--sagemaker-poll-seconds (default %(default)g)")
+    parser.add_argument("--seconds", type=float, default=100.0, help="how long the measured leader runs")
+    parser.add_argument("--aws-latency", type=float, default=0.05, help="seconds per fake AWS answer")
+    parser.add_argument("--workers", type=int, default=8, help="--poll-workers (default %(default)d)")
+    args = parser.parse_args()
+    if args.quick:
+        args.jobs, args.changes, args.interval, args.seconds = 200, 20, 10.0, 30.0
+    command = "python benchmarks/polling.py" + (" --quick" if args.quick else "") + (" --burst" if args.burst else "")
+    print(f"$ {command}  (PostgreSQL at {ADMIN.split('@')[-1]})")
+    if args.burst:
+        r = run_burst(args.jobs, args.interval, args.aws_latency, args.workers, limit=max(args.seconds, 600.0))
+        rows = burst_rows(args, r)
+    else:
+        r = run(args.jobs, args.changes, args.interval, args.seconds, args.aws_latency, args.workers)
+        rows = steady_rows(args, r)
+    rows += common_rows(r)
     width = [max(len(row[i]) for row in rows) for i in range(3)]
     print(f"| {'measure':<{width[0]}} | {'result':<{width[1]}} | target |")
     print(f"|{'-' * (width[0] + 2)}|{'-' * (width[1] + 2)}|--------|")

@@ -1,4 +1,4 @@
-"""Polling the backends off the leader's step, each on its own interval and within a budget.
+"""Calling the backends off the leader's step, each on its own interval and within one budget.
 
 The leader's step (``service/scheduler.py``) runs every 0.2 s; asking SageMaker about every open
 attempt in every step would be about five DescribeTrainingJob calls per running job per second,
@@ -10,38 +10,62 @@ call. The poller asks each backend about each of its open attempts once per that
 1 s; the fake backend on every step unless told otherwise), so a change is noticed within one
 interval (plus one call's latency).
 
-How the polls are spread and capped:
+How the calls are spread and capped:
 
 - attempts first seen together (a leader taking over 1,000 running jobs, a cycle placing a
   batch) get their first polls spread evenly over one interval, so the calls per second stay
   near ``attempts / interval`` instead of coming in bursts;
 - each backend has its own pool of at most ``workers`` threads: its polls run concurrently up
   to that cap, and a slow or throttled backend never delays another's polls;
-- a backend with a rate (``poll_calls_per_second``: SageMaker 35) never gets more polls than a
-  token bucket of that rate allows, with a burst of an eighth of it: at most 1.125 x the rate
-  in any one second (SageMaker: 39.4 calls), whatever the step and the threads do; polls it
-  holds back stay due and go first when tokens come back;
-- a poll refused for throttling (:class:`~airflow_quota.service.backends.base.BackendThrottled`)
-  pauses every poll of that backend: 1 s, doubling up to 60 s while the throttling lasts, reset
-  by the first poll that succeeds after a pause; each pause and the recovery are one log line.
-  The attempts it skipped stay due and are asked about after the pause.
+- a backend with a rate (``poll_calls_per_second``: SageMaker 35) never gets more calls than a
+  token bucket of that rate allows, with a burst of an eighth of it (at least one start's
+  calls): at most 1.125 x the rate in any one second (SageMaker: 39.4 calls), whatever the step
+  and the threads do. The bucket counts *every* call the scheduler makes to that backend: polls,
+  and the starts and stops below (a SageMaker start is two calls, ``calls_per_start``); what it
+  holds back stays due and goes first when tokens come back;
+- a call refused for throttling (:class:`~airflow_quota.service.backends.base.BackendThrottled`)
+  pauses every call to that backend: 1 s, doubling up to 60 s while the throttling lasts, reset
+  by the first call that succeeds after a pause; each pause and the recovery are one log line.
+  The polls, starts and stops it held back are made after the pause.
 
-One code path, two drivers: :meth:`Poller.poll_due` asks about every attempt that is due and
-waits for the answers. Tests (and ``QuotaService.step`` when nobody started the poller) call it
-inline with a manual clock, so a finish is noticed in the very next step; ``QuotaService.run``
-calls :meth:`Poller.start`, which runs the same ``poll_due`` in one background thread per
-backend, sleeping until its next poll falls due or new attempts are tracked.
+Starts and stops go the same way (step 5 of the leader's step): the step *asks* for them
+(:meth:`Poller.request`, a :class:`BackendAction` each) and, at a later step, *reads* what came of
+them (:meth:`Poller.take_outcomes`, an :class:`ActionOutcome` each) and marks them done in a
+fenced transaction. The same threads carry them out, before the polls due in the same round
+(placing or freeing capacity matters more than noticing a change a little sooner). One attempt
+has at most one action in flight: a stop asked for while its start is in flight waits for the
+start to return, and replaces a start not yet begun. Just before each call the worker asks
+``still_wanted`` (the service: this process still leads under its epoch and the attempt still has
+that action), so a deposed leader does not act on what it was asked before the takeover.
+
+One code path, two drivers: :meth:`Poller.act_due` carries out the actions asked for and
+:meth:`Poller.poll_due` asks about every attempt that is due, each waiting for the answers. Tests
+(and ``QuotaService.step`` when nobody started the poller) call them inline with a manual clock,
+so a start is done in its own step and a finish noticed in the very next one;
+``QuotaService.run`` calls :meth:`Poller.start`, which runs the same two in one background thread
+per backend without waiting for the answers (each call wakes it when it returns, and it never
+has more calls in flight than the threads), sleeping until its next call falls due or new work
+is asked for.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import wait as wait_for
+from dataclasses import dataclass
+from enum import Enum
 
-from airflow_quota.service.backends.base import AttemptReport, AttemptSpec, Backend, BackendError, BackendThrottled
+from airflow_quota.service.backends.base import (
+    AttemptReport,
+    AttemptSpec,
+    Backend,
+    BackendError,
+    BackendThrottled,
+    StartedAttempt,
+)
 
 log = logging.getLogger("airflow_quota.scheduler")
 
@@ -62,16 +86,57 @@ MIN_ROUND_SECONDS = 0.05
 this often, so it does not spin."""
 
 
-class BackendPoller:
-    """Polls one backend's open attempts, each once per ``interval`` seconds, at most
-    ``workers`` at once, pausing with exponential back-off when the backend throttles.
+class ActionKind(str, Enum):
+    """What the scheduler asks a backend to do to an attempt (``quota_attempts.action``)."""
 
-    :param backend: the backend asked (``backend.poll``).
+    START = "START"
+    STOP = "STOP"
+
+
+@dataclass(frozen=True, slots=True)
+class BackendAction:
+    """A start or stop the step asks for: carried out in the backend's worker threads.
+
+    :param kind: start or stop.
+    :param spec: the attempt, as the backend needs it.
+    :param grace_seconds: a stop's time to checkpoint before the attempt is killed.
+    """
+
+    kind: ActionKind
+    spec: AttemptSpec
+    grace_seconds: float = 0.0
+
+    @property
+    def key(self) -> AttemptKey:
+        return (self.spec.job_id, self.spec.attempt)
+
+
+@dataclass(frozen=True, slots=True)
+class ActionOutcome:
+    """What came of a :class:`BackendAction`, for the step to mark done.
+
+    :param started: where a start runs, when the backend names it (a SageMaker training job).
+    :param error: why the backend refused (a start that failed; a stop that failed and was given up).
+    """
+
+    kind: ActionKind
+    key: AttemptKey
+    job_name: str
+    started: StartedAttempt | None = None
+    error: str | None = None
+
+
+class BackendPoller:
+    """Calls one backend off the step: starts and stops the attempts asked for, and polls its
+    open attempts, each once per ``interval`` seconds; at most ``workers`` calls at once, within
+    one rate, pausing with exponential back-off when the backend throttles.
+
+    :param backend: the backend called (``start``, ``stop``, ``poll``).
     :param clock: the service's clock (epoch seconds, or a test's manual clock).
     :param interval: seconds between two polls of one attempt; 0 polls at every ``poll_due``.
-    :param workers: the cap on this backend's polls in flight at once (its thread pool's size).
-    :param rate: the most polls a second (a token bucket with a burst of ``BURST_SECONDS`` of
-        them); None: no cap.
+    :param workers: the cap on this backend's calls in flight at once (its thread pool's size).
+    :param rate: the most calls a second, polls, starts and stops together (a token bucket with
+        a burst of ``BURST_SECONDS`` of them, at least one start's or stop's); None: no cap.
     """
 
     def __init__(
@@ -99,6 +164,22 @@ class BackendPoller:
         self._tokens = self._burst
         self._tokens_at: float | None = None
         """When the bucket was last refilled (None: full, never used)."""
+        self.calls_per_start = int(getattr(backend, "calls_per_start", 1))
+        self.calls_per_stop = int(getattr(backend, "calls_per_stop", 1))
+        """What a start and a stop cost in the bucket: the backend's API calls for each."""
+        if rate is not None:
+            self._burst = max(self._burst, float(self.calls_per_start), float(self.calls_per_stop))
+            self._tokens = self._burst
+        self._waiting: dict[AttemptKey, BackendAction] = {}
+        """Actions asked for and not begun, in the order asked."""
+        self._acting: dict[AttemptKey, ActionKind] = {}
+        """Actions in flight, by attempt."""
+        self._polling: set[AttemptKey] = set()
+        """Polls in flight."""
+        self._outcomes: list[ActionOutcome] = []
+        """Outcomes the step has not taken yet."""
+        self.still_wanted: Callable[[BackendAction], bool] | None = None
+        """Asked just before each action's call (the service's fenced check); None: always."""
         self._pool: ThreadPoolExecutor | None = None
         self._wake = threading.Event()
         self._stop = threading.Event()
@@ -137,37 +218,195 @@ class BackendPoller:
         with self._lock:
             return dict(self._reports)
 
-    # -- polling ------------------------------------------------------------------------------
+    def request(self, actions: Iterable[BackendAction]) -> None:
+        """Ask for these starts and stops. One already waiting, in flight, or done and not yet
+        taken is not asked for twice; a stop replaces a start of the same attempt not begun."""
+        added = False
+        with self._lock:
+            done = {(outcome.key, outcome.kind) for outcome in self._outcomes}
+            for action in actions:
+                key = action.key
+                if self._acting.get(key) is action.kind or (key, action.kind) in done:
+                    continue
+                waiting = self._waiting.get(key)
+                if waiting is None or (waiting.kind is ActionKind.START and action.kind is ActionKind.STOP):
+                    self._waiting[key] = action
+                    added = True
+        if added:
+            self._wake.set()
 
-    def poll_due(self, now: float) -> int:
-        """Ask the backend about every tracked attempt due by ``now`` (none while throttled),
-        concurrently up to the cap, and wait for the answers; the number of polls asked for."""
+    def requested(self) -> set[tuple[AttemptKey, ActionKind]]:
+        """The actions waiting, in flight, or done and not yet taken, by attempt and kind."""
+        with self._lock:
+            return (
+                {(key, action.kind) for key, action in self._waiting.items()}
+                | set(self._acting.items())
+                | {(outcome.key, outcome.kind) for outcome in self._outcomes}
+            )
+
+    def take_outcomes(self) -> list[ActionOutcome]:
+        """What came of the actions done since the last call, in the order they ended."""
+        with self._lock:
+            taken, self._outcomes = self._outcomes, []
+            return taken
+
+    def forget_actions(self) -> None:
+        """Drop the actions not begun and the outcomes not taken (a leader stepping down: the
+        next leader asks again for what its log still holds)."""
+        with self._lock:
+            self._waiting.clear()
+            self._outcomes.clear()
+
+    # -- starts and stops -------------------------------------------------------------------
+
+    def act_due(self, now: float, wait: bool = True) -> int:
+        """Begin the actions waiting (none while throttled; as many as the rate allows, in the
+        order asked, at most ``workers`` in flight) and, with ``wait``, wait for them; the
+        number begun. The background loop does not wait: each action wakes it when it returns,
+        so starts keep flowing at the rate while some are slow to answer."""
         with self._lock:
             if now < self._paused_until:
                 return 0
-            due = sorted((self._due[key], key) for key in self._specs if self._due[key] <= now)
+            chosen: list[BackendAction] = []
+            room = self.workers - len(self._acting)
+            for key, action in list(self._waiting.items()):
+                if len(chosen) >= room:
+                    break
+                if key in self._acting:
+                    continue  # a stop waits for its attempt's start to return
+                if not self._take_tokens(self._cost(action), now):
+                    break
+                del self._waiting[key]
+                self._acting[key] = action.kind
+                chosen.append(action)
+        if not chosen:
+            return 0
+        begun = [self._executor().submit(self._act_one, action, now) for action in chosen]
+        if wait:
+            wait_for(begun)
+        return len(chosen)
+
+    def _cost(self, action: BackendAction) -> int:
+        return self.calls_per_start if action.kind is ActionKind.START else self.calls_per_stop
+
+    def _act_one(self, action: BackendAction, now: float) -> None:
+        spec = action.spec
+        outcome: ActionOutcome | None = None
+        try:
+            if self.still_wanted is not None and not self._wanted(action):
+                return
+            if action.kind is ActionKind.START:
+                outcome = ActionOutcome(action.kind, action.key, spec.job_name, started=self.backend.start(spec))
+            else:
+                self.backend.stop(spec, action.grace_seconds)
+                outcome = ActionOutcome(action.kind, action.key, spec.job_name)
+        except BackendThrottled as exc:
+            with self._lock:  # first again after the pause, unless a stop replaced it meanwhile
+                if action.key not in self._waiting:
+                    self._waiting = {action.key: action, **self._waiting}
+            self._throttled(exc, now)
+        except BackendError as exc:
+            outcome = ActionOutcome(action.kind, action.key, spec.job_name, error=str(exc))
+        except Exception as exc:  # a bug in a backend: the action fails, the worker goes on
+            log.exception("%s of attempt %s-%s on %s failed", action.kind.value.lower(), *action.key, self.name)
+            outcome = ActionOutcome(action.kind, action.key, spec.job_name, error=f"{type(exc).__name__}: {exc}")
+        finally:
+            with self._lock:
+                self._acting.pop(action.key, None)
+                if outcome is not None:
+                    self._outcomes.append(outcome)
+                recovered = outcome is not None and outcome.error is None and self._backoff > 0
+                if recovered:
+                    self._backoff = 0.0
+            self._wake.set()  # a stop may have waited for this start
+        if recovered:
+            log.info("%s answers again after throttling: calls resume", self.name)
+
+    def _wanted(self, action: BackendAction) -> bool:
+        """The service's check, where an error (the database, a lost lease) means "not now": the
+        action is dropped, and the step asks for it again while its log still holds it."""
+        assert self.still_wanted is not None
+        try:
+            return self.still_wanted(action)
+        except Exception as exc:
+            log.warning(
+                "%s of attempt %s-%s on %s not made: %s: %s",
+                action.kind.value.lower(),
+                *action.key,
+                self.name,
+                type(exc).__name__,
+                exc,
+            )
+            return False
+
+    # -- polling ------------------------------------------------------------------------------
+
+    def poll_due(self, now: float, wait: bool = True) -> int:
+        """Ask the backend about every tracked attempt due by ``now`` (none while throttled, as
+        many as the rate allows), concurrently up to the cap, and with ``wait`` wait for the
+        answers; the number of polls asked for. The background loop does not wait: it asks for
+        no more than the threads free (each poll wakes it when it returns), so the polls keep
+        flowing at the rate while some answers are slow."""
+        with self._lock:
+            if now < self._paused_until:
+                return 0
+            due = sorted(
+                (self._due[key], key) for key in self._specs if self._due[key] <= now and key not in self._polling
+            )
+            if not wait:
+                due = due[: max(0, self.workers - len(self._acting) - len(self._polling))]
             due = due[: self._spend_tokens(len(due), now)]
             specs = [self._specs[key] for _, key in due]
+            self._polling.update(key for _, key in due)
         if not specs:
             return 0
-        if self._pool is None:
-            self._pool = ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix=f"poll-{self.name}")
-        wait_for([self._pool.submit(self._poll_one, spec, now) for spec in specs])
+        asked = [self._executor().submit(self._poll_one, spec, now) for spec in specs]
+        if wait:
+            wait_for(asked)
         return len(specs)
 
-    def _spend_tokens(self, wanted: int, now: float) -> int:
-        """How many of ``wanted`` polls the rate allows at ``now`` (all without a rate); the
-        tokens are spent. Called with the lock held."""
-        if self.rate is None:
-            return wanted
+    def _executor(self) -> ThreadPoolExecutor:
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix=f"call-{self.name}")
+        return self._pool
+
+    def _refill(self, now: float) -> None:
+        """Add the tokens earned since the last refill (up to the burst). Lock held; rate set."""
+        assert self.rate is not None
         if self._tokens_at is not None:
             self._tokens = min(self._burst, self._tokens + (now - self._tokens_at) * self.rate)
         self._tokens_at = now
+
+    def _spend_tokens(self, wanted: int, now: float) -> int:
+        """How many of ``wanted`` one-call polls the rate allows at ``now`` (all without a
+        rate); the tokens are spent. Called with the lock held."""
+        if self.rate is None:
+            return wanted
+        self._refill(now)
         allowed = min(wanted, int(self._tokens + 1e-9))  # refills of 0.1 s x rate add up in floats
         self._tokens -= allowed
         return allowed
 
+    def _take_tokens(self, calls: int, now: float) -> bool:
+        """Spend the tokens of one action of ``calls`` calls if the rate allows it now (always
+        without a rate). Called with the lock held."""
+        if self.rate is None:
+            return True
+        self._refill(now)
+        if self._tokens + 1e-9 < calls:
+            return False
+        self._tokens -= calls
+        return True
+
     def _poll_one(self, spec: AttemptSpec, now: float) -> None:
+        try:
+            self._ask(spec, now)
+        finally:
+            with self._lock:
+                self._polling.discard((spec.job_id, spec.attempt))
+            self._wake.set()
+
+    def _ask(self, spec: AttemptSpec, now: float) -> None:
         key = (spec.job_id, spec.attempt)
         with self._lock:
             if now < self._paused_until or key not in self._specs:
@@ -191,14 +430,14 @@ class BackendPoller:
             if recovered:
                 self._backoff = 0.0
         if recovered:
-            log.info("%s answers polls again after throttling: polls resume every %g s", self.name, self.interval)
+            log.info("%s answers again after throttling: polls resume every %g s", self.name, self.interval)
 
     def _throttled(self, exc: BackendThrottled, now: float) -> None:
-        """Pause this backend's polls; polls of the same round throttled too do not pause longer.
+        """Pause this backend's calls; calls of the same round throttled too do not pause longer.
 
         Not a tenacity retry (as ``QuotaService._retrying`` is): nothing is called again here.
         The pause is shared state that every worker thread of the backend reads, on the service's
-        clock (a test's manual one too), and the throttled attempt just stays due; a per-call
+        clock (a test's manual one too), and the throttled call just stays due; a per-call
         retry would sleep in one thread while the others went on calling the throttled API."""
         with self._lock:
             if now < self._paused_until:
@@ -207,7 +446,7 @@ class BackendPoller:
             self._paused_until = now + self._backoff
             pause = self._backoff
         log.warning(
-            "%s throttles polls (%s): its polls pause %g s (doubling up to %g s while throttled)",
+            "%s throttles calls (%s): its calls pause %g s (doubling up to %g s while throttled)",
             self.name,
             exc,
             pause,
@@ -215,13 +454,18 @@ class BackendPoller:
         )
 
     def next_due(self) -> float | None:
-        """When the next poll falls due (after any throttling pause); None with nothing tracked."""
+        """When the next call falls due (after any throttling pause): an action waiting is due
+        now, a poll at its time; None with nothing tracked or waiting."""
         with self._lock:
-            soonest = min(self._due.values(), default=None)
+            soonest = min((due for key, due in self._due.items() if key not in self._polling), default=None)
+            needed = 1.0
+            if len(self._acting) < self.workers and any(key not in self._acting for key in self._waiting):
+                soonest = float("-inf")
+                needed = float(min(self._cost(action) for action in self._waiting.values()))
             if soonest is None:
                 return None
-            if self.rate is not None and self._tokens_at is not None and self._tokens < 1:
-                soonest = max(soonest, self._tokens_at + (1 - self._tokens) / self.rate)  # a token back
+            if self.rate is not None and self._tokens_at is not None and self._tokens < needed:
+                soonest = max(soonest, self._tokens_at + (needed - self._tokens) / self.rate)  # tokens back
             return max(soonest, self._paused_until)
 
     # -- in the background -----------------------------------------------------------------
@@ -242,22 +486,24 @@ class BackendPoller:
         while not self._stop.is_set():
             self._wake.clear()
             try:
-                self.poll_due(self.clock())
-            except Exception:  # a bug must not stop polling for good: logged, retried next round
-                log.exception("polling %s failed", self.name)
+                self.act_due(self.clock(), wait=False)
+                self.poll_due(self.clock(), wait=False)
+            except Exception:  # a bug must not stop calling for good: logged, retried next round
+                log.exception("calling %s failed", self.name)
             soonest = self.next_due()
             pause = IDLE_WAKE_SECONDS if soonest is None else soonest - self.clock()
             self._wake.wait(max(pause, MIN_ROUND_SECONDS))
 
     def stop(self, timeout: float = 10.0) -> None:
-        """Stop the background thread (after the round in flight) and the pool."""
+        """Stop the background thread (after the round in flight) and the pool, once the
+        starts and stops in flight have returned (their outcomes are kept for the step)."""
         self._stop.set()
         self._wake.set()
         if self._thread is not None:
             self._thread.join(timeout)
             self._thread = None
         if self._pool is not None:
-            self._pool.shutdown(wait=False, cancel_futures=True)
+            self._pool.shutdown(wait=True)
             self._pool = None
 
 
@@ -295,9 +541,34 @@ class Poller:
         return {name: poller.tracking() for name, poller in self.pollers.items()}
 
     def forget(self) -> None:
-        """Track nothing (a leader stepping down): no more polls until the next ``track``."""
+        """Track nothing and drop the actions not begun (a leader stepping down): no more calls
+        until the next ``track`` or ``request``."""
         for poller in self.pollers.values():
             poller.track({}, float("-inf"))
+            poller.forget_actions()
+
+    def request(self, actions: Mapping[str, Iterable[BackendAction]]) -> None:
+        """Ask for starts and stops, by backend name (see :meth:`BackendPoller.request`)."""
+        for name, wanted in actions.items():
+            self.pollers[name].request(wanted)
+
+    def requested(self) -> dict[str, set[tuple[AttemptKey, ActionKind]]]:
+        """The actions each backend has already (see :meth:`BackendPoller.requested`)."""
+        return {name: poller.requested() for name, poller in self.pollers.items()}
+
+    def take_outcomes(self) -> list[ActionOutcome]:
+        """What came of the actions done since the last call, every backend's."""
+        return [outcome for poller in self.pollers.values() for outcome in poller.take_outcomes()]
+
+    def set_still_wanted(self, check: Callable[[BackendAction], bool] | None) -> None:
+        """The check each worker makes just before an action's call (see the module docstring)."""
+        for poller in self.pollers.values():
+            poller.still_wanted = check
+
+    def act_due(self, now: float) -> None:
+        """Inline: every backend's actions waiting, carried out and awaited."""
+        for poller in self.pollers.values():
+            poller.act_due(now)
 
     def reports(self) -> dict[str, dict[AttemptKey, AttemptReport]]:
         """The latest report of every tracked attempt, by backend name."""

@@ -10,24 +10,30 @@ One step of the leader:
 4. commit, in one transaction: the inputs (the log that rebuilds the state), the decisions, the
    jobs as they now stand, the backend actions still to do (start, stop), and the shares' view
    when it changed (the read model every reader shows, ``store/views.py``);
-5. carry the actions out through the backends, then mark them done. These calls stay in the
-   step (one or two per placement or stop, never per running attempt): the next step's
-   preemption or cancel rewrites a START not yet marked done as "never started", which holds
-   only while nothing else can be starting it;
+5. mark done the backend actions whose outcomes the poller's threads have brought back, and ask
+   them for the actions still to do: the starts and stops run there, charged to the same
+   per-backend rate as the polls, so the step never waits on a backend's API. Marking done is
+   a compare-and-set in a fenced transaction: an outcome is written only while this process
+   leads (the lease's epoch) and the attempt still has that action. A placement committed in
+   this step and preempted in the same step was never asked of the backend ("not started");
+   once committed it is STARTING (its start may be in flight), and a preemption or cancel then
+   turns its START into a STOP, carried out after the start returns;
 6. send the alerts just recorded to the notifiers (``service/alerts.py``), and the step's
    metrics (``service/metrics.py``).
 
 A scheduler killed at any point recovers on restart: it replays the input log into a fresh core
-(the same state the last leader had), then finishes the backend actions it finds pending
-(starting an attempt is idempotent by its key) and asks the backends about the rest.
+(the same state the last leader had), then asks again for the backend actions it finds pending
+(starting an attempt is idempotent by its key: SageMaker's training job name is derived from it,
+stopping one twice is harmless) and asks the backends about the rest.
 
 Leadership is a fenced lease (``store/lock.py``): the leader renews it every step, and every
 transaction that commits decisions or marks a backend action done first checks that the lease
 is still its own (same epoch); when it is not, the transaction rolls back and the process steps
-down. Any database error (a dropped connection, a server restart, a failover) is logged in one
-line; the process forgets its in-memory state (it may be ahead of what was committed), waits
-(0.5 s, doubling to 5 s) and starts again from the committed log. Decision lines are logged
-once their transaction has committed, so a decision is never logged by two leaders.
+down. The poller's threads check it too, just before each start or stop. Any database error (a
+dropped connection, a server restart, a failover) is logged in one line; the process forgets
+its in-memory state (it may be ahead of what was committed), waits (0.5 s, doubling to 5 s) and
+starts again from the committed log. Decision lines are logged once their transaction has
+committed, so a decision is never logged by two leaders.
 """
 
 from __future__ import annotations
@@ -42,7 +48,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import Engine, event, func, select, update
+from sqlalchemy import Engine, event, func, select, tuple_, update
 from sqlalchemy.exc import DBAPIError, DisconnectionError, PendingRollbackError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.orm import Session
@@ -78,12 +84,18 @@ from airflow_quota.service.backends.base import (
     AttemptSpec,
     AttemptStatus,
     Backend,
-    BackendError,
 )
 from airflow_quota.service.clock import Clock, WallClock
 from airflow_quota.service.inputs import apply, from_row, refusal, replay, to_row
 from airflow_quota.service.metrics import QuotaMetrics
-from airflow_quota.service.polling import DEFAULT_POLL_WORKERS, AttemptKey, Poller
+from airflow_quota.service.polling import (
+    DEFAULT_POLL_WORKERS,
+    ActionKind,
+    ActionOutcome,
+    AttemptKey,
+    BackendAction,
+    Poller,
+)
 from airflow_quota.store.engine import DatabaseUnavailable, migrate, reachable, session_factory
 from airflow_quota.store.lock import LeadershipLost, current_leader, leader_lock
 from airflow_quota.store.models import (
@@ -97,7 +109,7 @@ from airflow_quota.store.models import (
     Request,
 )
 from airflow_quota.store.models import Input as InputRow
-from airflow_quota.store.repository import NOTIFY_CHANNEL
+from airflow_quota.store.repository import IN_CHUNK, NOTIFY_CHANNEL
 from airflow_quota.store.views import QuotaView, ViewBuilder, write_view
 
 log = logging.getLogger("airflow_quota.scheduler")
@@ -159,6 +171,8 @@ class _Step:
     touched: set[int] = field(default_factory=set)
     ended: list[tuple[int, int, AttemptReport]] = field(default_factory=list)
     running: list[tuple[int, int, float]] = field(default_factory=list)
+    placed: list[Attempt] = field(default_factory=list)
+    """The attempts this step placed: STARTING once the commit asks their backends to start them."""
     alerts: int = 0
     """Alerts recorded: the delivery looks for them once the step has committed."""
     cycle_seconds: float | None = None
@@ -232,7 +246,8 @@ class QuotaService:
         self.metrics = metrics or QuotaMetrics.off()
         self.alerts = AlertDelivery(self.sessions, self.metrics, alert_attempts, alert_retry_seconds)
         self.poller = Poller(self.backends, self.clock.now, poll_workers)
-        """Asks the backends about open attempts: inline in ``step`` until ``run`` starts its threads."""
+        """Starts, stops and polls attempts: inline in ``step`` until ``run`` starts its threads."""
+        self.poller.set_still_wanted(self._still_wanted)
 
     # -- the process ---------------------------------------------------------------------
 
@@ -381,7 +396,8 @@ class QuotaService:
         if self.poller.background:  # the poller starts on the open attempts while the rest recovers
             self._track_open_attempts(self.clock.now())
         self._rewrite_view()
-        self._act()
+        self._starting_since_upgrade()
+        self._act(self.clock.now())
         self.alerts.wake()  # alerts the last leader recorded and did not finish delivering
         self.recovered = True
 
@@ -406,7 +422,7 @@ class QuotaService:
             self._rewrite_view_when_due(now)
             for decision in gathered.decisions:  # committed: never logged by two leaders
                 log.info(describe(decision, wall_clock=self.wall_clock))
-            self._act()
+            self._act(now)
             self._report(gathered, now)
         return bool(gathered.decisions or gathered.handled)
 
@@ -550,7 +566,10 @@ class QuotaService:
             gathered.touched.add(attempt.job_id)
             if current and job is not None and not job.stopping:
                 self._feed(gathered, AttemptRunning(attempt.job_id, attempt.number, since), now)
-        if report.status is AttemptStatus.UNKNOWN and attempt.status == AttemptState.NOT_STARTED.value:
+        never_ran = attempt.status == AttemptState.NOT_STARTED.value or (
+            attempt.status == AttemptState.STOPPING.value and attempt.running_since is None
+        )  # STOPPING: stopped while its start was in flight, and the start came too late or failed
+        if report.status is AttemptStatus.UNKNOWN and never_ran:
             report = AttemptReport(AttemptStatus.STOPPED, STOPPED_BEFORE_START)
         elif report.status is AttemptStatus.UNKNOWN:
             # never started (the backend refused it), or lost by the backend: a failed attempt
@@ -601,6 +620,9 @@ class QuotaService:
                     attempt.ended_at = now if report.ended_at is None else report.ended_at
             for decision in gathered.decisions:
                 self._record(session, decision, gathered, now)
+            for attempt in gathered.placed:
+                if attempt.action == ActionKind.START.value:  # not preempted in this same step
+                    attempt.status = AttemptState.STARTING.value
             for job_id in gathered.rejected_jobs:
                 row = session.get(JobRow, job_id)
                 if row is not None:
@@ -667,20 +689,20 @@ class QuotaService:
         gathered.touched.add(job_id)
         if isinstance(decision, Placed):
             row = session.get(JobRow, job_id)
-            session.add(
-                Attempt(
-                    job_id=job_id,
-                    number=decision.attempt,
-                    backend=row.backend if row else "fake",
-                    instance_type=decision.entry.instance_type,
-                    count=decision.entry.count,
-                    training_plan=decision.entry.training_plan,
-                    borrowed=decision.borrowed,
-                    placed_at=decision.at,
-                    action="START",
-                    status=AttemptState.PLACED.value,
-                )
+            placed = Attempt(
+                job_id=job_id,
+                number=decision.attempt,
+                backend=row.backend if row else "fake",
+                instance_type=decision.entry.instance_type,
+                count=decision.entry.count,
+                training_plan=decision.entry.training_plan,
+                borrowed=decision.borrowed,
+                placed_at=decision.at,
+                action=ActionKind.START.value,
+                status=AttemptState.PLACED.value,
             )
+            session.add(placed)
+            gathered.placed.append(placed)
         elif isinstance(decision, Preempted):
             # the attempt placed last *before* this decision: a victim preempted with no grace may
             # be placed again (attempt n + 1) later in the same step, and then job.attempts, the
@@ -689,10 +711,10 @@ class QuotaService:
             number = job.attempts if number is None else int(number)
             attempt = session.get(Attempt, (job_id, number))
             if attempt is not None and attempt.ended_at is None:
-                if attempt.action == "START":  # placed and preempted before the backend heard of it
+                if attempt.status == AttemptState.PLACED.value:  # placed in this step: no backend heard of it
                     attempt.action, attempt.status = None, AttemptState.NOT_STARTED.value
-                else:
-                    attempt.action, attempt.stop_grace = "STOP", decision.grace_seconds
+                else:  # running, or STARTING (its start may be in flight): stopped after it
+                    attempt.action, attempt.stop_grace = ActionKind.STOP.value, decision.grace_seconds
                     attempt.status = AttemptState.STOPPING.value
             session.add(
                 Preemption(
@@ -707,7 +729,8 @@ class QuotaService:
         elif isinstance(decision, Failed) and decision.reason is FailureReason.CANCELLED:
             attempt = session.get(Attempt, (job_id, job.attempts))
             if attempt is not None and attempt.ended_at is None and attempt.status != AttemptState.STOPPING.value:
-                attempt.action, attempt.stop_grace, attempt.status = "STOP", 0.0, AttemptState.STOPPING.value
+                attempt.action, attempt.stop_grace = ActionKind.STOP.value, 0.0
+                attempt.status = AttemptState.STOPPING.value
         elif isinstance(decision, Alert):
             session.add(
                 AlertRow(
@@ -742,50 +765,123 @@ class QuotaService:
 
     # -- backend actions -----------------------------------------------------------------
 
-    def _act(self) -> None:
-        """Carry out the backend actions recorded and not yet done (start, stop)."""
+    def _act(self, now: float) -> None:
+        """Step 5: mark done the starts and stops the poller has carried out, and ask it for the
+        ones the log holds and it does not have yet. When nobody started its threads (tests
+        stepping a manual clock), it carries them out here and they are marked done at once."""
+        outcomes = self.poller.take_outcomes()
+        if outcomes:
+            self._mark_done(outcomes)
+        self._dispatch()
+        if not self.poller.background:
+            self.poller.act_due(now)
+            outcomes = self.poller.take_outcomes()
+            if outcomes:
+                self._mark_done(outcomes)
+
+    def _dispatch(self) -> None:
+        """Ask the poller for every backend action recorded and not yet done, in the order they
+        were placed, except the ones it has already (waiting, in flight, or done and not taken)."""
+        requested = self.poller.requested()
         with self.sessions() as session:
             pending = session.scalars(
-                select(Attempt).where(Attempt.action.is_not(None)).order_by(Attempt.placed_at)
+                select(Attempt)
+                .where(Attempt.action.is_not(None))
+                .order_by(Attempt.placed_at, Attempt.job_id, Attempt.number)
             ).all()
-            rows = _rows_by_id(session, {a.job_id for a in pending})
-        for attempt in pending:
+            new = [
+                a
+                for a in pending
+                if ((a.job_id, a.number), ActionKind(a.action)) not in requested.get(a.backend, set())
+            ]
+            rows = _rows_by_id(session, {a.job_id for a in new})
+        actions: dict[str, list[BackendAction]] = {}
+        unconfigured: list[ActionOutcome] = []
+        for attempt in new:
             row = rows[attempt.job_id]
             assert row is not None
-            if self._fencing and not self._still_pending(attempt):
-                continue  # a newer leader has dealt with it since it was read
-            backend = self.backends.get(attempt.backend)
-            spec = self._spec(row, attempt)
-            status, reason = attempt.status, attempt.reason
-            started = None
-            try:
-                if backend is None:
-                    raise BackendError(f"no backend {attempt.backend!r} is configured in this scheduler")
-                if attempt.action == "START":
-                    started = backend.start(spec)
-                    status = AttemptState.PENDING.value
-                else:
-                    backend.stop(spec, attempt.stop_grace)
-            except BackendError as exc:
-                log.error("attempt %s of job %s: %s", attempt.number, row.name, exc)
-                if attempt.action == "START":  # the next poll reports it as a failed attempt
-                    status, reason = AttemptState.START_FAILED.value, f"BackendError: {exc}"
-            with self.sessions() as session, session.begin():
-                self._fence(session)
-                fresh = session.get(Attempt, (attempt.job_id, attempt.number))
-                if fresh is not None:
-                    fresh.action, fresh.status, fresh.reason = None, status, reason
-                    if started is not None:
-                        fresh.external_name, fresh.external_arn = started.name, started.arn
+            kind = ActionKind(attempt.action)
+            if attempt.backend not in self.backends:
+                error = f"no backend {attempt.backend!r} is configured in this scheduler"
+                unconfigured.append(ActionOutcome(kind, (attempt.job_id, attempt.number), row.name, error=error))
+                continue
+            action = BackendAction(kind, self._spec(row, attempt), attempt.stop_grace)
+            actions.setdefault(attempt.backend, []).append(action)
+        if unconfigured:
+            self._mark_done(unconfigured)
+        self.poller.request(actions)
 
-    def _still_pending(self, attempt: Attempt) -> bool:
-        """Just before a backend action: this process still leads (the lease is renewed under
-        its epoch) and the action is still the one recorded. A leader frozen after reading its
-        pending actions and resumed after a takeover does not act on what it read."""
+    def _mark_done(self, outcomes: list[ActionOutcome]) -> None:
+        """Write what came of starts and stops, in one fenced transaction. Each is a
+        compare-and-set: written only if the attempt still has that action. So an outcome that
+        comes back after another leader took over is not written (the fence rolls it back), nor
+        a start's after a preemption turned it into a stop (the stop decides what comes next).
+        A start's training job name and ARN are kept either way. Errors are logged once committed."""
+        done = [outcome for outcome in outcomes if outcome.error is None]
+        failed: list[ActionOutcome] = []
         with self.sessions() as session, session.begin():
             self._fence(session)
-            fresh = session.get(Attempt, (attempt.job_id, attempt.number))
-            return fresh is not None and fresh.action == attempt.action
+            for kind, status in ((ActionKind.START, AttemptState.PENDING.value), (ActionKind.STOP, None)):
+                keys = [outcome.key for outcome in done if outcome.kind is kind]
+                values: dict[str, Any] = {"action": None} if status is None else {"action": None, "status": status}
+                for chunk in range(0, len(keys), IN_CHUNK):
+                    session.execute(
+                        update(Attempt)
+                        .where(
+                            Attempt.action == kind.value,
+                            tuple_(Attempt.job_id, Attempt.number).in_(keys[chunk : chunk + IN_CHUNK]),
+                        )
+                        .values(**values),
+                        execution_options={"synchronize_session": False},
+                    )
+            named = [
+                {"job_id": o.key[0], "number": o.key[1], "external_name": o.started.name, "external_arn": o.started.arn}
+                for o in done
+                if o.started is not None
+            ]
+            if named:  # the deterministic name: writing it again is harmless
+                session.execute(update(Attempt), named)
+            for outcome in outcomes:
+                if outcome.error is None:
+                    continue
+                values = {"action": None}
+                if outcome.kind is ActionKind.START:  # the next poll reports it as a failed attempt
+                    values.update(status=AttemptState.START_FAILED.value, reason=f"BackendError: {outcome.error}")
+                job_id, number = outcome.key
+                written = session.execute(
+                    update(Attempt)
+                    .where(Attempt.job_id == job_id, Attempt.number == number, Attempt.action == outcome.kind.value)
+                    .values(**values),
+                    execution_options={"synchronize_session": False},
+                )
+                if written.rowcount:  # type: ignore[attr-defined]
+                    failed.append(outcome)
+        for outcome in failed:
+            log.error("attempt %s of job %s: %s", outcome.key[1], outcome.job_name, outcome.error)
+
+    def _still_wanted(self, action: BackendAction) -> bool:
+        """In a poller's thread, just before a backend action: this process still leads (its
+        lease, under its epoch, has not run out) and the action is still the one recorded. Two
+        reads, so it never waits on the step's transactions. A leader frozen after asking for an
+        action and resumed after a takeover does not carry it out."""
+        if not self._fencing:
+            return True
+        with self.sessions() as session:
+            if not self.lock.holds(session.connection()):
+                return False
+            fresh = session.get(Attempt, action.key)
+            return fresh is not None and fresh.action == action.kind.value
+
+    def _starting_since_upgrade(self) -> None:
+        """A START recorded by a version that carried it out inside the step is still PLACED:
+        it is STARTING from now on, as every start recorded since (see ``_record``)."""
+        with self.sessions() as session, session.begin():
+            self._fence(session)
+            session.execute(
+                update(Attempt)
+                .where(Attempt.action == ActionKind.START.value, Attempt.status == AttemptState.PLACED.value)
+                .values(status=AttemptState.STARTING.value)
+            )
 
     def _spec(self, row: JobRow, attempt: Attempt) -> AttemptSpec:
         plan_arn = None

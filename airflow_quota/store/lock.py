@@ -194,6 +194,22 @@ class LeaderLease:
             self.epoch = None
             raise LeadershipLost(f"{self.holder} no longer holds the leader lease (its epoch was {held})")
 
+    def holds(self, connection: Connection) -> bool:
+        """Whether this process holds the lease now, under its epoch and not run out (in the
+        database's clock): a read, so it never waits on the leader's own transactions that hold
+        the lease row. What the poller's threads check just before each start or stop; the
+        transactions that commit still :meth:`fence`."""
+        if self.epoch is None:
+            return False
+        row = connection.execute(
+            text(
+                "SELECT 1 FROM quota_leader WHERE name = :name AND holder = :me AND epoch = :epoch "
+                f"AND expires_at > {self.now}"
+            ),
+            {"name": LEADER, "me": self.holder, "epoch": self.epoch},
+        ).first()
+        return row is not None
+
     def _renew(self, connection: Connection) -> bool:
         done = connection.execute(
             text(

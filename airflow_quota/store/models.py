@@ -116,6 +116,9 @@ class AttemptState(str, Enum):
     """Stopped before the backend was told to start it (a victim preempted in its own step)."""
     START_FAILED = "START_FAILED"
     """The backend refused to start it; the next poll reports it as a failed attempt."""
+    STARTING = "STARTING"
+    """Its start is asked of the backend (off the leader's step) and not yet done: it may run
+    already, so a preemption or cancel now stops it rather than calling it never started."""
     PENDING = "PENDING"
     RUNNING = "RUNNING"
     STOPPING = "STOPPING"

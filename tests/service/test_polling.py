@@ -179,14 +179,14 @@ def test_throttling_pauses_the_backend_with_exponential_back_off_and_recovers(
     poller.poll_due(3.0)  # two due: the first is refused (paused 4 s), the second is not asked
     assert backend.refused == 3 and not backend.asked
     assert poller.next_due() == pytest.approx(7.0)
-    throttled = [r.getMessage() for r in caplog.records if "throttles polls" in r.getMessage()]
+    throttled = [r.getMessage() for r in caplog.records if "throttles calls" in r.getMessage()]
     assert [line.split("pause ")[1].split(" s")[0] for line in throttled] == ["1", "2", "4"]
     assert all("\n" not in line and "ThrottlingException" in line for line in throttled)
 
     backend.throttling = False
     assert poller.poll_due(7.0) == 3
     assert set(poller.reports()) == {(1, 1), (2, 1), (3, 1)}, "the attempts skipped while paused are asked at once"
-    assert any("answers polls again" in r.getMessage() for r in caplog.records)
+    assert any("answers again after throttling" in r.getMessage() for r in caplog.records)
     backend.throttling = True
     poller.poll_due(12.0)
     assert poller.next_due() == pytest.approx(12.0 + THROTTLE_FIRST_SECONDS), "the back-off starts again at 1 s"

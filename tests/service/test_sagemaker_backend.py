@@ -32,7 +32,7 @@ from botocore.config import Config
 from botocore.exceptions import ClientError
 from botocore.stub import Stubber
 
-from airflow_quota.service.backends.base import AttemptSpec, AttemptStatus, Backend, BackendError
+from airflow_quota.service.backends.base import AttemptSpec, AttemptStatus, Backend, BackendError, BackendThrottled
 from airflow_quota.service.backends.sagemaker import SageMakerBackend, training_job_name
 from tests.moto_server import moto_server
 
@@ -381,6 +381,22 @@ def test_stop_of_a_job_no_longer_in_progress_is_harmless(client: Any, stubber: S
 def test_stop_of_a_job_never_started_is_harmless(client: Any, stubber: Stubber) -> None:
     stubber.add_client_error("stop_training_job", service_error_code="ValidationException", service_message=NOT_FOUND)
     SageMakerBackend(client=client).stop(attempt(), grace_seconds=0)
+
+
+def test_a_throttled_create_or_stop_is_backend_throttled_so_the_scheduler_makes_it_again(
+    client: Any, stubber: Stubber
+) -> None:
+    """Not a failed start (START_FAILED) nor a stop given up: the poller pauses and asks again."""
+    name = "quota-llm-finetune-42-1"
+    expect_not_found(stubber, name)
+    stubber.add_client_error("create_training_job", service_error_code="ThrottlingException", http_status_code=400)
+    stubber.add_client_error("stop_training_job", service_error_code="ThrottlingException", http_status_code=400)
+    backend = SageMakerBackend(client=client)
+    with pytest.raises(BackendThrottled, match=r"CreateTrainingJob for training job 'quota-llm-finetune-42-1'"):
+        backend.start(attempt())
+    with pytest.raises(BackendThrottled, match=r"StopTrainingJob for training job 'quota-llm-finetune-42-1'"):
+        backend.stop(attempt(), grace_seconds=0)
+    assert (backend.calls_per_start, backend.calls_per_stop) == (2, 1), "what each costs in the rate"
 
 
 def test_a_refused_stop_of_a_running_job_is_an_error(client: Any, stubber: Stubber) -> None:

@@ -93,7 +93,9 @@ class Backend(Protocol):
     name: str
     poll_interval_seconds: float
     """How often the scheduler asks about each open attempt (``service/polling.py``): SageMaker
-    30 s, local 1 s, the fake backend 0 (at every step)."""
+    30 s, local 1 s, the fake backend 0 (at every step). Optional, read with ``getattr``:
+    ``poll_calls_per_second`` (the rate of all its calls), ``calls_per_start`` and
+    ``calls_per_stop`` (API calls each costs in that rate, 1 when absent)."""
 
     def start(self, attempt: AttemptSpec) -> StartedAttempt | None:
         """Start the attempt; does nothing if the backend already has it. Returns where it runs
@@ -113,4 +115,5 @@ class BackendError(Exception):
 
 class BackendThrottled(BackendError):
     """The provider refused a call because too many were made (AWS ``ThrottlingException`` and
-    its kin): the poller pauses that backend's polls with exponential back-off."""
+    its kin): the poller pauses every call to that backend with exponential back-off, and makes
+    the refused poll, start or stop again after the pause."""

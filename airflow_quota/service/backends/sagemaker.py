@@ -127,8 +127,8 @@ treats as throttling); an HTTP 429 counts too."""
 DEFAULT_POLL_INTERVAL_SECONDS = 30.0
 """As the amazon provider's ``check_interval`` for SageMaker training jobs."""
 DEFAULT_POLL_CALLS_PER_SECOND = 35.0
-"""The most DescribeTrainingJob polls a second (burst included, at most 39.4 in any second):
-1,000 open jobs every 30 s need 33.3."""
+"""The most SageMaker calls a second, polls, starts and stops together (burst included, at most
+39.4 in any second): 1,000 open jobs described every 30 s need 33.3."""
 
 ALREADY_EXISTS_PATTERN = re.compile(r"already\s+exists|must\s+be\s+unique", re.IGNORECASE)
 
@@ -278,12 +278,18 @@ class SageMakerBackend:
     scheduler skips an entry after this backend reports CAPACITY_ERROR for it.
     ``poll_interval_seconds`` is how often the scheduler describes each open training job
     (``--sagemaker-poll-seconds``): 1,000 running jobs at the default 30 s are about 33
-    DescribeTrainingJob calls a second. ``poll_calls_per_second`` caps them, whatever the number
-    of jobs (``--sagemaker-poll-rate``): beyond about ``rate x interval`` open jobs each is
-    described a little less often than every interval.
+    DescribeTrainingJob calls a second. ``poll_calls_per_second`` caps every call the scheduler
+    makes, polls, starts and stops together, whatever the number of jobs
+    (``--sagemaker-poll-rate``): beyond about ``rate x interval`` open jobs, or while many start
+    or stop at once, each is described a little less often than every interval. A throttled
+    call raises ``BackendThrottled``: the scheduler pauses and makes it again.
     """
 
     name = "sagemaker"
+    calls_per_start = 2
+    """A start is a DescribeTrainingJob (does it exist already?) and a CreateTrainingJob: what
+    it costs in the scheduler's per-backend rate (``service/polling.py``)."""
+    calls_per_stop = 1
 
     def __init__(
         self,
@@ -445,6 +451,10 @@ class SageMakerBackend:
             if _error_code(exc) == "ResourceInUse" or ALREADY_EXISTS_PATTERN.search(_error_message(exc)):
                 log.info("training job %s (attempt %s) exists already: not started again", name, attempt.key)
                 return StartedAttempt(name)  # started by a racing call: its ARN is SageMaker's to tell
+            if _is_throttling(exc):  # not created: the scheduler asks again after a pause
+                raise BackendThrottled(
+                    f"SageMaker CreateTrainingJob for training job {name!r} (attempt {attempt.key}) throttled: {exc}"
+                ) from exc
             raise BackendError(
                 f"SageMaker CreateTrainingJob for training job {name!r} (attempt {attempt.key}) failed: {exc}"
             ) from exc
@@ -490,6 +500,10 @@ class SageMakerBackend:
             if _is_not_found(exc):
                 log.info("training job %s (attempt %s) to stop does not exist: nothing to stop", name, attempt.key)
                 return
+            if _is_throttling(exc):  # not asked: the scheduler asks again after a pause
+                raise BackendThrottled(
+                    f"SageMaker StopTrainingJob for training job {name!r} (attempt {attempt.key}) throttled: {exc}"
+                ) from exc
             if _error_code(exc) == "ValidationException":
                 # SageMaker refuses to stop a job that is not in progress; its wording is not
                 # documented, so ask for the job's status rather than trust the message.
