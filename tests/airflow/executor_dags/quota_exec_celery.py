@@ -1,0 +1,26 @@
+"""Two quota tasks the Celery delegate runs: one placed on ml.g5.xlarge (the research share's),
+one on ml.g4dn.xlarge (the lab share's); each goes to the Celery queue of its instance type."""
+
+from __future__ import annotations
+
+import pendulum
+from airflow.sdk import DAG, task
+from quota_exec_training import train
+
+from airflow_quota.executors import quota_config
+
+G5 = [{"instance_type": "ml.g5.xlarge", "count": 1}]
+G4 = [{"instance_type": "ml.g4dn.xlarge", "count": 1}]
+
+with DAG("quota_exec_celery", schedule=None, start_date=pendulum.datetime(2026, 1, 1, tz="UTC"), catchup=False):
+
+    @task(executor="quota", executor_config=quota_config(share="research", instance_preferences=G5))
+    def on_g5() -> int:
+        return train("on_g5", 2)
+
+    @task(executor="quota", executor_config=quota_config(share="lab", instance_preferences=G4))
+    def on_g4dn() -> int:
+        return train("on_g4dn", 2)
+
+    on_g5()
+    on_g4dn()
