@@ -69,12 +69,20 @@ class CeleryDelegate:
     def send(self, key: TaskInstanceKey, workload: ExecuteTask, queue: str, environment: Mapping[str, str]) -> str:
         """Publish the workload on ``queue`` with its placement in the header; the Celery task id.
 
-        Raises what the broker raises (or ``AirflowTaskTimeout`` after the provider's
-        ``[celery] operation_timeout``): the caller keeps the task held and tries again."""
+        The Celery task id is the task instance's ``external_executor_id``, which the scheduler
+        assigned when it queued the try (``QuotaExecutor`` asks for it, as ``CeleryExecutor``
+        does): a try sent again after a scheduler restart keeps its id, so whichever of its two
+        messages a worker takes first runs it, Airflow refuses the other (the task instance is
+        no longer QUEUED), and the result followed is the run's. Raises what the broker raises
+        (or ``AirflowTaskTimeout`` after ``[celery] operation_timeout``): the caller keeps the
+        task held and tries again."""
         task = self.app.tasks[CELERY_TASK]
         with timeout(seconds=OPERATION_TIMEOUT):  # type: ignore[no-untyped-call]
             result = task.apply_async(
-                args=(workload.model_dump_json(),), queue=queue, headers={PLACEMENT_HEADER: dict(environment)}
+                args=(workload.model_dump_json(),),
+                queue=queue,
+                task_id=workload.ti.external_executor_id,  # None: Celery makes one up
+                headers={PLACEMENT_HEADER: dict(environment)},
             )
         self.sent[key] = result
         return str(result.task_id)

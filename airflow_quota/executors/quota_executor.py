@@ -169,6 +169,9 @@ class QuotaExecutor(LocalExecutor):
             from airflow_quota.executors.celery_delegate import CeleryDelegate  # the provider loads late
 
             self.celery = CeleryDelegate(self.conf)
+            # the scheduler gives each queued try an external_executor_id, the Celery task id it is
+            # sent with: a try sent again after a restart keeps its id (``CeleryDelegate.send``)
+            self.pre_assigns_external_executor_id = True  # type: ignore[misc]  # the scheduler reads it per instance
         self._followed_at = float("-inf")
         self._summarised_at = time.monotonic()
 
@@ -470,7 +473,11 @@ class QuotaExecutor(LocalExecutor):
 
     def _relay_celery_ends(self) -> None:
         """Celery-run tries that ended become this executor's events: ``change_state`` reports
-        them to the quota scheduler, then to Airflow, as LocalExecutor's events are."""
+        them to the quota scheduler, then to Airflow, as LocalExecutor's events are.
+
+        A try sent twice (again after a scheduler restart, ``CeleryDelegate.send``) may end as a
+        Celery FAILURE after it succeeded: its second message, taken once the run was over, was
+        refused by Airflow. Airflow's database has the run's state, so that one counts."""
         if self.celery is None:
             return
         try:
@@ -479,7 +486,13 @@ class QuotaExecutor(LocalExecutor):
             self.log.exception("QuotaExecutor could not read the Celery result backend; retrying")
             return
         for end in ends:
-            self.change_state(end.key, end.state, end.info)
+            released = self.released.get(end.key)
+            refused_after_success = (
+                end.state == TaskInstanceState.FAILED
+                and released is not None
+                and self._try_state(released) == TaskInstanceState.SUCCESS
+            )
+            self.change_state(end.key, TaskInstanceState.SUCCESS if refused_after_success else end.state, end.info)
 
     def _report_end(self, released: Released) -> None:
         """How the try ended, from the task instance's state in Airflow's database."""

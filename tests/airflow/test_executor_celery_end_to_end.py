@@ -4,10 +4,14 @@ the broker (a database of its own, emptied first), the metadata database as the 
 ``airflow-quota scheduler``, and two Celery workers, one per instance type of the pool:
 ``airflow celery worker -q ml.g5.xlarge`` and ``-q ml.g4dn.xlarge``, one slot each.
 
-Two quota tasks (``executor_dags/quota_exec_celery.py``) are placed, one on each type; each runs
-on the worker of its type's queue (that worker's log names the task's Celery task id, the other's
-does not), with its placement in its environment, and both end SUCCEEDED in Airflow and in the
-quota database.
+1. Two quota tasks (``executor_dags/quota_exec_celery.py``) are placed, one on each type; each
+   runs on the worker of its type's queue (that worker's log names the task's Celery task id, the
+   other's does not), with its placement in its environment, and both end SUCCEEDED in Airflow
+   and in the quota database.
+2. Adoption: two tasks placed on ml.g5.xlarge, whose worker has one slot: one runs, the other's
+   message waits in the broker. Airflow's scheduler is killed with SIGKILL and restarted; the new
+   one adopts both, sends the waiting try again under the same Celery task id, and each task runs
+   exactly once.
 
 Redis is the one of ``QUOTA_TEST_REDIS_URL``'s server, else 127.0.0.1:6379; without it the test
 is skipped, or fails under ``CI=true``.
@@ -15,7 +19,9 @@ is skipped, or fails under ``CI=true``.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 from collections.abc import Iterator
 
 import pytest
@@ -31,6 +37,7 @@ BROKER_URL = os.environ.get("QUOTA_TEST_REDIS_URL", "redis://127.0.0.1:6379/7")
 QUEUES = {"g5": "ml.g5.xlarge", "g4dn": "ml.g4dn.xlarge"}
 """Each worker's name and the one queue it consumes: an instance type of ``quota.yaml``'s pool."""
 DAG_ID = "quota_exec_celery"
+ADOPT_DAG_ID = "quota_exec_celery_adopt"
 
 
 def ready_line(af: AirflowStack, worker: str) -> bool:
@@ -53,7 +60,7 @@ def airflow(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AirflowStack]:
         dags=[HERE / "quota_exec_training.py", HERE / "quota_exec_celery.py"],
         quota_config=HERE / "quota.yaml",
         components=("scheduler", "dag-processor", "api-server", "quota-scheduler"),
-        wait_for_dags=(DAG_ID,),
+        wait_for_dags=(DAG_ID, ADOPT_DAG_ID),
         extra_env={
             "AIRFLOW__CORE__EXECUTOR": "LocalExecutor,quota:airflow_quota.executors.QuotaExecutor",
             "AIRFLOW__QUOTA__EXECUTOR_DELEGATE": "celery",
@@ -61,6 +68,10 @@ def airflow(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AirflowStack]:
             # the result backend is the celery provider's default: the metadata database (db+postgresql)
             "AIRFLOW__CELERY__EXTRA_CELERY_CONFIG": WORKER_CELERY_CONFIG,
             "AIRFLOW__CELERY__SYNC_PARALLELISM": "1",
+            # a restarted scheduler adopts a dead one's tasks once its heartbeat is 10 s stale,
+            # checked every 5 s (defaults: 30 s, 5 minutes)
+            "AIRFLOW__SCHEDULER__SCHEDULER_HEALTH_CHECK_THRESHOLD": "10",
+            "AIRFLOW__SCHEDULER__ORPHANED_TASKS_CHECK_INTERVAL": "5",
         },
     ) as stack:
         for worker, queue in QUEUES.items():
@@ -114,3 +125,50 @@ def test_each_placed_task_runs_on_the_celery_worker_of_its_instance_type(airflow
     ran_on = {task: sorted(w for w, log in logs.items() if celery_ids[task] in log) for task in celery_ids}
     assert ran_on == {"on_g5": ["g5"], "on_g4dn": ["g4dn"]}, (celery_ids, af.tails(30))
     print(f"\nCelery task ids {celery_ids}")
+
+
+def test_a_scheduler_killed_while_a_celery_task_runs_and_one_waits_in_the_broker_runs_each_once(
+    airflow: AirflowStack,
+) -> None:
+    af = airflow
+    run = af.trigger(ADOPT_DAG_ID)
+
+    def one_running_one_sent() -> bool:
+        rows = af.query(
+            "SELECT task_id, state, external_executor_id FROM task_instance WHERE dag_id = :d AND run_id = :r",
+            d=ADOPT_DAG_ID,
+            r=run,
+        )
+        states = {task: (state, celery_id) for task, state, celery_id in rows}
+        started = any(e["task"] == "celery_first" and e["event"] == "start" for e in events(af))
+        sent = states.get("waiting", (None, None))
+        return started and states.get("first", ("", ""))[0] == "running" and sent[0] == "queued" and bool(sent[1])
+
+    wait_until("first running, waiting sent to the queue", one_running_one_sent, af, 120)
+    sent_as = af.query(
+        "SELECT external_executor_id FROM task_instance WHERE dag_id = :d AND task_id = 'waiting'", d=ADOPT_DAG_ID
+    )[0][0]
+    old = af.processes["scheduler"]
+    old_group = os.getpgid(old.pid)
+    os.kill(old.pid, signal.SIGKILL)
+    old.wait(timeout=30)
+    af.start_process("scheduler", [str(BIN / "airflow"), "scheduler"])
+    try:
+        states = af.wait_for_runs(ADOPT_DAG_ID, [run], 150)
+        assert states[run] == "success", f"{tries(af, ADOPT_DAG_ID, run)}\n{af.tails(40)}"
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(old_group, signal.SIGKILL)  # the dead scheduler's idle LocalExecutor workers
+    done = tries(af, ADOPT_DAG_ID, run)
+    assert {t: (ti["state"], ti["try"]) for t, ti in done.items()} == dict.fromkeys(
+        ("first", "waiting"), ("success", 1)
+    ), done
+    expected = dict.fromkeys(("first", "waiting"), ("SUCCEEDED", 1))
+    wait_until("the quota jobs SUCCEEDED", lambda: final_jobs(af, ADOPT_DAG_ID) == expected, af, 15)
+    assert len(af.store.jobs(dag_id=ADOPT_DAG_ID)) == 2  # never submitted twice
+    starts = [e["task"] for e in events(af) if e["event"] == "start" and e["task"].startswith("celery_")]
+    assert sorted(starts) == ["celery_first", "celery_waiting"], starts  # each ran exactly once
+    log = (af.logs / "scheduler.log").read_text(errors="replace")
+    assert "QuotaExecutor adopted" in log
+    # the waiting try kept its Celery task id: the g5 worker ran it under that id
+    assert sent_as in (af.logs / "celery-g5.log").read_text(errors="replace")

@@ -1,5 +1,7 @@
-"""Two quota tasks the Celery delegate runs: one placed on ml.g5.xlarge (the research share's),
-one on ml.g4dn.xlarge (the lab share's); each goes to the Celery queue of its instance type."""
+"""Quota tasks the Celery delegate runs. ``quota_exec_celery``: one placed on ml.g5.xlarge (the
+research share's), one on ml.g4dn.xlarge (the lab share's), each sent to the Celery queue of its
+instance type. ``quota_exec_celery_adopt``: two on ml.g5.xlarge, for a scheduler restart while
+one runs and the other waits in the broker."""
 
 from __future__ import annotations
 
@@ -24,3 +26,20 @@ with DAG("quota_exec_celery", schedule=None, start_date=pendulum.datetime(2026, 
 
     on_g5()
     on_g4dn()
+
+with DAG(
+    "quota_exec_celery_adopt", schedule=None, start_date=pendulum.datetime(2026, 1, 1, tz="UTC"), catchup=False
+):
+    # both placed at once on ml.g5.xlarge (one share's instance each); the queue's one worker slot
+    # runs one while the other's message waits in the broker
+
+    @task(executor="quota", executor_config=quota_config(share="research", instance_preferences=G5))
+    def first() -> int:
+        return train("celery_first", 30)
+
+    @task(executor="quota", executor_config=quota_config(share="prod", instance_preferences=G5))
+    def waiting() -> int:
+        return train("celery_waiting", 2)
+
+    first()
+    waiting()
