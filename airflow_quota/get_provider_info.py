@@ -73,6 +73,13 @@ def get_provider_info() -> dict[str, Any]:
                         "example": "postgresql://quota:secret@db:5432/quota",
                         "default": None,
                     },
+                    "quota_conn_id": {
+                        "description": "The Airflow connection through which QuotaExecutor uses the quota database.\n",
+                        "version_added": "0.1.0",
+                        "type": "string",
+                        "example": "quota_prod",
+                        "default": "quota_default",
+                    },
                     "executor_delegate": {
                         "description": (
                             "Where QuotaExecutor runs a task once the quota scheduler places it: local (its "
