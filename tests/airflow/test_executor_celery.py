@@ -18,8 +18,9 @@ from airflow.utils.state import TaskInstanceState
 from airflow_quota.executors import celery_worker
 from airflow_quota.executors.celery_delegate import CeleryDelegate, CeleryEnd
 from airflow_quota.executors.celery_worker import PLACEMENT_HEADER, placement_of
+from airflow_quota.executors.jobs import TaskIdentity
 from airflow_quota.executors.placement import INSTANCE_TYPE, JOB_ID, SHARE, TRAINING_PLAN, Placement
-from airflow_quota.executors.quota_executor import executor_delegate
+from airflow_quota.executors.quota_executor import QuotaExecutor, Released, executor_delegate
 from airflow_quota.get_provider_info import get_provider_info
 
 PLACEMENT = Placement("research", 7, 2, "ml.g5.xlarge", 1, None, "/ckpt/enc", 1)
@@ -45,6 +46,30 @@ def test_an_unknown_delegate_names_the_setting_and_the_values_it_takes(monkeypat
     with pytest.raises(AirflowConfigException) as refused:
         executor_delegate(ExecutorConf(team_name=None))
     assert str(refused.value).startswith("[quota] executor_delegate = 'kubernetes': choose one of local, celery")
+
+
+@pytest.mark.parametrize(
+    ("delegate", "pre_assigned"),
+    [("local", False), ("celery", True)],
+    ids=["local: no Celery, no id", "celery: each queued try gets the Celery task id it is sent with"],
+)
+def test_the_executor_owns_a_celery_delegate_only_when_told(
+    delegate: str, pre_assigned: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("AIRFLOW__QUOTA__EXECUTOR_DELEGATE", delegate)
+    executor = QuotaExecutor()
+    assert (executor.celery is not None, executor.pre_assigns_external_executor_id) == (pre_assigned, pre_assigned)
+
+
+def test_a_task_on_a_celery_worker_is_cleared_at_once_whatever_the_shares_grace(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """No signal reaches another host from the scheduler: the RESTARTING route is the signal."""
+    monkeypatch.setenv("AIRFLOW__QUOTA__EXECUTOR_DELEGATE", "celery")
+    executor = QuotaExecutor()
+    released = Released(None, "ti-id", TaskIdentity("dag", "train", "run", -1, 1), 7, 2, PLACEMENT.environment())
+    executor._stop(released, grace=30.0, now=1_000.0)
+    assert (released.stop_at, released.stop_deadline, released.cleared) == (1_000.0, 1_000.0, False)
 
 
 def test_the_provider_declares_the_setting_with_its_default() -> None:
