@@ -461,10 +461,14 @@ class QuotaExecutor(LocalExecutor):
 
     def _clear(self, released: Released) -> None:
         """Airflow's own way to stop a running task for another try: clear it (RESTARTING); its
-        supervisor kills it, and the scheduler queues the next try without using a retry."""
-        released.cleared = True
+        supervisor kills it, and the scheduler queues the next try without using a retry. A task
+        not started yet (QUEUED: waiting for a free worker, or in the Celery broker) is cleared at
+        a later sync, once it runs."""
         with create_session(scoped=False) as session:
             ti = session.scalars(select(TaskInstance).where(TaskInstance.id == released.ti_id)).one_or_none()
+            if ti is not None and ti.state == TaskInstanceState.QUEUED:
+                return
+            released.cleared = True
             if ti is not None and ti.state == TaskInstanceState.RUNNING:
                 clear_task_instances([ti], session, dag_run_state=False)
                 self.log.info("%s cleared (RESTARTING) for quota job %s", released.identity, released.job_id)
