@@ -13,8 +13,8 @@ the broker (a database of its own, emptied first), the metadata database as the 
    one adopts both, sends the waiting try again under the same Celery task id, and each task runs
    exactly once.
 
-Redis is the one of ``QUOTA_TEST_REDIS_URL``'s server, else 127.0.0.1:6379; without it the test
-is skipped, or fails under ``CI=true``.
+The broker is ``QUOTA_TEST_REDIS_URL`` (a Redis database of its own), else
+``redis://127.0.0.1:6379/7``; without it the test is skipped, or fails under ``CI=true``.
 """
 
 from __future__ import annotations
