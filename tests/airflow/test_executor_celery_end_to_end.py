@@ -13,27 +13,32 @@ the broker (a database of its own, emptied first), the metadata database as the 
    one adopts both, sends the waiting try again under the same Celery task id, and each task runs
    exactly once.
 
-The broker is ``QUOTA_TEST_REDIS_URL`` (a Redis database of its own), else
-``redis://127.0.0.1:6379/7``; without it the test is skipped, or fails under ``CI=true``.
+The broker is ``QUOTA_TEST_REDIS_URL`` (a Redis database of its own), else database 7 of the
+machine's Redis at 127.0.0.1:6379 when one answers, else a throwaway ``redis-server`` (``make
+test`` installs Debian's when absent); without any the test is skipped, or fails under ``CI=true``.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
+import subprocess
+import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 import redis
 
-from airflow_quota.devtools.stack import BIN, AirflowStack
+from airflow_quota.devtools.stack import BIN, AirflowStack, free_port
 from airflow_quota.executors.celery_delegate import WORKER_CELERY_CONFIG
 from tests.airflow.stacks import airflow_on_postgres
 from tests.airflow.test_executor_end_to_end import HERE, events, final_jobs, tries, wait_until
 from tests.conftest import missing
 
-BROKER_URL = os.environ.get("QUOTA_TEST_REDIS_URL", "redis://127.0.0.1:6379/7")
+MACHINE_REDIS = "redis://127.0.0.1:6379/7"
 QUEUES = {"g5": "ml.g5.xlarge", "g4dn": "ml.g4dn.xlarge"}
 """Each worker's name and the one queue it consumes: an instance type of ``quota.yaml``'s pool."""
 DAG_ID = "quota_exec_celery"
@@ -46,17 +51,61 @@ def ready_line(af: AirflowStack, worker: str) -> bool:
     return log.exists() and " ready." in log.read_text(errors="replace")
 
 
+def answers(url: str) -> bool:
+    try:
+        with redis.Redis.from_url(url, socket_connect_timeout=3) as client:
+            return bool(client.ping())
+    except redis.RedisError:
+        return False
+
+
+@contextlib.contextmanager
+def redis_broker(folder: Path) -> Iterator[str]:
+    """A Redis database for the broker, emptied before and after: ``QUOTA_TEST_REDIS_URL``'s, the
+    machine's, or a throwaway server's (no persistence) stopped at the end."""
+    url = os.environ.get("QUOTA_TEST_REDIS_URL", MACHINE_REDIS)
+    server = None
+    if not answers(url) and "QUOTA_TEST_REDIS_URL" not in os.environ and shutil.which("redis-server"):
+        port = free_port()
+        server = subprocess.Popen(
+            ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--dir", str(folder)],
+            stdout=subprocess.DEVNULL,
+        )
+        url = f"redis://127.0.0.1:{port}/0"
+        deadline = time.monotonic() + 30
+        while not answers(url) and server.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+    if not answers(url):
+        if server is not None:
+            server.kill()
+        missing(f"no Redis for the Celery broker at {url}")
+    client = redis.Redis.from_url(url)
+    client.flushdb()  # no message left by an earlier run
+    try:
+        yield url
+    finally:
+        client.flushdb()
+        client.close()
+        if server is not None:
+            server.terminate()
+            server.wait(timeout=30)
+
+
 @pytest.fixture(scope="module")
 def airflow(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AirflowStack]:
-    broker = redis.Redis.from_url(BROKER_URL, socket_connect_timeout=3)
-    try:
-        broker.ping()
-    except redis.RedisError as exc:
-        missing(f"no Redis for the Celery broker at {BROKER_URL}: {exc}")
-    broker.flushdb()  # no message left by an earlier run
+    with (
+        redis_broker(tmp_path_factory.mktemp("redis")) as broker_url,
+        celery_stack(tmp_path_factory.mktemp("airflow-celery"), broker_url) as stack,
+    ):
+        yield stack
+
+
+@contextlib.contextmanager
+def celery_stack(root: Path, broker_url: str) -> Iterator[AirflowStack]:
+    """The Airflow of this module, then its two Celery workers, ready."""
     with airflow_on_postgres(
         "celery",
-        tmp_path_factory.mktemp("airflow-celery"),
+        root,
         dags=[HERE / "quota_exec_training.py", HERE / "quota_exec_celery.py"],
         quota_config=HERE / "quota.yaml",
         components=("scheduler", "dag-processor", "api-server", "quota-scheduler"),
@@ -64,7 +113,7 @@ def airflow(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AirflowStack]:
         extra_env={
             "AIRFLOW__CORE__EXECUTOR": "LocalExecutor,quota:airflow_quota.executors.QuotaExecutor",
             "AIRFLOW__QUOTA__EXECUTOR_DELEGATE": "celery",
-            "AIRFLOW__CELERY__BROKER_URL": BROKER_URL,
+            "AIRFLOW__CELERY__BROKER_URL": broker_url,
             # the result backend is the celery provider's default: the metadata database (db+postgresql)
             "AIRFLOW__CELERY__EXTRA_CELERY_CONFIG": WORKER_CELERY_CONFIG,
             "AIRFLOW__CELERY__SYNC_PARALLELISM": "1",
@@ -92,11 +141,7 @@ def airflow(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AirflowStack]:
             )
         for worker in QUEUES:
             wait_until(f"the {worker} Celery worker ready", lambda w=worker: ready_line(stack, w), stack, 90)
-        try:
-            yield stack
-        finally:
-            broker.flushdb()
-            broker.close()
+        yield stack
 
 
 def test_each_placed_task_runs_on_the_celery_worker_of_its_instance_type(airflow: AirflowStack) -> None:
