@@ -8,7 +8,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: test lint typecheck docs postgres browser demo bench clean
+.PHONY: test lint typecheck docs postgres redis browser demo bench clean
 
 $(BIN)/python:
 	@$(PYTHON) -m venv $(VENV) 2>/dev/null || { \
@@ -26,6 +26,13 @@ postgres:
 	@ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || pg_isready -q -h 127.0.0.1 -p 5432 2>/dev/null || { \
 	  echo "installing Debian's postgresql for the service tests"; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null; }
+
+# The Celery delegate's end-to-end test needs a Redis broker: the machine's on 127.0.0.1:6379 when
+# one answers, else a throwaway server the test starts from Debian's redis-server, installed here.
+redis:
+	@command -v redis-server >/dev/null 2>&1 || redis-cli -h 127.0.0.1 ping >/dev/null 2>&1 || { \
+	  echo "installing Debian's redis-server for the Celery delegate's test"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null; }
 
 # The Quotas page's browser test drives Debian's Chromium through its ChromeDriver.
 browser:
@@ -46,7 +53,7 @@ typecheck: $(STAMP)
 docs: $(STAMP)
 	$(BIN)/sphinx-build -E -W --keep-going -b html docs docs/_build/html
 
-test: lint typecheck docs postgres browser
+test: lint typecheck docs postgres redis browser
 	$(BIN)/pytest
 
 DEMO_ARGS ?=

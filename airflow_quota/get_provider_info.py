@@ -72,7 +72,27 @@ def get_provider_info() -> dict[str, Any]:
                         "sensitive": True,
                         "example": "postgresql://quota:secret@db:5432/quota",
                         "default": None,
-                    }
+                    },
+                    "quota_conn_id": {
+                        "description": "The Airflow connection through which QuotaExecutor uses the quota database.\n",
+                        "version_added": "0.1.0",
+                        "type": "string",
+                        "example": "quota_prod",
+                        "default": "quota_default",
+                    },
+                    "executor_delegate": {
+                        "description": (
+                            "Where QuotaExecutor runs a task once the quota scheduler places it: local (its "
+                            "own worker processes, as LocalExecutor) or celery (the Celery queue named after "
+                            "the placed instance type, through the celery provider and the [celery] settings; "
+                            "each GPU host runs airflow celery worker -q <instance type>, and the workers load "
+                            "airflow_quota.executors.celery_worker through [celery] extra_celery_config).\n"
+                        ),
+                        "version_added": "0.1.0",
+                        "type": "string",
+                        "example": "celery",
+                        "default": "local",
+                    },
                 },
             }
         },

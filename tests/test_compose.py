@@ -1,12 +1,14 @@
 """``docker-compose.yml``: Airflow 3.3's official layout (api-server, scheduler, dag-processor,
 triggerer, a Celery worker with Redis, PostgreSQL, an init service) with airflow-quota installed,
-the quota database beside Airflow's, and two quota scheduler replicas.
+the quota database beside Airflow's, two quota scheduler replicas, and QuotaExecutor's Celery
+delegate with a worker per instance type of the example pool.
 
 ``docker compose config`` validates it where the compose plugin is installed; the checks below
 run everywhere."""
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import subprocess
@@ -58,7 +60,10 @@ def test_it_has_the_official_services_and_the_quota_scheduler(compose: dict[str,
 
 def test_celery_with_redis_and_postgres_metadata(compose: dict[str, Any]) -> None:
     env = compose["services"]["airflow-scheduler"]["environment"]
-    assert env["AIRFLOW__CORE__EXECUTOR"] == "CeleryExecutor"
+    assert env["AIRFLOW__CORE__EXECUTOR"].split(",") == [
+        "CeleryExecutor",
+        "quota:airflow_quota.executors.QuotaExecutor",
+    ]
     assert (
         env["AIRFLOW__CELERY__BROKER_URL"].startswith("redis://")
         and "@redis:6379" in env["AIRFLOW__CELERY__BROKER_URL"]
@@ -68,6 +73,31 @@ def test_celery_with_redis_and_postgres_metadata(compose: dict[str, Any]) -> Non
     worker = compose["services"]["airflow-worker"]
     assert worker["environment"]["DUMB_INIT_SETSID"] == "0"
     assert worker["depends_on"]["airflow-apiserver"]["condition"] == "service_healthy"
+
+
+def test_a_celery_worker_per_instance_type_of_the_pool_takes_the_quota_executors_tasks(
+    compose: dict[str, Any],
+) -> None:
+    services = compose["services"]
+    env = services["airflow-scheduler"]["environment"]
+    assert env["AIRFLOW__QUOTA__EXECUTOR_DELEGATE"] == "celery"
+    imports = json.loads(env["AIRFLOW__CELERY__EXTRA_CELERY_CONFIG"])["imports"]
+    assert imports == ["airflow_quota.executors.celery_worker"]
+    pool = yaml.safe_load((REPO / "examples" / "quota.yaml").read_text())["pool"]["capacity"]
+    queues = {
+        name: service["command"].removeprefix("celery worker --queues ")
+        for name, service in services.items()
+        if str(service.get("command", "")).startswith("celery worker --queues ")
+    }
+    assert sorted(queues.values()) == sorted(pool), queues
+    for name in queues:
+        worker = services[name]
+        assert (
+            worker["environment"]["AIRFLOW__CELERY__EXTRA_CELERY_CONFIG"] == env["AIRFLOW__CELERY__EXTRA_CELERY_CONFIG"]
+        )
+        assert worker["environment"]["DUMB_INIT_SETSID"] == "0"
+        assert worker["depends_on"]["airflow-apiserver"]["condition"] == "service_healthy"
+        assert "healthcheck" in worker and worker["restart"] == "always", name
 
 
 def test_the_quota_database_is_a_second_database_in_the_same_postgres(compose: dict[str, Any]) -> None:

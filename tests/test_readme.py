@@ -118,6 +118,11 @@ EXERCISED_BY: list[tuple[str, str, list[str]]] = [
     ),
     (r"airflow dags unpause \S+", "tests/airflow/test_end_to_end.py", ['"dags", "unpause"']),
     (
+        r"airflow celery worker --queues ml\.[\w.-]+",
+        "tests/airflow/test_executor_celery_end_to_end.py",
+        ['"celery",', '"worker",', '"--queues",', "QUEUES"],
+    ),
+    (
         r"airflow-quota compare --trace itp:\.\./shared/traces/itp-2021 --quota examples/itp-quota\.yaml .*",
         "benchmarks/itp_replay.py",
         ['"compare"', '"--policy"', '"--report"', '"--plots"', "examples/itp-quota.yaml"],

@@ -66,7 +66,10 @@ class Placement:
         ``QuotaExecutor`` (no ``AIRFLOW_QUOTA_JOB_ID``)."""
         env = os.environ if environ is None else environ
         if JOB_ID not in env:
-            raise LookupError(f"{JOB_ID} is not set: this task was not released by QuotaExecutor")
+            raise LookupError(
+                f"{JOB_ID} is not set: this task was not released by QuotaExecutor (on a Celery worker: "
+                "the worker must load airflow_quota.executors.celery_worker, docs/executor.md)"
+            )
         return cls(
             share=env[SHARE],
             job_id=int(env[JOB_ID]),

@@ -21,15 +21,18 @@ Each ``sync`` (one per scheduler loop):
    submission fails the task, naming the field;
 2. read the held and released tasks' jobs and latest attempts (one query each);
 3. release each held task whose job is placed: a fresh token, the placement in its environment
-   (``executors/placement.py``), then LocalExecutor's worker processes (``executors/worker.py``);
-   report it RUNNING;
+   (``executors/placement.py``), then LocalExecutor's worker processes (``executors/worker.py``),
+   or with ``[quota] executor_delegate = celery`` the Celery queue named after the placed
+   instance type (``executors/celery_delegate.py``); report it RUNNING;
 4. stop each released task whose attempt the quota scheduler asked the ``airflow`` backend to
    stop (preemption or cancel; a held one is reported stopped before it started):
    SIGTERM to the task's process, then after the share's ``preemption_grace_seconds`` clear it,
    Airflow's RESTARTING route (its supervisor kills it, the scheduler queues the next try, which
-   is held again and resumes from the checkpoint);
+   is held again and resumes from the checkpoint); a task on a Celery worker runs on another host,
+   so it is cleared at once and its supervisor's SIGTERM is the signal (``_stop``);
 5. report each try that ended (from the executor's events, with the task instance's state in
-   Airflow's database) as SUCCEEDED, FAILED or STOPPED.
+   Airflow's database; a Celery-run task's events come from the Celery result backend) as
+   SUCCEEDED, FAILED or STOPPED.
 
 A scheduler restart: ``try_adopt_task_instances`` takes back the QUEUED tasks (held again, their
 jobs found by key) and the RUNNING ones (followed in Airflow's database until they end, then
@@ -48,6 +51,7 @@ from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
+from airflow.exceptions import AirflowConfigException
 from airflow.executors.local_executor import LocalExecutor
 from airflow.executors.workloads import ExecuteTask
 from airflow.models.dag import DagTag
@@ -76,6 +80,8 @@ if TYPE_CHECKING:
     from airflow.models.taskinstancekey import TaskInstanceKey
     from sqlalchemy.orm import Session
 
+    from airflow_quota.executors.celery_delegate import CeleryDelegate
+
 # Every read and write of Airflow's database here opens its own session (scoped=False): the
 # scoped one is the scheduler's, and closing it would detach the scheduler's task instances.
 FOLLOW_SECONDS = 1.0
@@ -84,6 +90,21 @@ SUMMARY_SECONDS = 60.0
 """How often the executor logs what it holds."""
 RELEASABLE = (AttemptState.PENDING.value, AttemptState.RUNNING.value)
 """An attempt the quota scheduler has placed and told its backend to start."""
+DELEGATES = ("local", "celery")
+"""Where released tasks run (``[quota] executor_delegate``): LocalExecutor's worker processes, or
+the Celery queue named after the placed instance type."""
+
+
+def executor_delegate(conf: Any) -> str:
+    """``[quota] executor_delegate`` (``local`` when unset); an unknown value is an error naming
+    the setting and the values it takes, raised when the scheduler loads the executor."""
+    value = (conf.get("quota", "executor_delegate", fallback="local") or "local").strip().lower()
+    if value not in DELEGATES:
+        raise AirflowConfigException(
+            f"[quota] executor_delegate = {value!r}: choose one of {', '.join(DELEGATES)} "
+            "(where QuotaExecutor runs the tasks the quota scheduler places)"
+        )
+    return value
 
 
 @dataclass
@@ -129,7 +150,9 @@ class QuotaExecutor(LocalExecutor):
     Configure it beside Airflow's default executor, ``[core] executor =
     LocalExecutor,quota:airflow_quota.executors.QuotaExecutor``, and opt tasks in with
     ``executor="quota"`` and ``executor_config=quota_config(...)`` (``executors/config.py``).
-    ``[quota] quota_conn_id`` names the quota database's connection (``quota_default``).
+    ``[quota] quota_conn_id`` names the quota database's connection (``quota_default``), and
+    ``[quota] executor_delegate`` where placed tasks run: ``local`` (this executor's worker
+    processes) or ``celery`` (the Celery queue named after the placed instance type).
     """
 
     supports_ad_hoc_ti_run: bool = False
@@ -142,6 +165,14 @@ class QuotaExecutor(LocalExecutor):
         """Tasks adopted while running: their process belongs to a scheduler that died."""
         conn_id = self.conf.get("quota", "quota_conn_id", fallback="quota_default")
         self.jobs = ExecutorJobs(conn_id or "quota_default")
+        self.celery: CeleryDelegate | None = None
+        if executor_delegate(self.conf) == "celery":
+            from airflow_quota.executors.celery_delegate import CeleryDelegate  # the provider loads late
+
+            self.celery = CeleryDelegate(self.conf)
+            # the scheduler gives each queued try an external_executor_id, the Celery task id it is
+            # sent with: a try sent again after a restart keeps its id (``CeleryDelegate.send``)
+            self.pre_assigns_external_executor_id = True  # type: ignore[misc]  # the scheduler reads it per instance
         self._followed_at = float("-inf")
         self._summarised_at = time.monotonic()
 
@@ -178,6 +209,7 @@ class QuotaExecutor(LocalExecutor):
                 self._watch_adopted()
             except Exception:  # the quota database may be down: Airflow's loop must go on
                 self.log.exception("QuotaExecutor could not reach the quota database; retrying")
+            self._relay_celery_ends()
         self._summarise()
         super().sync()
 
@@ -349,9 +381,9 @@ class QuotaExecutor(LocalExecutor):
     ) -> None:
         """Run a placed task: a fresh token (the one minted at queue time may have expired),
         the placement in its environment, LocalExecutor's queue (a worker takes it when one is
-        free)."""
+        free) or the Celery queue of the placed instance type (a worker on a host of that type
+        takes it). A broker that cannot be reached leaves the task held, sent again next time."""
         assert held.job_id is not None
-        del self.held[key]
         placement = Placement(
             share,
             held.job_id,
@@ -365,13 +397,24 @@ class QuotaExecutor(LocalExecutor):
         token = ExecuteTask.generate_token(str(held.workload.ti.id), self.jwt_generator)
         workload = held.workload.model_copy(update={"token": token})
         identity = identity_of(workload.ti)
+        if self.celery is None:
+            self.queued_tasks[key] = workload
+        else:
+            try:
+                celery_id = self.celery.send(key, workload, attempt.instance_type, placement.environment())
+            except Exception:
+                self.log.exception("%s could not be sent to Celery queue %s; sent again", key, attempt.instance_type)
+                return
+            self.running.add(key)  # a running task as for CeleryExecutor: it counts in this executor's slots
+            # Airflow records the Celery task id as the task instance's external_executor_id
+            self.event_buffer[key] = (TaskInstanceState.QUEUED, celery_id)
+        del self.held[key]
         self.released[key] = Released(
             workload, str(workload.ti.id), identity, held.job_id, attempt.number, placement.environment()
         )
-        self.queued_tasks[key] = workload
         self.jobs.report(held.job_id, attempt.number, "RUNNING", None, identity.try_number)
         self.log.info(
-            "%s released after %s: quota job %s attempt %s on %sx %s in share %s",
+            "%s released after %s: quota job %s attempt %s on %sx %s in share %s, to %s",
             key,
             duration_words(max(0.0, time.time() - held.since)),
             held.job_id,
@@ -379,12 +422,26 @@ class QuotaExecutor(LocalExecutor):
             attempt.count,
             attempt.instance_type,
             share,
+            "LocalExecutor's workers" if self.celery is None else f"Celery queue {attempt.instance_type}",
         )
 
     def _stop(self, released: Released, grace: float, now: float) -> None:
         """The quota scheduler stops the attempt: SIGTERM now, the RESTARTING route at the end
-        of the grace (``_clear``)."""
+        of the grace (``_clear``).
+
+        A task on a Celery worker runs on another host, out of this process's reach: it is
+        cleared at once, and its own supervisor, at its next heartbeat, sends it SIGTERM and
+        SIGKILL 5 s later (the Task SDK's escalation); the share's grace does not apply."""
         if released.stop_at is not None:
+            return
+        if self.celery is not None:
+            released.stop_at = released.stop_deadline = now
+            self.log.info(
+                "quota job %s attempt %s is being stopped: %s runs on a Celery worker, cleared now",
+                released.job_id,
+                released.attempt,
+                released.identity,
+            )
             return
         released.stop_at, released.stop_deadline = now, now + max(grace, 0.0)
         pid = self._task_pid(released.ti_id)
@@ -412,15 +469,42 @@ class QuotaExecutor(LocalExecutor):
 
     def _clear(self, released: Released) -> None:
         """Airflow's own way to stop a running task for another try: clear it (RESTARTING); its
-        supervisor kills it, and the scheduler queues the next try without using a retry."""
-        released.cleared = True
+        supervisor kills it, and the scheduler queues the next try without using a retry. A task
+        not started yet (QUEUED: waiting for a free worker, or in the Celery broker) is cleared at
+        a later sync, once it runs."""
         with create_session(scoped=False) as session:
             ti = session.scalars(select(TaskInstance).where(TaskInstance.id == released.ti_id)).one_or_none()
+            if ti is not None and ti.state == TaskInstanceState.QUEUED:
+                return
+            released.cleared = True
             if ti is not None and ti.state == TaskInstanceState.RUNNING:
                 clear_task_instances([ti], session, dag_run_state=False)
                 self.log.info("%s cleared (RESTARTING) for quota job %s", released.identity, released.job_id)
 
     # -- reporting ---------------------------------------------------------------------------
+
+    def _relay_celery_ends(self) -> None:
+        """Celery-run tries that ended become this executor's events: ``change_state`` reports
+        them to the quota scheduler, then to Airflow, as LocalExecutor's events are.
+
+        A try sent twice (again after a scheduler restart, ``CeleryDelegate.send``) may end as a
+        Celery FAILURE after it succeeded: its second message, taken once the run was over, was
+        refused by Airflow. Airflow's database has the run's state, so that one counts."""
+        if self.celery is None:
+            return
+        try:
+            ends = self.celery.ended()
+        except Exception:  # the result backend may be down: Airflow's loop must go on
+            self.log.exception("QuotaExecutor could not read the Celery result backend; retrying")
+            return
+        for end in ends:
+            released = self.released.get(end.key)
+            refused_after_success = (
+                end.state == TaskInstanceState.FAILED
+                and released is not None
+                and self._try_state(released) == TaskInstanceState.SUCCESS
+            )
+            self.change_state(end.key, TaskInstanceState.SUCCESS if refused_after_success else end.state, end.info)
 
     def _report_end(self, released: Released) -> None:
         """How the try ended, from the task instance's state in Airflow's database."""

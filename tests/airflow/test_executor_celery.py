@@ -1,0 +1,182 @@
+"""QuotaExecutor's Celery delegate in pieces, without a broker: the ``[quota] executor_delegate``
+setting, the placement the workers take from a message's header, and the ends the delegate reads
+from the result backend (a fake fetcher). ``test_executor_celery_end_to_end.py`` runs it whole."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from airflow.exceptions import AirflowConfigException
+from airflow.executors.base_executor import ExecutorConf
+from airflow.models.taskinstancekey import TaskInstanceKey
+from airflow.utils.state import TaskInstanceState
+
+from airflow_quota.executors import celery_worker
+from airflow_quota.executors.celery_delegate import CeleryDelegate, CeleryEnd
+from airflow_quota.executors.celery_worker import PLACEMENT_HEADER, placement_of
+from airflow_quota.executors.jobs import TaskIdentity
+from airflow_quota.executors.placement import INSTANCE_TYPE, JOB_ID, SHARE, TRAINING_PLAN, Placement
+from airflow_quota.executors.quota_executor import QuotaExecutor, Released, executor_delegate
+from airflow_quota.get_provider_info import get_provider_info
+
+PLACEMENT = Placement("research", 7, 2, "ml.g5.xlarge", 1, None, "/ckpt/enc", 1)
+
+
+@pytest.mark.parametrize(
+    ("setting", "delegate"),
+    [(None, "local"), ("local", "local"), ("celery", "celery"), (" Celery ", "celery")],
+    ids=["unset: the local worker processes", "local", "celery", "case and spaces do not matter"],
+)
+def test_the_delegate_is_read_from_the_quota_section(
+    setting: str | None, delegate: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if setting is None:
+        monkeypatch.delenv("AIRFLOW__QUOTA__EXECUTOR_DELEGATE", raising=False)
+    else:
+        monkeypatch.setenv("AIRFLOW__QUOTA__EXECUTOR_DELEGATE", setting)
+    assert executor_delegate(ExecutorConf(team_name=None)) == delegate
+
+
+def test_an_unknown_delegate_names_the_setting_and_the_values_it_takes(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AIRFLOW__QUOTA__EXECUTOR_DELEGATE", "kubernetes")
+    with pytest.raises(AirflowConfigException) as refused:
+        executor_delegate(ExecutorConf(team_name=None))
+    assert str(refused.value).startswith("[quota] executor_delegate = 'kubernetes': choose one of local, celery")
+
+
+@pytest.mark.parametrize(
+    ("delegate", "pre_assigned"),
+    [("local", False), ("celery", True)],
+    ids=["local: no Celery, no id", "celery: each queued try gets the Celery task id it is sent with"],
+)
+def test_the_executor_owns_a_celery_delegate_only_when_told(
+    delegate: str, pre_assigned: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("AIRFLOW__QUOTA__EXECUTOR_DELEGATE", delegate)
+    executor = QuotaExecutor()
+    assert (executor.celery is not None, executor.pre_assigns_external_executor_id) == (pre_assigned, pre_assigned)
+
+
+def test_a_task_on_a_celery_worker_is_cleared_at_once_whatever_the_shares_grace(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """No signal reaches another host from the scheduler: the RESTARTING route is the signal."""
+    monkeypatch.setenv("AIRFLOW__QUOTA__EXECUTOR_DELEGATE", "celery")
+    executor = QuotaExecutor()
+    released = Released(None, "ti-id", TaskIdentity("dag", "train", "run", -1, 1), 7, 2, PLACEMENT.environment())
+    executor._stop(released, grace=30.0, now=1_000.0)
+    assert (released.stop_at, released.stop_deadline, released.cleared) == (1_000.0, 1_000.0, False)
+
+
+def test_the_provider_declares_the_setting_with_its_default() -> None:
+    option = get_provider_info()["config"]["quota"]["options"]["executor_delegate"]
+    assert (option["default"], option["example"], option["type"]) == ("local", "celery", "string")
+
+
+def request_with(headers: Mapping[str, Any] | None) -> SimpleNamespace:
+    """A Celery task's request as the worker sees it: custom headers in ``headers``."""
+    return SimpleNamespace(headers=headers)
+
+
+@pytest.mark.parametrize(
+    ("headers", "expected"),
+    [
+        ({PLACEMENT_HEADER: PLACEMENT.environment()}, PLACEMENT.environment()),
+        (
+            {PLACEMENT_HEADER: {**PLACEMENT.environment(), "PATH": "/evil", "LD_PRELOAD": "x.so"}},
+            PLACEMENT.environment(),
+        ),
+        (None, {}),
+        ({"other": "header"}, {}),
+        ({PLACEMENT_HEADER: "not a mapping"}, {}),
+    ],
+    ids=[
+        "the placement QuotaExecutor sent",
+        "only AIRFLOW_QUOTA_* names: a message sets nothing else on the worker",
+        "a message without custom headers (CeleryExecutor's own tasks)",
+        "other headers only",
+        "a malformed header",
+    ],
+)
+def test_the_worker_takes_only_the_placement_from_a_message(
+    headers: Mapping[str, Any] | None, expected: dict[str, str]
+) -> None:
+    assert placement_of(request_with(headers)) == expected
+
+
+def test_the_worker_sets_the_placement_for_the_task_and_restores_its_own_environment_after(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv(SHARE, "the worker's own")
+    monkeypatch.setenv(TRAINING_PLAN, "left over")  # this placement has no training plan
+    monkeypatch.delenv(JOB_ID, raising=False)
+    task = SimpleNamespace(request=request_with({PLACEMENT_HEADER: PLACEMENT.environment()}))
+
+    celery_worker.set_placement(task_id="celery-1", task=task)
+    during = Placement.current()
+    leaked_plan = os.environ.get(TRAINING_PLAN)
+    celery_worker.restore_environment(task_id="celery-1", task=task)
+
+    assert during == PLACEMENT
+    assert leaked_plan is None
+    assert (os.environ.get(SHARE), os.environ.get(TRAINING_PLAN), os.environ.get(JOB_ID)) == (
+        "the worker's own",
+        "left over",
+        None,
+    )
+    assert celery_worker._saved == {}
+
+
+def test_a_task_quota_executor_did_not_send_runs_in_the_workers_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(INSTANCE_TYPE, "the worker's own")
+    task = SimpleNamespace(request=request_with(None))
+    celery_worker.set_placement(task_id="celery-2", task=task)
+    assert os.environ[INSTANCE_TYPE] == "the worker's own"
+    celery_worker.restore_environment(task_id="celery-2", task=task)
+    assert os.environ[INSTANCE_TYPE] == "the worker's own"
+
+
+class FakeFetcher:
+    """The provider's ``BulkStateFetcher``, answering from a table of Celery states."""
+
+    def __init__(self, states: Mapping[str, tuple[str, Any]]) -> None:
+        self.states = states
+        self.asked: list[set[str]] = []
+
+    def get_many(self, results: Sequence[Any]) -> Mapping[str, tuple[str, Any]]:
+        self.asked.append({r.task_id for r in results})
+        return {r.task_id: self.states[r.task_id] for r in results if r.task_id in self.states}
+
+
+def key(task_id: str) -> TaskInstanceKey:
+    return TaskInstanceKey("dag", task_id, "run", 1, -1)
+
+
+def test_the_delegate_reports_each_ended_task_once_and_keeps_following_the_others() -> None:
+    delegate = CeleryDelegate(ExecutorConf(team_name=None))
+    failure = RuntimeError("the task's process exited 1")
+    delegate.fetcher = FakeFetcher(  # type: ignore[assignment]
+        {
+            "c-ok": ("SUCCESS", None),
+            "c-bad": ("FAILURE", failure),
+            "c-gone": ("REVOKED", None),
+            "c-run": ("STARTED", None),
+        }
+    )
+    for name in ("ok", "bad", "gone", "run", "queued"):  # "queued": no result yet, PENDING
+        delegate.sent[key(name)] = SimpleNamespace(task_id=f"c-{name}")  # type: ignore[assignment]
+
+    first, second = delegate.ended(), delegate.ended()
+
+    assert first == [
+        CeleryEnd(key("ok"), TaskInstanceState.SUCCESS, None),
+        CeleryEnd(key("bad"), TaskInstanceState.FAILED, failure),
+        CeleryEnd(key("gone"), TaskInstanceState.FAILED, None),
+    ]
+    assert second == []
+    assert set(delegate.sent) == {key("run"), key("queued")}
+    assert delegate.fetcher.asked[-1] == {"c-run", "c-queued"}  # type: ignore[attr-defined]
