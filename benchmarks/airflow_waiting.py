@@ -79,6 +79,20 @@ with DAG("{dag_id}", schedule=None, start_date=datetime(2026, 1, 1), catchup=Fal
 '''
 
 
+def bench_quota(root: Path, capacity: int) -> Path:
+    """``root/quota.yaml``: one RESERVE share, ``bench``, owning a pool of ``capacity`` ml.g5.xlarge."""
+    quota = root / "quota.yaml"
+    quota.write_text(
+        yaml.safe_dump(
+            {
+                "pool": {"capacity": {"ml.g5.xlarge": capacity}},
+                "shares": [{"name": "bench", "capacity_limits": {"ml.g5.xlarge": capacity}, "strategy": "RESERVE"}],
+            }
+        )
+    )
+    return quota
+
+
 @contextmanager
 def fresh_databases() -> Iterator[tuple[str, str]]:
     """A metadata and a quota database on the PostgreSQL server, dropped afterwards."""
@@ -196,15 +210,7 @@ def measure(
         (root / "bench_dags").mkdir()
         dag = root / "bench_dags" / f"{DAG_ID}.py"
         dag.write_text(DAG_FILE.format(dag_id=DAG_ID, tasks=tasks, seconds=int(seconds), poll=poll))
-        quota = root / "quota.yaml"
-        quota.write_text(
-            yaml.safe_dump(
-                {
-                    "pool": {"capacity": {"ml.g5.xlarge": capacity}},
-                    "shares": [{"name": "bench", "capacity_limits": {"ml.g5.xlarge": capacity}, "strategy": "RESERVE"}],
-                }
-            )
-        )
+        quota = bench_quota(root, capacity)
         settings = StackSettings(
             root=root,
             dags=[dag],

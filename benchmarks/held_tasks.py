@@ -55,12 +55,11 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import yaml
 from sqlalchemy import func, select
 
 from airflow_quota.devtools.stack import AirflowStack, StackSettings, stop_on_sigterm
 from airflow_quota.store.models import JobRow
-from benchmarks.airflow_waiting import fresh_databases, group_usage, percentile
+from benchmarks.airflow_waiting import bench_quota, fresh_databases, group_usage, percentile
 
 WORKERS_DAG = "held_bench_workers"
 HELD_DAG = "held_bench_held"
@@ -291,15 +290,7 @@ def measure(kind: str, args: argparse.Namespace) -> dict[str, Any]:
                 pool=HELD_POOL,
             )
         )
-        quota = root / "quota.yaml"
-        quota.write_text(
-            yaml.safe_dump(
-                {
-                    "pool": {"capacity": {"ml.g5.xlarge": 1}},
-                    "shares": [{"name": "bench", "capacity_limits": {"ml.g5.xlarge": 1}, "strategy": "RESERVE"}],
-                }
-            )
-        )
+        quota = bench_quota(root, 1)
         settings = StackSettings(
             root=root,
             dags=[dag],
