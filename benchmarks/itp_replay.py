@@ -143,8 +143,80 @@ def what_if(mode: str) -> None:
             _hold_after_own_count()
         elif item == "hold-log":
             _hold_log()
+        elif item == "borrow-by-usage":
+            _borrow_by_usage()
+        elif item == "victims-by-lost-gpu-work":
+            _victims_by_lost_gpu_work()
+        elif item == "victims-no-larger-first":
+            _victims_no_larger_first()
         else:
             raise SystemExit(f"unknown --what-if {item!r}")
+
+
+def _victims_by_lost_gpu_work() -> None:
+    """Victim candidates of each group (reclaim, then in-share) by priority, then by the
+    GPU-seconds a preemption would lose (instances x work since the last checkpoint), least
+    first, instead of the most recently placed first."""
+    from airflow_quota.core import preempt
+
+    original = preempt._candidates
+
+    def candidates(state: Any, job: Any, entry: Any, now: float) -> Any:
+        groups: dict[Any, list[Any]] = {}
+        for victim, kind in original(state, job, entry, now):
+            groups.setdefault(kind, []).append(victim)
+        for kind, victims in groups.items():
+            victims.sort(key=lambda v: (v.priority, v.placement.entry.count * v.unsaved_work(now), -v.seq))
+            for victim in victims:
+                yield victim, kind
+
+    preempt._candidates = candidates
+
+
+def _victims_no_larger_first() -> None:
+    """Victim candidates of each group in the model's order, but those holding no more
+    instances than the preemptor asks for first, larger ones after: a 1-instance reclaim
+    does not stop a 64-instance borrower while 1-instance borrowers would do."""
+    from airflow_quota.core import preempt
+
+    original = preempt._candidates
+
+    def candidates(state: Any, job: Any, entry: Any, now: float) -> Any:
+        larger: list[Any] = []
+        last_kind = None
+        for victim, kind in original(state, job, entry, now):
+            if kind is not last_kind:
+                yield from larger
+                larger = []
+                last_kind = kind
+            if victim.placement.entry.count > entry.count:
+                larger.append((victim, kind))
+            else:
+                yield victim, kind
+        yield from larger
+
+    preempt._candidates = candidates
+
+
+def _borrow_by_usage() -> None:
+    """Step 3 takes the borrowing shares by usage/limit at the step's start (lowest first, as
+    step 2 visits shares), then FIFO by first submission, instead of FIFO across shares."""
+    from airflow_quota.core import phases
+
+    original_init = phases._Borrowing.__init__
+    original_order = phases._Borrowing.order
+
+    def init(self: Any, life: Any, now: float, work: Any) -> None:
+        original_init(self, life, now, work)
+        state = self.state
+        self.ratios = {name: state.share_usage[name] / state.share_limit[name] for name in self.shares}
+
+    def order(self: Any, key: Any) -> tuple[float, float, int, Any]:
+        holder = original_order(self, key)
+        return (self.ratios[self.state.jobs[key[2]].share], *holder)
+
+    phases._Borrowing.__init__ = init  # type: ignore[method-assign]
+    phases._Borrowing.order = order  # type: ignore[method-assign]
 
 
 def _in_share_hold_only() -> None:

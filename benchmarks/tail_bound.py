@@ -2,6 +2,7 @@
 
     python benchmarks/tail_bound.py                 # the trace's bursts, then one replay (about 1 minute)
     python benchmarks/tail_bound.py --trace-only    # the bursts only (seconds)
+    python benchmarks/tail_bound.py --open          # and what the open pool gave each share
 
 Two measures, printed as markdown tables:
 
@@ -19,6 +20,10 @@ Two measures, printed as markdown tables:
    lendable plus what it borrows already; when that is below what it needs, the longest wait
    cannot reach the open pool's without a share losing capacity its own waiting jobs are
    guaranteed.
+3. **What the open pool gave each share** (``--open``: one more replay, on the open FIFO pool):
+   each share's peak GPUs in use over the window and after it (to the window's end plus
+   ``--max-wait``), as a multiple of its limit: how far above its guarantee the open pool let
+   a share run to reach its longest wait.
 """
 
 from __future__ import annotations
@@ -30,6 +35,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from airflow_quota.core.config import parse_config
+from airflow_quota.sim.compare import open_pool
+from airflow_quota.sim.report import build_report
 from airflow_quota.sim.simulator import Simulator
 from airflow_quota.sim.traces import read_trace, trace_scenario
 from benchmarks.itp_replay import INSTANCE_TYPE, TRACE, itp_quota
@@ -86,12 +93,32 @@ class LendableMeter:
         self.last = now
 
 
+def open_pool_peaks(trace: object, raw: dict, start: float, end: float) -> dict[str, int]:
+    """Each tenant's peak GPUs in use during [start, end) when the trace runs on the open pool
+    (one share, no quotas: a job runs from submit + wait for its duration, never preempted)."""
+    config = parse_config(raw)
+    jobs = trace_scenario(trace, open_pool(config), share_of=lambda _tenant: "open", types_from=config)  # type: ignore[arg-type]
+    report = build_report(Simulator(jobs.scenario).run())["jobs"]
+    changes: list[tuple[float, int, str]] = []
+    for row in trace.rows:  # type: ignore[attr-defined]
+        began = row.submit + report[row.name]["wait_seconds"]
+        changes += [(began, row.gpus, row.tenant), (began + row.duration, -row.gpus, row.tenant)]
+    in_use: dict[str, int] = {}
+    peaks: dict[str, int] = {}
+    for at, gpus, tenant in sorted(changes):
+        in_use[tenant] = in_use.get(tenant, 0) + gpus
+        if start <= at < end:
+            peaks[tenant] = max(peaks.get(tenant, 0), in_use[tenant])
+    return peaks
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--from-day", type=float, default=25.0)
     parser.add_argument("--to-day", type=float, default=40.0)
     parser.add_argument("--max-wait", type=float, default=158.05, help="hours (the open pool's longest wait)")
     parser.add_argument("--trace-only", action="store_true")
+    parser.add_argument("--open", action="store_true", help="also replay the open pool: each share's peak use")
     args = parser.parse_args()
     trace = read_trace(f"itp:{TRACE}")
     raw = itp_quota(starvation_after_seconds=None)
@@ -130,6 +157,14 @@ def main() -> None:
             f"\nLendable in the replay (free, not protected), days {args.from_day:g}-{window_end / DAY:.1f}: "
             f"{measured.lendable_hours:,.0f} GPU-h"
         )
+    if args.open:
+        peaks = open_pool_peaks(trace, raw, start, window_end)
+        print(f"\nThe open pool, days {args.from_day:g}-{window_end / DAY:.1f}: each share's peak GPUs in use\n")
+        print("| share | limit | peak GPUs in use | x limit |")
+        print("|---|--:|--:|--:|")
+        for share, limit in sorted(limits.items()):
+            peak = peaks.get(share, 0)
+            print(f"| {share} | {limit} | {peak} | {peak / limit:.1f} |")
 
 
 if __name__ == "__main__":
