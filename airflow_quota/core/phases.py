@@ -118,6 +118,9 @@ class _WithinQuota(WalkPolicy):
 
 # -- step 3 -------------------------------------------------------------------------------------
 
+NO_LEVELS: dict[int, tuple[float, int]] = {}
+"""The priority levels of a share that had no waiting job when step 3 began."""
+
 
 def borrowing(life: Lifecycle, now: float, work: CycleWork) -> None:
     """Step 3: LEND_AND_BORROW shares' remaining jobs, FIFO by first submission across
@@ -134,17 +137,19 @@ class _Borrowing(WalkPolicy):
     def __init__(self, life: Lifecycle, now: float, work: CycleWork) -> None:
         self.life, self.now, self.work = life, now, work
         self.state = state = life.state
-        self.shares = [n for n, s in state.shares.items() if s.borrows]
+        self.shares = state.borrowing_shares
         self.seen = set()
-        self.levels = {name: state.queues[name].priority_levels() for name in self.shares}
-        """Each share's priority levels at the step's start (``ShareQueue.priority_levels``)."""
+        queues = state.queues
+        self.levels = {name: queues[name].priority_levels() for name in self.shares if queues[name].runnable}
+        """Each share's priority levels at the step's start (``ShareQueue.priority_levels``), for
+        the shares with waiting jobs (only their jobs are ever ordered)."""
         self.checked: tuple[int, Entry, Block | None] | None = None
         """(job, entry, block) of the check ``keeps`` just made: the walk tries that job at once,
         nothing changing in between, so ``attempt`` need not check that entry again."""
 
     def order(self, key: JobKey) -> tuple[float, int, JobKey]:
         """After every job of higher priority in its own share, then by first submission."""
-        before = self.levels[self.state.jobs[key[2]].share].get(key[0], (float("-inf"), 0))
+        before = self.levels.get(self.state.jobs[key[2]].share, NO_LEVELS).get(key[0], (float("-inf"), 0))
         holder = max(before, (key[1], key[2]))
         return (holder[0], holder[1], key)
 

@@ -122,6 +122,9 @@ class ShareQueue:
         latest: tuple[float, int] = (float("-inf"), 0)
         index = 0
         runnable = self.runnable
+        if runnable and runnable[0][0] == runnable[-1][0]:  # one level: nothing comes before it
+            levels[runnable[0][0]] = latest
+            index = len(runnable)
         while index < len(runnable):
             level = runnable[index][0]
             end = runnable.bisect_left((level + 1,))

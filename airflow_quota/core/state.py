@@ -76,6 +76,8 @@ class QuotaState:
     share_usage: dict[str, int] = field(default_factory=dict)
     """Instances each share holds, all types together (for usage/limit ordering)."""
     share_limit: dict[str, int] = field(default_factory=dict)
+    borrowing_shares: tuple[str, ...] = ()
+    """LEND_AND_BORROW shares, in configuration order: the shares step 3 walks."""
     reserving_shares: tuple[str, ...] = ()
     """LEND_AND_BORROW shares whose starving jobs hold reservations: only they can hold
     borrowing pool-wide (none under the defaults, so the check costs nothing then)."""
@@ -98,6 +100,7 @@ class QuotaState:
             self.queues.setdefault(name, ShareQueue()).set_reserving(share.starvation_reservation)
             self.share_usage.setdefault(name, 0)
             self.share_limit[name] = sum(share.capacity_limits.values())
+        self.borrowing_shares = tuple(name for name, share in self.shares.items() if share.borrows)
         self.reserving_shares = tuple(s.name for s in config.shares if s.starvation_reservation and s.borrows)
         names = set(config.pool.capacity) | set(self.types)
         for share in config.shares:
