@@ -16,7 +16,7 @@ from __future__ import annotations
 import time
 from collections.abc import Collection
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from sqlalchemy import select
 
@@ -54,6 +54,15 @@ class TaskIdentity:
         return client_token(self.dag_id, self.task_id, self.run_id, self.map_index, generation)
 
 
+class JobProgress(NamedTuple):
+    """What the executor reads of every held job at each sync (``ExecutorJobs.states``)."""
+
+    state: str
+    attempts: int
+    pending_deadline: float | None
+    """When a RUNNABLE job's ``max_pending_time`` falls due (``JobRow.pending_deadline``)."""
+
+
 class ExecutorJobs:
     """The executor's reads and writes of the quota database.
 
@@ -63,9 +72,7 @@ class ExecutorJobs:
     def __init__(self, quota_conn_id: str = QuotaHook.default_conn_name) -> None:
         self.hook = QuotaHook(quota_conn_id)
 
-    def job_for(
-        self, task: TaskIdentity, arguments: dict[str, Any], priority: int | None, actor: Actor
-    ) -> JobRow:
+    def job_for(self, task: TaskIdentity, arguments: dict[str, Any], priority: int | None, actor: Actor) -> JobRow:
         """The task instance's live job, else a new submission as ``actor`` (the share's access
         rules); ``TaskRefused`` when the quota refuses it or when the job ended while stopping
         the previous try."""
@@ -106,20 +113,23 @@ class ExecutorJobs:
     def jobs(self, job_ids: Collection[int]) -> dict[int, JobRow]:
         return {row.id: row for row in self.hook.store.jobs_by_ids(job_ids)}
 
-    def states(self, job_ids: Collection[int]) -> dict[int, tuple[str, int]]:
-        """Each existing job's state and number of attempts, and nothing else: the narrow read
-        the executor makes of every held job at each sync. Whole rows (``jobs``) cost about a
-        millisecond each to load, too much for a thousand held tasks every second (issue 17's
-        benchmark, ``BENCHMARKS.md``); only the jobs that moved need them."""
+    def states(self, job_ids: Collection[int]) -> dict[int, JobProgress]:
+        """Each existing job's state, number of attempts and max_pending deadline, and nothing
+        else: the narrow read the executor makes of every held job at each sync. Whole rows
+        (``jobs``) cost about a millisecond each to load, too much for a thousand held tasks
+        every second (issue 17's benchmark, ``BENCHMARKS.md``); only the jobs that moved need them."""
         wanted = sorted(set(job_ids))
         store = self.hook.store
-        found: dict[int, tuple[str, int]] = {}
+        found: dict[int, JobProgress] = {}
         with reachable(str(store.engine.url)), store.sessions() as session:
             for start in range(0, len(wanted), IN_CHUNK):
-                query = select(JobRow.id, JobRow.state, JobRow.attempts).where(
+                query = select(JobRow.id, JobRow.state, JobRow.attempts, JobRow.pending_deadline).where(
                     JobRow.id.in_(wanted[start : start + IN_CHUNK])
                 )
-                found.update((row.id, (row.state, row.attempts)) for row in session.execute(query))
+                found.update(
+                    (row.id, JobProgress(row.state, row.attempts, row.pending_deadline))
+                    for row in session.execute(query)
+                )
         return found
 
     def attempts(self, job_ids: Collection[int]) -> dict[int, OpenAttempt]:

@@ -71,7 +71,8 @@ from airflow_quota.executors.config import config_problems, quota_arguments
 from airflow_quota.executors.jobs import ExecutorJobs, TaskIdentity, TaskRefused
 from airflow_quota.executors.placement import Placement
 from airflow_quota.executors.worker import run_worker
-from airflow_quota.hooks.quota import describe_job
+from airflow_quota.hooks.quota import describe_job, pending_deadline_line
+from airflow_quota.operators.arguments import seconds
 from airflow_quota.operators.priority import priority_override
 from airflow_quota.service.backends.base import STOPPED_BEFORE_START
 from airflow_quota.store.models import AttemptState
@@ -120,6 +121,8 @@ class Held:
     job_id: int | None = None
     problem: str | None = None
     """Why the task cannot run (it fails at the next sync)."""
+    announced: float | None = None
+    """The max_pending deadline of its job's wait last said in the log (one line per wait)."""
 
 
 @dataclass
@@ -336,7 +339,7 @@ class QuotaExecutor(LocalExecutor):
         # (placed, ended, or placed once before): a held job still waiting for its first
         # placement needs nothing more, so a thousand held tasks cost one light query a sync
         states = self.jobs.states(held_ids)
-        moved = {job_id for job_id, (state, tries) in states.items() if state not in WAITING_STATES or tries > 0}
+        moved = {job_id for job_id, (state, tries, _) in states.items() if state not in WAITING_STATES or tries > 0}
         jobs = self.jobs.jobs(moved)
         attempts = self.jobs.attempts(moved | released_ids)
         keys = {(r.job_id, r.attempt) for r in self.released.values()}
@@ -348,6 +351,7 @@ class QuotaExecutor(LocalExecutor):
             if held.job_id not in states:
                 self._fail_held(key, self.jobs.refusal(held.job_id))
                 continue
+            self._announce_deadline(key, held, states[held.job_id].pending_deadline, now)
             job = jobs.get(held.job_id)
             if job is None:  # still waiting, never placed (or gone since: the next sync sees it)
                 continue
@@ -369,6 +373,19 @@ class QuotaExecutor(LocalExecutor):
                 self._stop(released, report.stop_grace or 0.0, now)
             if released.stop_deadline is not None and not released.cleared and now >= released.stop_deadline:
                 self._clear(released)
+
+    def _announce_deadline(self, key: TaskInstanceKey, held: Held, deadline: float | None, now: float) -> None:
+        """Say once per wait when a held task's ``max_pending_time`` falls due, in the
+        executor's log and the task instance's audit log (the task has no log of its own yet)."""
+        if deadline is None or deadline == held.announced or held.job_id is None:
+            return
+        limit = seconds(held.arguments.get("max_pending_time"))  # valid: the job was submitted with it
+        if limit is None:
+            return
+        held.announced = deadline
+        line = pending_deadline_line(held.job_id, limit, deadline, now)
+        self.log.info("%s held: %s", key, line)
+        self.log_task_event(event="quota executor", extra=line, ti_key=key)
 
     def _release(
         self,

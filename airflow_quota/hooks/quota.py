@@ -29,6 +29,7 @@ from sqlalchemy import select
 from sqlalchemy.engine import URL
 
 from airflow_quota.core.access import Actor, local_user
+from airflow_quota.core.human_time import clock_time, duration_words
 from airflow_quota.core.model import HOLDING_STATES, JobRequest, JobState, PreferenceEntry
 from airflow_quota.core.submission import job_fields
 from airflow_quota.exceptions import ChangeRefused
@@ -160,6 +161,31 @@ def describe_job(job: JobRow) -> str:
     if job.state == JobState.FAILED.value:
         return f"{who} FAILED: {job.reason}: {job.detail}"
     return f"{who} {job.state} after {job.attempts} attempt(s), {job.preemptions} preemption(s)"
+
+
+def pending_deadline_line(job_id: int, max_pending_seconds: float, deadline: float, now: float) -> str:
+    """One line for the task log when a job starts waiting under a ``max_pending_time``: when it
+    falls due, on a UTC clock and from ``now``, in words (``core.human_time``), so whoever reads
+    the log knows how long the task may still wait before it fails. ``deadline`` is the one the
+    quota scheduler stores (``JobRow.pending_deadline``): for a list of plan entries only, the
+    wait counts from the plans' window, which the line says when it makes the deadline later."""
+    left = deadline - now
+    line = (
+        f"quota job {job_id}: max_pending_time {duration_words(max_pending_seconds)}: it fails with PENDING_TIMEOUT"
+        f" at {clock_time(deadline, now)} ({'now' if left <= 0 else 'in ' + duration_words(left)})"
+        " if it is still waiting then"
+    )
+    if left > max_pending_seconds + 1:  # the core starts the clock at the plans' window
+        line += " (the wait counts from its training plans' window)"
+    return line
+
+
+def describe_pending_deadline(job: JobRow, now: float) -> str | None:
+    """``pending_deadline_line`` for a RUNNABLE job the scheduler gave a deadline; None otherwise."""
+    limit = job.request.get("max_pending_seconds")
+    if job.state != JobState.RUNNABLE.value or job.pending_deadline is None or limit is None:
+        return None
+    return pending_deadline_line(job.id, float(limit), job.pending_deadline, now)
 
 
 def describe_alert(alert: AlertRow) -> str:

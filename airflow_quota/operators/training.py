@@ -24,7 +24,7 @@ from airflow_quota.core.access import Actor
 from airflow_quota.core.human_time import duration_words
 from airflow_quota.core.model import FINAL_STATES, LIVE_STATES, FailureReason, JobRequest, JobState
 from airflow_quota.exceptions import ChangeRefused, InvalidInput, Problem, SubmissionRejected
-from airflow_quota.hooks.quota import QuotaHook, describe_job, state_key, task_actor
+from airflow_quota.hooks.quota import QuotaHook, describe_job, describe_pending_deadline, state_key, task_actor
 from airflow_quota.hooks.sagemaker import TrainingJobs, placed_request_problems, with_integers
 from airflow_quota.operators.arguments import (
     REQUEST_ARGUMENTS,
@@ -129,9 +129,11 @@ class QuotaTrainingOperator(BaseOperator):
         each type at most once. (templated)
     :param priority: 0-9999, higher first within the share; at most the share's
         ``max_priority``. A run's ``quota_priority`` overrides it. (templated)
-    :param max_pending_time: how long the job may wait to be placed, in total over its life
-        (seconds or a ``timedelta``); it then fails with ``PENDING_TIMEOUT``. None: no limit.
-        (templated)
+    :param max_pending_time: how long the job may wait to be placed each time it waits (after
+        its submission, a preemption or a failed attempt; a capacity error does not restart the
+        clock, and a list of plan entries only starts it at the plans' window), in seconds or a
+        ``timedelta``; it then fails with ``PENDING_TIMEOUT``, and the task log says when that
+        falls due as each wait begins. None: no limit. (templated)
     :param checkpoint_uri: where the training saves and finds checkpoints (``s3://`` for
         SageMaker; a directory or ``file://`` URI for the local backend). (templated)
     :param checkpoint_interval: seconds of work between two checkpoints; estimates the work a
@@ -457,6 +459,7 @@ class QuotaTrainingOperator(BaseOperator):
     def _wait_in_worker(self, job: JobRow) -> QuotaJobEvent:
         """Not deferrable: poll in the worker, logging each change, until the job is final."""
         last: tuple[Any, ...] | None = None
+        announced: float | None = None  # the max_pending deadline last said in the log
         while True:
             current = self.hook.get_job(job.id)
             if current is None:
@@ -470,6 +473,9 @@ class QuotaTrainingOperator(BaseOperator):
             if state_key(current) != last:
                 self.log.info("%s", describe_job(current))
                 last = state_key(current)
+            if current.pending_deadline != announced and (due := describe_pending_deadline(current, time.time())):
+                self.log.info("%s", due)
+                announced = current.pending_deadline
             if current.state in FINAL_STATES:
                 return QuotaJobEvent.from_payload(_final_payload(current))
             time.sleep(self.poll_interval)

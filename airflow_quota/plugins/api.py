@@ -4,7 +4,9 @@ the two changes a person may make (a job's priority, cancelling a job).
 Every route needs an Airflow login with the right to read DAGs (``security.py``); jobs and
 what names them are filtered to the DAGs the user may read, and changes need the right to edit
 the job's DAG. Times are epoch seconds on the quota scheduler's clock; every answer carries
-``now`` on that clock so ages can be computed without trusting the browser's.
+``now`` on that clock so ages can be computed without trusting the browser's. Beside each
+duration and instant, a ``*_text`` field says it for people, from ``core.human_time`` (as the
+CLI and the task log do): the page shows those and formats no time itself.
 
 Refusals: an unknown job is 404, and so is an id outside the database's integer range
 (1..2^63-1); a change to a job that is already final is 409; a priority outside 0-9999 or
@@ -78,6 +80,7 @@ class SchedulerStatus(BaseModel):
     running: bool = Field(description="False when no quota scheduler has beaten for 3x its heartbeat interval")
     leader: str | None = Field(description="the scheduler that leads, or last led")
     silent_seconds: float | None = Field(description="seconds since its last heartbeat (None: never led)")
+    silent_text: str | None = Field(description="silent_seconds in words (core.human_time)")
     heartbeat_seconds: float | None = Field(description="how often it beats")
 
 
@@ -116,6 +119,7 @@ class JobModel(_Model):
     attempts: int
     preemptions: int
     wait_seconds: float = Field(description="time waited before its placements (the current wait not included)")
+    wait_text: str = Field(description="wait_seconds in words (core.human_time)")
     gpu_hours: float = Field(description="GPU-hours used, the running attempt so far included")
     lost_gpu_hours: float
     cost: float = Field(description="USD, the running attempt so far included")
@@ -124,13 +128,16 @@ class JobModel(_Model):
     position_in_share: int | None
     position_in_queue: int | None
     waiting_since: float | None = Field(description="when a RUNNABLE job last became RUNNABLE")
+    waiting_since_text: str | None = Field(description="waiting_since on a UTC clock (core.human_time)")
     pending_seconds: float | None = Field(description="how long a RUNNABLE job has waited since then, now")
+    pending_text: str | None = Field(description="pending_seconds in words (core.human_time)")
     preferences: list[PreferenceModel]
     dag_id: str | None
     task_id: str | None
     run_id: str | None
     map_index: int | None = Field(description="the mapped task instance's index; null: not mapped")
     submitted_at: float
+    submitted_at_text: str = Field(description="submitted_at on a UTC clock (core.human_time)")
     updated_at: float
     can_edit: bool = Field(description="whether the requesting user may change this job")
     can_set_priority: bool = Field(
@@ -156,9 +163,23 @@ class AttemptModel(_Model):
     borrowed: int
     status: str
     placed_at: float
+    placed_at_text: str | None = Field(default=None, description="placed_at on a UTC clock (core.human_time)")
     running_since: float | None
+    running_since_text: str | None = Field(default=None, description="running_since on a UTC clock (core.human_time)")
     ended_at: float | None
+    ended_at_text: str | None = Field(default=None, description="ended_at on a UTC clock (core.human_time)")
     reason: str | None
+
+    @classmethod
+    def of(cls, attempt: Any, now: float) -> AttemptModel:
+        """An attempt row with its instants for people as of ``now``."""
+        return cls.model_validate(attempt).model_copy(
+            update={
+                "placed_at_text": dashboard.clock(attempt.placed_at, now),
+                "running_since_text": dashboard.clock(attempt.running_since, now),
+                "ended_at_text": dashboard.clock(attempt.ended_at, now),
+            }
+        )
 
 
 class JobDetailResponse(BaseModel):
@@ -231,6 +252,7 @@ def get_shares(store: StoreDep) -> SharesResponse:
             running=not health.down,
             leader=health.leader,
             silent_seconds=health.silent_seconds,
+            silent_text=dashboard.words(health.silent_seconds),
             heartbeat_seconds=health.heartbeat_seconds,
         ),
         config_version=latest[0] if latest else None,
@@ -258,17 +280,17 @@ def get_jobs(
 
 @router.get("/jobs/{job_id}", response_model=JobDetailResponse, summary="One job: attempts, preemptions, cost, story")
 def get_job(request: Request, job_id: int, store: StoreDep, access: DagAccessDep) -> JobDetailResponse:
-    detail = dashboard.job_detail(store, bounded_id(job_id))
+    now = store.clock()
+    detail = dashboard.job_detail(store, bounded_id(job_id), now)
     if detail is None:
         raise HTTPException(status.HTTP_404_NOT_FOUND, f"no quota job {job_id}")
     access.require_read(detail.job)
     preemptions = hide_preemptors(store, access, detail.preemptions)
     caused = access.readable(detail.caused, lambda p: p.dag_id)
-    now = store.clock()
     return JobDetailResponse(
         now=now,
         job=job_model(request, detail.job, access, now, dashboard.running_charges(store, [detail.job]).get(job_id)),
-        attempts=[AttemptModel.model_validate(a) for a in detail.attempts],
+        attempts=[AttemptModel.of(a, now) for a in detail.attempts],
         preemptions=preemptions,
         caused=caused,
         alerts=list(detail.alerts),
@@ -383,9 +405,10 @@ def get_preemptions(
     share: Annotated[str | None, Query(description="victim's or preemptor's share")] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 50,
 ) -> PreemptionsResponse:
-    records = dashboard.preemption_history(store, share=share, limit=limit)
+    now = store.clock()
+    records = dashboard.preemption_history(store, share=share, limit=limit, now=now)
     return PreemptionsResponse(
-        now=store.clock(),
+        now=now,
         preemptions=hide_preemptors(store, access, access.readable(records, lambda p: p.dag_id)),
     )
 
@@ -397,9 +420,10 @@ def get_alerts(
     share: str | None = None,
     open: Annotated[bool, Query(description="only alerts still open")] = False,
 ) -> AlertsResponse:
-    records = dashboard.alert_records(store, share=share, only_open=open)
+    now = store.clock()
+    records = dashboard.alert_records(store, share=share, only_open=open, now=now)
     return AlertsResponse(
-        now=store.clock(),
+        now=now,
         alerts=access.readable(records, lambda a: a.dag_id),
     )
 
@@ -461,7 +485,11 @@ COMPUTED_COLUMNS = (
     "page_url",
     "task_url",
     "waiting_since",
+    "waiting_since_text",
     "pending_seconds",
+    "pending_text",
+    "wait_text",
+    "submitted_at_text",
 )
 """``JobModel`` fields that ``job_model`` computes rather than copies from the row."""
 
@@ -490,9 +518,14 @@ def job_model(
     if running is not None:
         values["gpu_hours"] = job.gpu_hours + running.gpu_hours
         values["cost"] = job.cost + running.cost
+    pending = None if job.runnable_since is None else pending_seconds(job.runnable_since, now)
     values.update(
         waiting_since=job.runnable_since,
-        pending_seconds=None if job.runnable_since is None else pending_seconds(job.runnable_since, now),
+        waiting_since_text=dashboard.clock(job.runnable_since, now),
+        pending_seconds=pending,
+        pending_text=dashboard.words(pending),
+        wait_text=dashboard.words(job.wait_seconds),
+        submitted_at_text=dashboard.clock(job.submitted_at, now),
         preferences=[PreferenceModel.model_validate(p) for p in job.request.get("preferences", [])],
         can_edit=(can_edit := job.state in LIVE_STATES and access.allows("PUT", job.dag_id)),
         can_set_priority=can_edit and access.may_set_priority(job.share, get_store(request)),

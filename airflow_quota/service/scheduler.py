@@ -949,10 +949,13 @@ def _job_columns(job: Job, state: Any, now: float) -> dict[str, Any]:
         "position_in_share": None,
         "position_in_queue": None,
         "runnable_since": None,
+        "pending_deadline": None,
         "updated_at": now,
     }
     if job.state is JobState.RUNNABLE:
-        columns.update(pending_view(state, job, now), runnable_since=job.runnable_since)
+        columns.update(
+            pending_view(state, job, now), runnable_since=job.runnable_since, pending_deadline=job.pending_deadline
+        )
     return columns
 
 

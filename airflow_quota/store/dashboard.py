@@ -12,6 +12,10 @@ The quota scheduler charges an attempt (GPU-hours, cost) when it ends; ``running
 what a job holding capacity has run up since its placement, so a running job's cost is never
 shown as zero.
 
+Every figure for programs (seconds, epoch instants) has its text for people beside it
+(``*_text``), from ``core.human_time`` as the CLI and the task log write it: the Quotas page shows
+these and formats no time itself.
+
 Usage over time needs no sampling: an attempt holds its instances from ``placed_at`` until
 ``ended_at`` (a victim's until it has stopped), so a sweep over those instants gives the exact
 step function of instances held per share and type, as the core's ``Meter`` integrates it.
@@ -28,6 +32,7 @@ from pydantic import Field
 from sqlalchemy import func, or_, select
 
 from airflow_quota.core.config import QuotaConfig, stored_config
+from airflow_quota.core.human_time import clock_time, duration_words
 from airflow_quota.core.model import HOLDING_STATES, LIVE_STATES, WAITING_STATES, JobState
 from airflow_quota.store.engine import reachable
 from airflow_quota.store.models import (
@@ -42,6 +47,19 @@ from airflow_quota.store.repository import QuotaStore
 from airflow_quota.store.views import TypeView, read_view
 
 """States of a job that waits for capacity (SUBMITTED: not taken in by the scheduler yet)."""
+
+
+def words(seconds: float | None) -> str | None:
+    """A duration for people (``core.human_time.duration_words``); None for none. A negative
+    figure (two clocks a moment apart) reads as no time at all."""
+    return None if seconds is None else duration_words(max(0.0, seconds))
+
+
+def clock(at: float | None, now: float) -> str | None:
+    """An instant for people, on a UTC clock, with its date unless it is ``now``'s day
+    (``core.human_time.clock_time``); None for none."""
+    return None if at is None else clock_time(at, now)
+
 
 OPEN_WHILE_WAITING = frozenset({"STARVING", "GUARANTEE_VIOLATED"})
 """Alert kinds about a wait: open while the wait they were raised for goes on (the job has not
@@ -69,6 +87,7 @@ class TypeUsage:
     oldest_pending_seconds: Annotated[
         float, Field(description="how long the longest-waiting of them has been RUNNABLE, now; 0 when none")
     ]
+    oldest_pending_text: Annotated[str, Field(description="oldest_pending_seconds in words (core.human_time)")]
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,6 +107,7 @@ class ShareSummary:
     oldest_pending_seconds: Annotated[
         float, Field(description="how long the share's longest-waiting job has been RUNNABLE, now; 0 when none")
     ]
+    oldest_pending_text: Annotated[str, Field(description="oldest_pending_seconds in words (core.human_time)")]
     gpu_hours: Annotated[float, Field(description="GPU-hours of the share's jobs, all time, running attempts included")]
     lost_gpu_hours: Annotated[float, Field(description="GPU-hours of work lost to preemptions and failures")]
     cost: Annotated[float, Field(description="USD, on-demand prices of the catalogue or the plan's")]
@@ -150,6 +170,7 @@ def share_summaries(store: QuotaStore, now: float) -> tuple[float | None, list[S
     for share in view.shares:
         gpu, lost, cost, preempted = totals.get(share.share, (0.0, 0.0, 0.0, 0))
         running_gpu, running_cost = accrued.get(share.share, (0.0, 0.0))
+        oldest = share.oldest_pending_seconds(now)
         summaries.append(
             ShareSummary(
                 name=share.share,
@@ -161,7 +182,8 @@ def share_summaries(store: QuotaStore, now: float) -> tuple[float | None, list[S
                 types=tuple(_type_usage(t, now) for t in share.types),
                 running=share.running,
                 runnable=share.runnable,
-                oldest_pending_seconds=share.oldest_pending_seconds(now),
+                oldest_pending_seconds=oldest,
+                oldest_pending_text=duration_words(oldest),
                 gpu_hours=round(gpu + running_gpu, 6),
                 lost_gpu_hours=round(lost, 6),
                 cost=round(cost + running_cost, 4),
@@ -172,6 +194,7 @@ def share_summaries(store: QuotaStore, now: float) -> tuple[float | None, list[S
 
 
 def _type_usage(view: TypeView, now: float) -> TypeUsage:
+    oldest = view.oldest_pending_seconds(now)
     return TypeUsage(
         instance_type=view.instance_type,
         gpus_per_instance=view.gpus_per_instance,
@@ -182,7 +205,8 @@ def _type_usage(view: TypeView, now: float) -> TypeUsage:
         lent=view.lent,
         idle=view.idle,
         runnable=view.runnable,
-        oldest_pending_seconds=view.oldest_pending_seconds(now),
+        oldest_pending_seconds=oldest,
+        oldest_pending_text=duration_words(oldest),
     )
 
 
@@ -242,19 +266,22 @@ class JobDetail:
     story: list[str]
 
 
-def job_detail(store: QuotaStore, job_id: int) -> JobDetail | None:
+def job_detail(store: QuotaStore, job_id: int, now: float | None = None) -> JobDetail | None:
+    """The job's detail; the preemptions' and alerts' texts for people as of ``now`` (default:
+    the store's clock)."""
+    now = store.clock() if now is None else now
     job = store.job(job_id)
     if job is None:
         return None
     with reachable(str(store.engine.url)), store.sessions() as session:
         story = list(session.scalars(select(EventRow.line).where(EventRow.job_id == job_id).order_by(EventRow.id)))
-    caused = preemption_history(store, limit=1000, by_job=job.name)
+    caused = preemption_history(store, limit=1000, by_job=job.name, now=now)
     return JobDetail(
         job=job,
         attempts=store.attempts(job_id),
-        preemptions=preemption_history(store, limit=1000, job_id=job_id),
+        preemptions=preemption_history(store, limit=1000, job_id=job_id, now=now),
         caused=[p for p in caused if p.preemptor_id == job.id],
-        alerts=alert_records(store, job_id=job_id),
+        alerts=alert_records(store, job_id=job_id, now=now),
         story=story,
     )
 
@@ -269,6 +296,7 @@ class PreemptionRecord:
 
     id: int
     at: float
+    at_text: Annotated[str, Field(description="at, on a UTC clock (core.human_time)")]
     job_id: int
     job: str
     share: str
@@ -279,6 +307,7 @@ class PreemptionRecord:
     preemptor_id: int | None
     preemptor_share: str | None
     lost_seconds: float
+    lost_text: Annotated[str, Field(description="lost_seconds in words (core.human_time)")]
     instance_type: str | None
     count: int | None
 
@@ -289,9 +318,12 @@ def preemption_history(
     limit: int = 50,
     by_job: str | None = None,
     job_id: int | None = None,
+    now: float | None = None,
 ) -> list[PreemptionRecord]:
     """The latest preemptions first; ``share`` keeps those whose victim or preemptor is in it.
-    The preemptor is named in the log; its id is the job of that name placed at that instant."""
+    The preemptor is named in the log; its id is the job of that name placed at that instant.
+    Texts for people are as of ``now`` (default: the store's clock)."""
+    now = store.clock() if now is None else now
     with reachable(str(store.engine.url)), store.sessions() as session:
         query = (
             select(Preemption, JobRow.name, JobRow.share, JobRow.dag_id, Attempt.instance_type, Attempt.count)
@@ -319,6 +351,7 @@ def preemption_history(
             PreemptionRecord(
                 id=preemption.id,
                 at=preemption.at,
+                at_text=clock_time(preemption.at, now),
                 job_id=preemption.job_id,
                 job=name,
                 share=victim_share,
@@ -329,6 +362,7 @@ def preemption_history(
                 preemptor_id=preemptor.id if preemptor else None,
                 preemptor_share=preemptor_share,
                 lost_seconds=preemption.lost_seconds,
+                lost_text=duration_words(max(0.0, preemption.lost_seconds)),
                 instance_type=instance_type,
                 count=count,
             )
@@ -356,6 +390,8 @@ class AlertRecord:
 
     id: int
     at: float
+    at_text: Annotated[str, Field(description="when it was raised, on a UTC clock (core.human_time)")]
+    age_text: Annotated[str, Field(description="how long ago it was raised (now - at), in words (core.human_time)")]
     kind: str
     job_id: int
     job: str
@@ -368,9 +404,14 @@ class AlertRecord:
 
 
 def alert_records(
-    store: QuotaStore, share: str | None = None, only_open: bool = False, job_id: int | None = None
+    store: QuotaStore,
+    share: str | None = None,
+    only_open: bool = False,
+    job_id: int | None = None,
+    now: float | None = None,
 ) -> list[AlertRecord]:
-    """Alerts, newest first."""
+    """Alerts, newest first; their texts for people as of ``now`` (default: the store's clock)."""
+    now = store.clock() if now is None else now
     with reachable(str(store.engine.url)), store.sessions() as session:
         query = (
             select(AlertRow, JobRow.dag_id, JobRow.state, JobRow.runnable_since)
@@ -395,6 +436,8 @@ def alert_records(
             AlertRecord(
                 id=alert.id,
                 at=alert.at,
+                at_text=clock_time(alert.at, now),
+                age_text=duration_words(max(0.0, now - alert.at)),
                 kind=alert.kind,
                 job_id=alert.job_id,
                 job=alert.job,

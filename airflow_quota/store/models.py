@@ -91,6 +91,11 @@ class JobRow(Base):
     runnable_since: Mapped[float | None] = mapped_column(Float)
     """When a RUNNABLE job last became RUNNABLE (the core's instant: its wait and starvation
     count from it); None in any other state."""
+    pending_deadline: Mapped[float | None] = mapped_column(Float)
+    """When a RUNNABLE job with a ``max_pending_seconds`` fails with ``PENDING_TIMEOUT`` if it is
+    still waiting (the core's deadline: from ``runnable_since``, or from its plans' window for a
+    list of plan entries only, kept across a capacity error); None without one or when not
+    RUNNABLE. Written by the scheduler, read by the task log so it can say when the wait ends."""
     updated_at: Mapped[float] = mapped_column(Float, default=0.0)
 
     __table_args__ = (

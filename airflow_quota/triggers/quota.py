@@ -21,7 +21,7 @@ from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from airflow_quota.core.human_time import about, clock_time
 from airflow_quota.core.model import FINAL_STATES, JobState
-from airflow_quota.hooks.quota import QuotaHook, describe_alert, describe_job, state_key
+from airflow_quota.hooks.quota import QuotaHook, describe_alert, describe_job, describe_pending_deadline, state_key
 from airflow_quota.store.lock import SchedulerHealth
 from airflow_quota.store.models import JobRow
 from airflow_quota.triggers.training_log import LogTail, training_log
@@ -86,8 +86,10 @@ class QuotaJobTrigger(BaseTrigger):
 
     Each change of the job's state, pending reason, position or placement is logged once (the
     triggerer's log lines go to the task's log), so the task log shows the job waiting, moving
-    up the queue, placed, preempted and resumed; so is each alert the quota scheduler raises
-    about the job (a warning: STARVING, PREEMPTED_REPEATEDLY, GUARANTEE_VIOLATED).
+    up the queue, placed, preempted and resumed; so is, for each wait under a
+    ``max_pending_seconds``, when it falls due (``describe_pending_deadline``), and each alert
+    the quota scheduler raises about the job (a warning: STARVING, PREEMPTED_REPEATEDLY,
+    GUARANTEE_VIOLATED).
 
     The job is read by the ``JobWatch`` of its database that all job triggers of the triggerer
     share: one query per interval for all of them, and a trigger wakes only when its job
@@ -172,6 +174,7 @@ class QuotaJobTrigger(BaseTrigger):
         or when ``read_attempts`` reads in a row failed (``failures`` so far)."""
         last: tuple[Any, ...] | None = None
         alerted: set[int] = set()
+        announced: float | None = None  # the max_pending deadline last said in the log
         warned_down = False
         tail = LogTail()
         while True:
@@ -203,6 +206,9 @@ class QuotaJobTrigger(BaseTrigger):
             if key != last:
                 self.log.info("%s", describe_job(job))
                 last = key
+            if job.pending_deadline != announced and (due := describe_pending_deadline(job, time.time())):
+                self.log.info("%s", due)  # once per wait: a new wait has a new deadline
+                announced = job.pending_deadline
             for alert in reading.alerts:
                 if alert.id not in alerted:
                     self.log.warning("%s", describe_alert(alert))

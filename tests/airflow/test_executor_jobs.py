@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
@@ -99,10 +99,10 @@ def test_the_narrow_read_of_held_jobs_agrees_with_the_whole_rows_step_by_step(wo
         states = world.jobs.states([*ids, 999_999])
         rows = world.jobs.jobs(ids)
         attempts = world.jobs.attempts(ids)
-        assert states == {i: (rows[i].state, rows[i].attempts) for i in ids}  # a missing job is absent
+        assert states == {i: (rows[i].state, rows[i].attempts, rows[i].pending_deadline) for i in ids}  # none: absent
         assert {i for i in ids if states[i][1] > 0} == set(attempts)
         assert all(attempts[i].number == states[i][1] for i in attempts)
-        seen |= set(states.values())
+        seen |= {(state, tries) for state, tries, _ in states.values()}
         world.step()
     assert ("RUNNABLE", 0) in seen and ("SCHEDULED", 1) in seen, seen
 
@@ -168,3 +168,34 @@ def test_a_share_s_access_rule_decides_which_dags_tasks_it_takes(world: World) -
     with pytest.raises(TaskRefused, match=r"access\.submit: share 'research' takes submissions only from"):
         world.jobs.job_for(task("theirs"), arguments(), None, Actor.of_dag("other", tags=["team-prod"]))
     assert [j.task_id for j in world.store.jobs()] == ["ours"]
+
+
+def test_a_held_task_says_once_when_its_max_pending_time_falls_due(
+    world: World, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 16: a task QuotaExecutor holds has no log of its own yet, so the executor says in
+    its log and in the task instance's audit log (Airflow's ``log`` table) when the wait ends,
+    once per wait, from the deadline its narrow read of held jobs carries."""
+    from airflow.models.taskinstancekey import TaskInstanceKey
+
+    from airflow_quota.executors.quota_executor import Held, QuotaExecutor
+
+    for name in ("a", "b"):  # research's g5 and the one it borrows from prod
+        world.jobs.job_for(task(name), arguments(), None, DAG)
+    waits = arguments(max_pending_time=600)
+    job = world.jobs.job_for(task("c"), waits, None, DAG)
+    executor = QuotaExecutor(parallelism=1)
+    key = TaskInstanceKey("dag", "c", "run1", 1, -1)
+    # the workload is only read once the job is placed, which it is not here
+    executor.held[key] = Held(cast(Any, None), waits, None, since=1000.0, job_id=job.id)
+    for _ in range(3):
+        world.step()
+        executor._follow(world.clock.now())
+    assert world.job(job.id).state == "RUNNABLE" and world.job(job.id).pending_deadline == 1601.0
+    line = (
+        f"quota job {job.id}: max_pending_time 10 minutes: it fails with PENDING_TIMEOUT at 00:26 UTC (in 10 minutes)"
+        " if it is still waiting then"
+    )
+    assert [(entry.event, entry.extra) for entry in executor._task_event_logs] == [("quota executor", line)]
+    said = [out for out in capsys.readouterr().out.splitlines() if "max_pending_time" in out]
+    assert len(said) == 1 and f"{key} held: {line}" in said[0], said

@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import re
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
+from types import SimpleNamespace
 from typing import Any, cast
 
 import pytest
@@ -18,6 +20,7 @@ from airflow.sdk.exceptions import AirflowException, AirflowFailException, TaskD
 from airflow_quota.core.catalogue import builtin_catalogue
 from airflow_quota.exceptions import InvalidInput
 from airflow_quota.hooks.quota import QuotaHook
+from airflow_quota.operators import training as training_module
 from airflow_quota.operators.training import QuotaTrainingOperator, client_token, derived_job_name
 from airflow_quota.sensors.quota import QuotaCapacitySensor, QuotaJobSensor
 from airflow_quota.store.models import JobRow
@@ -147,6 +150,50 @@ def test_not_deferrable_waits_in_the_worker(world: QuotaWorld) -> None:
     summary = operator(deferrable=False).execute(context())
     driver.join()
     assert summary is not None and summary["state"] == "SUCCEEDED"
+
+
+def test_waiting_in_the_worker_logs_once_when_max_pending_time_falls_due(
+    world: QuotaWorld, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 16, not deferrable: the task log says when the wait ends, once, though the worker
+    reads the waiting job many times. The operator reads the wall clock; here the world's."""
+    monkeypatch.setattr(training_module, "time", SimpleNamespace(time=world.clock.now, sleep=time.sleep))
+    world.submit("hog1", {"duration": 1000})
+    world.submit("hog2", {"duration": 1000}, share="prod")
+    world.step()
+    op = operator(deferrable=False, max_pending_time=timedelta(hours=2))
+    waiting_reads = threading.Semaphore(0)
+    get_job = op.hook.get_job
+
+    def counted(job_id: int) -> JobRow | None:
+        row = get_job(job_id)
+        if row is not None and row.state == "RUNNABLE":
+            waiting_reads.release()
+        return row
+
+    monkeypatch.setattr(op.hook, "get_job", counted)
+
+    def drive() -> None:
+        while len(world.store.jobs()) < 3:
+            threading.Event().wait(0.01)
+        world.step(1001.0)  # taken in: waits, at most until 8201
+        for _ in range(5):  # the worker reads the waiting job again and again
+            assert waiting_reads.acquire(timeout=30)
+        world.step(2001.0)  # the hogs end: placed
+        world.step(2101.0)
+
+    driver = threading.Thread(target=drive)
+    driver.start()
+    summary = op.execute(context())
+    driver.join()
+    assert summary is not None and summary["state"] == "SUCCEEDED"
+    job_id = summary["job_id"]
+    due = [line for line in capsys.readouterr().out.splitlines() if "max_pending_time" in line]
+    assert len(due) == 1, due
+    assert (
+        f"quota job {job_id}: max_pending_time 2 hours: it fails with PENDING_TIMEOUT at 02:16 UTC (in 2 hours)"
+        " if it is still waiting then" in due[0]
+    )
 
 
 def test_on_kill_cancels_the_job(world: QuotaWorld) -> None:

@@ -10,6 +10,7 @@ import time
 from collections.abc import Callable, Collection, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pendulum
@@ -18,10 +19,11 @@ from airflow.triggers.base import BaseTrigger, TriggerEvent
 from sqlalchemy import Engine, event, select
 
 from airflow_quota.exceptions import DatabaseUnavailable
-from airflow_quota.hooks.quota import store_for
+from airflow_quota.hooks.quota import describe_pending_deadline, pending_deadline_line, store_for
 from airflow_quota.store.engine import make_engine, migrate
 from airflow_quota.store.models import AlertRow, JobRow, Request
 from airflow_quota.store.repository import QuotaStore
+from airflow_quota.triggers import quota as trigger_module
 from airflow_quota.triggers.quota import QuotaCapacityTrigger, QuotaJobEvent, QuotaJobTrigger, scheduler_silence
 from airflow_quota.triggers.watch import JobWatch
 from tests.airflow.conftest import G5, QUOTA, QuotaWorld, events_of, request
@@ -277,6 +279,105 @@ def test_a_waiting_task_warns_once_while_no_quota_scheduler_runs_and_says_when_o
 def test_the_warning_says_how_long_the_quota_scheduler_has_been_silent(silent_seconds: float | None, said: str) -> None:
     now = pendulum.datetime(2026, 12, 3, 14, 20).timestamp()
     assert scheduler_silence(silent_seconds, now) == said
+
+
+# -- when max_pending_time falls due ----------------------------------------------------------
+
+DEC_3_14_20 = pendulum.datetime(2026, 12, 3, 14, 20).timestamp()
+
+
+@pytest.mark.parametrize(
+    ("limit", "deadline", "said"),
+    [
+        pytest.param(
+            7200,
+            DEC_3_14_20 + 7200,
+            "quota job 7: max_pending_time 2 hours: it fails with PENDING_TIMEOUT at 16:20 UTC (in 2 hours)"
+            " if it is still waiting then",
+            id="a wait that just began",
+        ),
+        pytest.param(
+            6 * 3600,
+            DEC_3_14_20 + 5 * 3600 + 1800,
+            "quota job 7: max_pending_time 6 hours: it fails with PENDING_TIMEOUT at 19:50 UTC"
+            " (in 5 hours 30 minutes) if it is still waiting then",
+            id="a wait kept across a capacity error: less left than the limit",
+        ),
+        pytest.param(
+            3600,
+            DEC_3_14_20 + 86400 + 3600,
+            "quota job 7: max_pending_time 1 hour: it fails with PENDING_TIMEOUT at 2026-12-04 15:20 UTC"
+            " (in 1 day 1 hour) if it is still waiting then (the wait counts from its training plans' window)",
+            id="plan entries only: from the window, another day",
+        ),
+        pytest.param(
+            60,
+            DEC_3_14_20 - 5,
+            "quota job 7: max_pending_time 1 minute: it fails with PENDING_TIMEOUT at 14:19 UTC (now)"
+            " if it is still waiting then",
+            id="overdue: the quota scheduler has not failed it yet",
+        ),
+    ],
+)
+def test_the_deadline_line_says_when_in_utc_and_from_now_in_words(limit: float, deadline: float, said: str) -> None:
+    assert pending_deadline_line(7, limit, deadline, DEC_3_14_20) == said
+
+
+def test_only_a_runnable_job_with_a_deadline_has_a_deadline_line(world: QuotaWorld) -> None:
+    world.submit("hog1", {"duration": 1000})
+    world.submit("hog2", {"duration": 1000}, share="prod")
+    limited = world.submit("limited", max_pending_seconds=600)
+    unlimited = world.submit("unlimited")
+    assert describe_pending_deadline(world.job(limited.id), 1000.0) is None  # SUBMITTED: no deadline yet
+    world.step(1001.0)
+    assert describe_pending_deadline(world.job(unlimited.id), 1001.0) is None
+    assert describe_pending_deadline(world.job(limited.id), 1001.0) == (
+        f"quota job {limited.id}: max_pending_time 10 minutes: it fails with PENDING_TIMEOUT at 00:26 UTC"
+        " (in 10 minutes) if it is still waiting then"
+    )
+    assert describe_pending_deadline(world.job(world.submit("gone").id), 1001.0) is None
+
+
+def test_a_waiting_task_logs_once_when_its_max_pending_time_falls_due(
+    world: QuotaWorld, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 16: the task log says when the wait ends, once per wait, however often the job's
+    position changes meanwhile. The trigger reads the wall clock; here that is the world's."""
+    monkeypatch.setattr(trigger_module, "time", SimpleNamespace(time=world.clock.now))
+    world.submit("hog1", {"duration": 1000})
+    world.submit("hog2", {"duration": 1000}, share="prod")
+    world.step()
+    late = world.submit("late", {"duration": 10}, max_pending_seconds=3600)
+    trigger = QuotaJobTrigger(job_id=late.id, quota_conn_id="quota_default", poll_interval=0.01)
+    lines: list[str] = []
+
+    def said(needle: str) -> int:
+        captured = capsys.readouterr()
+        lines.extend((captured.out + captured.err).splitlines())
+        return sum(1 for line in lines if needle in line and "QuotaJobTrigger]" in line)
+
+    due = (
+        f"quota job {late.id}: max_pending_time 1 hour: it fails with PENDING_TIMEOUT at 01:16 UTC (in 1 hour)"
+        " if it is still waiting then"
+    )
+    behind = (
+        f"quota job {late.id} (late) in share research is RUNNABLE: WAITING_FOR_QUOTA for 1x ml.g5.xlarge, position 2"
+    )
+
+    async def scenario() -> list[TriggerEvent]:
+        task = asyncio.create_task(events_of(trigger.run(), timeout=60))
+        await asyncio.to_thread(world.step, 1001.0)  # taken in: RUNNABLE until 4601 at most
+        await _until(lambda: said(due) == 1, "the deadline's line")
+        world.submit("urgent", {"duration": 10}, priority=10)
+        await asyncio.to_thread(world.step, 1002.0)  # urgent goes ahead: late is second
+        await _until(lambda: said(behind) == 1, "the job's new position")
+        for at in (2001.0, 2011.0):  # the hogs end, urgent and late run and end
+            await asyncio.to_thread(world.step, at)
+        return await task
+
+    events = asyncio.run(scenario())
+    assert _payload(events[0])["status"] == "success"
+    assert said(due) == 1 and said("max_pending_time") == 1
 
 
 # -- one reader per triggerer: JobWatch -------------------------------------------------------

@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 from sqlalchemy import select
 
 from airflow_quota.core.config import read_yaml
+from airflow_quota.core.human_time import clock_time, duration_words
 from airflow_quota.store.models import Request
 from tests.plugins.conftest import UNTIL, Served, raw_request, serve
 from tests.plugins.walkthrough import DAG_ID, MAPPED, QUOTA, starving_in_an_hour
@@ -129,12 +130,37 @@ def test_the_page_assets_are_served_from_the_wheel_and_nothing_else(viewer: Any)
 # -- reading ------------------------------------------------------------------------------------
 
 
+def for_people(item: dict[str, Any], now: float) -> dict[str, str | None]:
+    """Check each ``*_text`` field of an answer's item against ``core.human_time`` for the
+    figure beside it: ``X_text`` is ``duration_words(X_seconds)`` or ``clock_time(X, now)``, and
+    an alert's ``age_text`` is ``duration_words(now - at)``; None beside None. Returns the texts."""
+    texts = {key: value for key, value in item.items() if key.endswith("_text")}
+    for key, text in texts.items():
+        base = key.removesuffix("_text")
+        if key == "age_text":
+            expected = duration_words(now - item["at"])
+        elif f"{base}_seconds" in item:
+            seconds = item[f"{base}_seconds"]
+            expected = None if seconds is None else duration_words(seconds)
+        else:
+            assert base in item, f"{key}: no figure beside it"
+            expected = None if item[base] is None else clock_time(item[base], now)
+        assert text == expected, (key, item)
+    return texts
+
+
 def test_shares_report_use_borrowing_lending_and_the_queue(viewer: Any) -> None:
     answer = viewer.get("/quota/api/shares").json()
     scheduler = answer["scheduler"]
     assert scheduler["running"] is True and scheduler["leader"] == "walkthrough-scheduler", scheduler
     assert scheduler["heartbeat_seconds"] == 1.0 and 0 <= scheduler["silent_seconds"] <= 3.0, scheduler
     assert answer["config_version"] == 1
+    assert for_people(scheduler, answer["now"]).keys() == {"silent_text"}
+    for share in answer["shares"]:
+        assert for_people(share, answer["now"]).keys() == {"oldest_pending_text"}
+        for usage in share["types"]:
+            assert for_people(usage, answer["now"]).keys() == {"oldest_pending_text"}
+            usage.pop("oldest_pending_text")
     shares = {s["name"]: s for s in answer["shares"]}
     assert list(shares) == ["qs1", "qs2", "qs3"]
     g5 = {name: share["types"][0] for name, share in shares.items()}
@@ -156,13 +182,16 @@ def test_shares_report_use_borrowing_lending_and_the_queue(viewer: Any) -> None:
 
 
 def test_jobs_filter_by_state_share_and_dag_and_show_where_waiting_jobs_stand(served: Served, viewer: Any) -> None:
-    waiting = viewer.get("/quota/api/jobs", params={"state": "RUNNABLE"}).json()["jobs"]
+    answer = viewer.get("/quota/api/jobs", params={"state": "RUNNABLE"}).json()
+    waiting = answer["jobs"]
     assert [
         (j["name"], j["pending_reason"], j["waiting_for"], j["position_in_share"], j["position_in_queue"])
         for j in waiting
     ] == [("qs1-med", "WAITING_FOR_QUOTA", "1x ml.g5.xlarge", 1, 1)]
     assert waiting[0]["waiting_since"] is not None
-
+    texts = for_people(waiting[0], answer["now"])
+    assert texts.keys() == {"wait_text", "waiting_since_text", "pending_text", "submitted_at_text"}
+    assert texts["pending_text"].startswith("2 hours")  # waiting since its preemption at 600 s
     qs1 = viewer.get("/quota/api/jobs", params={"share": "qs1"}).json()["jobs"]
     assert [j["name"] for j in qs1] == ["qs1-med", "qs1-low", "qs1-high"]  # queue first, then newest first
     running = {j["name"]: (j["state"], j["instance_type"], j["count"], j["borrowed"]) for j in qs1[1:]}
@@ -173,6 +202,10 @@ def test_jobs_filter_by_state_share_and_dag_and_show_where_waiting_jobs_stand(se
     assert len(viewer.get("/quota/api/jobs", params={"dag_id": DAG_ID}).json()["jobs"]) == 5
     assert viewer.get("/quota/api/jobs", params={"dag_id": "another_dag"}).json()["jobs"] == []
     assert viewer.get("/quota/api/jobs", params={"state": "WAITING"}).status_code == 422
+    everyone = viewer.get("/quota/api/jobs").json()
+    for each in everyone["jobs"]:
+        for_people(each, everyone["now"])
+    assert {each["pending_text"] is None for each in everyone["jobs"] if each["state"] != "RUNNABLE"} == {True}
 
     job = waiting[0]
     assert job["dag_id"] == DAG_ID and job["task_id"] == "qs1_med"
@@ -210,6 +243,9 @@ def test_one_job_has_its_attempts_preemptions_cost_and_story(served: Served, vie
         1,
     )
     assert job["cost"] > 0 and job["gpu_hours"] > 0
+    for item in [job, *answer["attempts"], *answer["preemptions"], *answer["alerts"]]:
+        assert for_people(item, answer["now"]), item  # every time in it has its text
+    assert [a["ended_at_text"] is None for a in answer["attempts"]] == [False, True]
     attempts = [(a["number"], a["status"], a["instance_type"], a["count"], a["borrowed"]) for a in answer["attempts"]]
     assert attempts == [(1, "STOPPED", "ml.g5.xlarge", 1, 0), (2, "RUNNING", "ml.g5.xlarge", 1, 1)]
     assert answer["attempts"][1]["placed_at"] - served.world.origin == pytest.approx(7800)
@@ -228,7 +264,9 @@ def test_one_job_has_its_attempts_preemptions_cost_and_story(served: Served, vie
 
 
 def test_preemption_history_newest_first_and_by_share(viewer: Any) -> None:
-    history = viewer.get("/quota/api/preemptions").json()["preemptions"]
+    answer = viewer.get("/quota/api/preemptions").json()
+    history = answer["preemptions"]
+    assert [for_people(p, answer["now"])["lost_text"] for p in history] == ["0 seconds", "0 seconds"]
     assert [
         (p["job"], p["share"], p["kind"], p["preemptor"], p["preemptor_share"], p["lost_seconds"]) for p in history
     ] == [
@@ -242,7 +280,10 @@ def test_preemption_history_newest_first_and_by_share(viewer: Any) -> None:
 
 
 def test_alerts_and_which_are_still_open(viewer: Any) -> None:
-    alerts = viewer.get("/quota/api/alerts").json()["alerts"]
+    answer = viewer.get("/quota/api/alerts").json()
+    alerts = answer["alerts"]
+    for alert in alerts:
+        assert for_people(alert, answer["now"]).keys() == {"at_text", "age_text"}
     assert [(a["kind"], a["job"], a["open"], a["job_state"]) for a in alerts] == [
         ("STARVING", "qs1-high", False, "RUNNING"),  # placed again at 7800 s: closed
         ("STARVING", "qs1-med", True, "RUNNABLE"),

@@ -9,6 +9,7 @@ Chromium and its driver are Debian's (``make browser`` installs them).
 
 from __future__ import annotations
 
+import re
 import shutil
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -23,6 +24,7 @@ from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.remote.webelement import WebElement
 from selenium.webdriver.support.ui import WebDriverWait
 
+from airflow_quota.core.human_time import clock_time, duration_words
 from tests.conftest import ROOT, missing
 from tests.plugins.conftest import Served, serve
 
@@ -30,7 +32,6 @@ CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
 DOCS = ROOT / "docs"
 WIDE, NARROW = (1440, 1100), (390, 844)
 T = TypeVar("T")
-
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -106,6 +107,24 @@ def charts_drawn(driver: WebDriver) -> bool:
             "return charts.length > 0 && charts.every((img) => img.complete && img.naturalWidth > 0);"
         )
     )
+
+
+def words_within(seconds: float, before: float = 5.0) -> set[str]:
+    """``core.human_time``'s words for a figure the page computed at most ``before`` seconds
+    earlier than ``seconds`` (the API answered a moment before the page rendered)."""
+    return {duration_words(max(0.0, seconds - back)) for back in range(int(before) + 1)}
+
+
+def clock_texts(at: float) -> set[str]:
+    """``core.human_time``'s text for an instant, with or without its date (whether it is the
+    API's day depends on when the test runs)."""
+    return {clock_time(at), clock_time(at, now=at)}
+
+
+def rendered_at(driver: WebDriver) -> float:
+    """When the page last rendered the API's answers, in epoch seconds (the browser's clock is
+    this machine's)."""
+    return float(driver.execute_script("return document.body.dataset.loaded")) / 1000
 
 
 def card(driver: WebDriver, share: str) -> WebElement:
@@ -201,7 +220,18 @@ def test_the_queue_shows_positions_and_pending_reasons(served: Served, browser: 
     med = served.world.ids["qs1-med"]
     queue = rows(browser, "qs1", "queue")
     assert [row[:2] + row[3:5] for row in queue] == [["1 / 1", "qs1-med", "WAITING_FOR_QUOTA", "1x ml.g5.xlarge"]]
-    assert queue[0][5].startswith("2 h")  # waiting since its preemption at 600 s, 7250 s ago
+    # waiting since its preemption at 600 s, 7250 s ago: the API's words for the API's figure
+    waited = steady(
+        browser,
+        lambda d: [
+            (cell.text, float(cell.get_attribute("data-seconds") or "nan"))
+            for cell in card(d, "qs1").find_elements(By.CSS_SELECTOR, '[data-role="queue"] td[data-role="waited"]')
+        ],
+    )
+    assert [text for text, seconds in waited] == [duration_words(seconds) for _, seconds in waited]
+    assert waited[0][0].startswith("2 hours"), waited
+    oldest = steady(browser, lambda d: card(d, "qs1").find_element(By.CSS_SELECTOR, '[data-role="waiting"]').text)
+    assert re.fullmatch(r"1 waiting, oldest 2 hours( \d+ minutes?)?", oldest), oldest
     assert priority_of(browser, med) == "2"
     assert rows(browser, "qs2", "queue") == [] and "Nobody waits." in card(browser, "qs2").text
 
@@ -224,6 +254,32 @@ def test_preemption_history_and_open_alerts(browser: WebDriver) -> None:
     assert [row[:4] for row in texts(browser, "#alerts tbody tr")] == [
         ["STARVING", "qs1-med", "qs1", "RUNNABLE for 3600 s, overtaken by 1 later placement"]
     ]
+    # times in the page's words are core.human_time's, for the API's figures
+    lost = steady(
+        browser,
+        lambda d: [
+            (c.text, c.get_attribute("data-seconds"))
+            for c in d.find_elements(By.CSS_SELECTOR, '#preemptions [data-role="lost"]')
+        ],
+    )
+    assert lost == [(duration_words(0.0), "0"), (duration_words(0.0), "0")]
+    when = steady(
+        browser,
+        lambda d: [
+            (c.text, float(c.get_attribute("data-at") or "nan"))
+            for c in d.find_elements(By.CSS_SELECTOR, '#preemptions [data-role="when"]')
+        ],
+    )
+    assert len(when) == 2 and all(text in clock_texts(at) for text, at in when), when
+    raised, at, now = steady(
+        browser,
+        lambda d: (
+            (cell := d.find_element(By.CSS_SELECTOR, '#alerts [data-role="raised"]')).text,
+            float(cell.get_attribute("data-at") or "nan"),
+            rendered_at(d),
+        ),
+    )
+    assert raised.removesuffix(" ago") in words_within(now - at), (raised, now - at)
     browser.switch_to.default_content()
     screenshot(browser, "quotas-page.png")
     browser.switch_to.frame(browser.find_element(By.CSS_SELECTOR, "iframe[src$='/quota/']"))
@@ -283,6 +339,15 @@ def test_a_job_page_tells_the_job_story(served: Served, browser: WebDriver) -> N
     suffered = [row[1:3] for row in texts(browser, "#preempted > div:first-of-type tbody tr")]
     assert suffered == [["qs1-med", "IN_SHARE"], ["qs1-low", "IN_SHARE"]]
     assert "PREEMPTED qs1-high [qs1] IN_SHARE by qs1-med" in browser.find_element(By.ID, "story").text
+    job = served.world.store.job(high)
+    assert job is not None
+    field = {
+        dt.text: dd
+        for dt, dd in zip(*(browser.find_elements(By.CSS_SELECTOR, f"#summary {t}") for t in ("dt", "dd")), strict=True)
+    }
+    assert field["waited"].text == duration_words(job.wait_seconds)
+    assert field["submitted"].text in clock_texts(job.submitted_at)
+    assert field["waiting since"].text.endswith(")") and "UTC (" in field["waiting since"].text
     assert browser.find_element(By.CSS_SELECTOR, '[data-role="cancel"]').is_displayed()
     screenshot(browser, "quotas-page-job.png", full_height=True)
 
@@ -299,6 +364,8 @@ def test_a_banner_says_when_no_quota_scheduler_runs(served: Served, browser: Web
         wait_for(browser, lambda d: d.find_element(By.ID, "scheduler-down").is_displayed(), 60, "the banner")
         text = browser.find_element(By.ID, "scheduler-down").text
         assert "No quota scheduler is running" in text and "walkthrough-scheduler" in text, text
+        silent = re.search(r"was (.+) ago", text)
+        assert silent is not None and silent.group(1) in {duration_words(s / 10) for s in range(0, 1200)}, text
     finally:
         served.heartbeat.start()
     wait_for(browser, lambda d: not d.find_element(By.ID, "scheduler-down").is_displayed(), 60, "the banner to go")

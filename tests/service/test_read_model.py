@@ -279,6 +279,42 @@ def test_the_capacity_hook_sees_a_plan_window_open_without_any_commit(world: Wor
     assert not QuotaHook().can_place_now("prod", night).placeable  # prod has no p3 limit and lends only
 
 
+def test_the_stored_pending_deadline_is_the_cores(world: World) -> None:
+    """Issue 16: the task log says when ``max_pending_time`` falls due, from the deadline the
+    scheduler stores with the job, which is the core's own: from when the job became RUNNABLE,
+    or from its plan's window when every entry is a plan entry; None once placed, and None
+    for a job without one."""
+    world.step(1000)
+    for name in ("r1", "r2"):
+        world.submit(name, "research", 10_000)  # the pool's two g5 instances
+    requests = [
+        JobRequest(
+            name="g5-limited",
+            share="research",
+            priority=1,
+            preferences=[{"instance_type": G5, "count": 1}],
+            max_pending_seconds=600,
+        ),
+        JobRequest(
+            name="night-only",
+            share="research",
+            priority=1,
+            max_pending_seconds=600,
+            preferences=[{"instance_type": P3, "count": 1, "training_plan": "night"}],
+        ),
+        JobRequest(name="unlimited", share="research", priority=1, preferences=[{"instance_type": G5, "count": 1}]),
+    ]
+    ids = {request.name: world.store.submit(request, "fake", {"duration": 10_000}).id for request in requests}
+    world.step(1010)
+    assert world.service.scheduler is not None
+    core = {job.name: job.pending_deadline for job in world.service.scheduler.state.jobs.values()}
+    stored = {name: world.store.job(job_id).pending_deadline for name, job_id in ids.items()}  # type: ignore[union-attr]
+    assert stored == {name: core[name] for name in ids} == {"g5-limited": 1610, "night-only": 3600, "unlimited": None}
+    world.step(3000)  # the night plan's window opens: night-only is placed
+    placed = world.store.job(ids["night-only"])
+    assert placed is not None and placed.state != "RUNNABLE" and placed.pending_deadline is None
+
+
 @pytest.mark.parametrize("path", sorted((ROOT / "tests" / "scenarios").glob("*.yaml")), ids=lambda p: p.stem)
 def test_the_leaders_kept_figures_equal_a_fresh_computation(path: Path) -> None:
     """The leader keeps each share's waiting figures until its queue changes

@@ -1,6 +1,8 @@
 /* Helpers shared by the Quotas page and the job page: building DOM safely (text only, never
-   HTML from data), calling the JSON API with the page's login cookie, formatting, and the
-   priority form. No framework, nothing fetched from the network but the API. */
+   HTML from data), calling the JSON API with the page's login cookie, formatting money and
+   numbers, and the priority form. Durations and instants come from the API as text for people
+   (its *_text fields, core/human_time.py's words, as on the CLI and in the task log): nothing
+   here formats a time. No framework, nothing fetched from the network but the API. */
 "use strict";
 
 window.Quota = (function () {
@@ -60,22 +62,6 @@ window.Quota = (function () {
       throw new ApiError(response.status, message);
     }
     return payload;
-  }
-
-  function duration(seconds) {
-    if (seconds === null || seconds === undefined) return "";
-    seconds = Math.max(0, Math.round(seconds));
-    if (seconds < 60) return seconds + " s";
-    const m = Math.floor(seconds / 60);
-    if (m < 60) return m + " min";
-    const hours = Math.floor(m / 60);
-    if (hours < 48) return hours + " h " + (m % 60) + " min";
-    return Math.floor(hours / 24) + " d " + (hours % 24) + " h";
-  }
-
-  function clock(epoch) {
-    if (epoch === null || epoch === undefined) return "";
-    return new Date(epoch * 1000).toLocaleString([], {month: "short", day: "numeric", hour: "2-digit", minute: "2-digit", second: "2-digit"});
   }
 
   function money(value) { return "$" + Number(value || 0).toFixed(2); }
@@ -157,5 +143,5 @@ window.Quota = (function () {
     return tick;
   }
 
-  return {root, refreshSeconds, h, fill, api, duration, clock, money, number, notice, table, priorityControl, poll, drafts, asked};
+  return {root, refreshSeconds, h, fill, api, money, number, notice, table, priorityControl, poll, drafts, asked};
 })();

@@ -4,7 +4,7 @@
 "use strict";
 
 (function () {
-  const {h, fill, api, duration, clock, money, number, table, priorityControl, poll, notice, root} = window.Quota;
+  const {h, fill, api, money, number, table, priorityControl, poll, notice, root} = window.Quota;
   const jobId = Number(document.body.dataset.jobId);
   let tick = null;
   let maxPriority = 9999;
@@ -15,12 +15,12 @@
 
   function preemptionRows(list, victim) {
     return list.map((p) => h("tr", {dataset: {preemptionId: p.id, kind: p.kind}},
-      h("td", {}, clock(p.at)),
+      h("td", {}, p.at_text),
       h("td", {}, victim ? (p.preemptor_id ? h("a", {href: root + "/jobs/" + p.preemptor_id}, p.preemptor) : p.preemptor) : h("a", {href: root + "/jobs/" + p.job_id}, p.job)),
       h("td", {}, p.kind),
       h("td", {class: "num"}, String(p.attempt)),
       h("td", {}, p.count ? p.count + "× " + p.instance_type : ""),
-      h("td", {class: "num"}, duration(p.lost_seconds))));
+      h("td", {class: "num"}, p.lost_text)));
   }
 
   async function cancel(job) {
@@ -55,16 +55,16 @@
       ["pending reason", waiting ? job.pending_reason : null],
       ["waiting for", waiting ? job.waiting_for : null],
       ["position", waiting && job.position_in_share !== null ? job.position_in_share + " in its share, " + job.position_in_queue + " in the queue" : null],
-      ["waiting since", waiting && job.waiting_since !== null ? clock(job.waiting_since) + " (" + duration(job.pending_seconds) + ")" : null],
+      ["waiting since", waiting && job.waiting_since !== null ? job.waiting_since_text + " (" + job.pending_text + ")" : null],
       [waiting ? "last placed on" : "placed on", job.instance_type ? job.count + "× " + job.instance_type + (job.training_plan ? " (plan " + job.training_plan + ")" : "") : null],
       ["preferences", job.preferences.map((p) => p.count + "× " + p.instance_type + (p.training_plan ? " (plan " + p.training_plan + ")" : "")).join(" → ")],
       ["attempts", String(job.attempts)],
       ["preemptions", String(job.preemptions)],
-      ["waited", duration(job.wait_seconds)],
+      ["waited", job.wait_text],
       ["GPU-hours", number(job.gpu_hours, 3) + " (" + number(job.lost_gpu_hours, 3) + " lost)"],
       ["cost", money(job.cost)],
       ["backend", job.backend],
-      ["submitted", clock(job.submitted_at)],
+      ["submitted", job.submitted_at_text],
       ["Airflow task", job.task_url ? h("a", {href: job.task_url, target: "_top"}, job.dag_id + " / " + job.task_id + (job.map_index === null || job.map_index === undefined ? "" : " [" + job.map_index + "]")) : null],
     ]));
     fill(document.getElementById("attempts"), table(["#", "on", "borrowed", "status", "placed", "running since", "ended", "reason"],
@@ -73,9 +73,9 @@
         h("td", {}, a.count + "× " + a.instance_type + (a.training_plan ? " (plan " + a.training_plan + ")" : "")),
         h("td", {class: "num"}, String(a.borrowed)),
         h("td", {}, a.status),
-        h("td", {}, clock(a.placed_at)),
-        h("td", {}, clock(a.running_since)),
-        h("td", {}, clock(a.ended_at)),
+        h("td", {}, a.placed_at_text),
+        h("td", {}, a.running_since_text || ""),
+        h("td", {}, a.ended_at_text || ""),
         h("td", {class: "wrap"}, a.reason || ""))), "Not placed yet."));
     fill(document.getElementById("preempted"),
       h("h3", {}, "Suffered"),
@@ -83,7 +83,7 @@
       h("h3", {}, "Caused"),
       table(["when", "victim", "kind", ["attempt", {class: "num"}], "was on", ["work lost", {class: "num"}]], preemptionRows(detail.caused, false), "Preempted nobody."));
     fill(document.getElementById("job-alerts"), table(["alert", "reason", "raised", "open"],
-      detail.alerts.map((a) => h("tr", {}, h("td", {class: "alert-kind"}, a.kind), h("td", {class: "wrap"}, a.reason), h("td", {}, clock(a.at)), h("td", {}, a.open ? "open" : "closed"))),
+      detail.alerts.map((a) => h("tr", {}, h("td", {class: "alert-kind"}, a.kind), h("td", {class: "wrap"}, a.reason), h("td", {}, a.at_text), h("td", {}, a.open ? "open" : "closed"))),
       "No alerts."));
     document.getElementById("story").textContent = detail.story.join("\n") || "Nothing decided yet.";
     document.body.dataset.loaded = String(Date.now());

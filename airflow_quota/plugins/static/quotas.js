@@ -4,7 +4,7 @@
 "use strict";
 
 (function () {
-  const {h, fill, api, duration, clock, money, number, table, priorityControl, poll, root} = window.Quota;
+  const {h, fill, api, money, number, table, priorityControl, poll, root} = window.Quota;
   const LIVE = ["SUBMITTED", "RUNNABLE", "SCHEDULED", "STARTING", "RUNNING"];
   const WAITING = ["SUBMITTED", "RUNNABLE"];
   const CHART_SECONDS = 30;
@@ -36,7 +36,7 @@
         h("span", {class: "name"}, t.instance_type, h("span", {class: "muted"}, " · " + t.gpus_per_instance + " GPU each · pool " + t.capacity)),
         h("span", {}, "limit " + t.limit + " · used " + t.used + (t.borrowed ? " (" + t.borrowed + " borrowed)" : "") +
           (t.lent ? " · lent " + number(t.lent, t.lent % 1 ? 2 : 0) : "") + " · idle " + number(parts[3][1], parts[3][1] % 1 ? 2 : 0) +
-          (t.runnable ? " · " + t.runnable + " waiting, oldest " + duration(t.oldest_pending_seconds) : ""))),
+          (t.runnable ? " · " + t.runnable + " waiting, oldest " + t.oldest_pending_text : ""))),
       bar);
   }
 
@@ -62,7 +62,8 @@
       h("td", {}, priorityControl(job, share.max_priority, () => tick && tick())),
       h("td", {dataset: {role: "reason"}}, job.state === "SUBMITTED" ? "SUBMITTED (not taken in yet)" : (job.pending_reason || "")),
       h("td", {}, job.waiting_for || ""),
-      h("td", {class: "num"}, job.pending_seconds === null ? "" : duration(job.pending_seconds))));
+      h("td", {class: "num words", dataset: job.pending_seconds === null ? {role: "waited"} : {role: "waited", seconds: job.pending_seconds}},
+        job.pending_text || "")));
     return table([["# share / queue", {class: "num"}], "job", "priority", "pending reason", "waiting for", ["waited", {class: "num"}]], rows, "Nobody waits.");
   }
 
@@ -90,7 +91,7 @@
         h("span", {class: "badge"}, "max priority " + share.max_priority)),
       h("div", {class: "stats"},
         h("span", {}, h("b", {}, String(share.running)), " running"),
-        h("span", {}, h("b", {}, String(share.runnable)), " waiting" + (share.runnable ? ", oldest " + duration(share.oldest_pending_seconds) : "")),
+        h("span", {dataset: {role: "waiting"}}, h("b", {}, String(share.runnable)), " waiting" + (share.runnable ? ", oldest " + share.oldest_pending_text : "")),
         h("span", {}, h("b", {}, number(share.gpu_hours)), " GPU-h"),
         h("span", {dataset: {role: "cost"}}, "cost ", h("b", {}, money(share.cost))),
         h("span", {}, h("b", {}, String(share.preemptions)), " preempted")),
@@ -117,20 +118,20 @@
       h("td", {}, h("a", {href: root + "/jobs/" + a.job_id}, a.job)),
       h("td", {}, a.share),
       h("td", {class: "wrap"}, a.reason),
-      h("td", {}, duration(answer.now - a.at) + " ago")));
+      h("td", {dataset: {role: "raised", at: a.at}}, a.age_text + " ago")));
     fill(document.querySelector("#alerts .content"), table(["alert", "job", "share", "reason", "raised"], rows, "No open alerts."));
   }
 
   function renderPreemptions(answer) {
     const rows = answer.preemptions.map((p) => h("tr", {dataset: {preemptionId: p.id, kind: p.kind}},
-      h("td", {}, clock(p.at)),
+      h("td", {dataset: {role: "when", at: p.at}}, p.at_text),
       h("td", {dataset: {role: "victim"}}, h("a", {href: root + "/jobs/" + p.job_id}, p.job), h("span", {class: "muted"}, " (" + p.share + ")")),
       h("td", {dataset: {role: "kind"}}, p.kind),
       h("td", {dataset: {role: "preemptor"}}, p.preemptor_id ? h("a", {href: root + "/jobs/" + p.preemptor_id}, p.preemptor) : p.preemptor,
         p.preemptor_share ? h("span", {class: "muted"}, " (" + p.preemptor_share + ")") : null),
       h("td", {}, p.count ? p.count + "× " + p.instance_type : ""),
       h("td", {class: "num"}, "attempt " + p.attempt),
-      h("td", {class: "num", dataset: {role: "lost"}}, duration(p.lost_seconds))));
+      h("td", {class: "num", dataset: {role: "lost", seconds: p.lost_seconds}}, p.lost_text)));
     fill(document.querySelector("#preemptions .content"),
       table(["when", "job (share)", "kind", "preempted by", "was on", ["attempt", {class: "num"}], ["work lost", {class: "num"}]], rows, "No preemptions yet."));
   }
@@ -141,7 +142,7 @@
     if (status.running) return;
     const last = status.silent_seconds === null
       ? "no quota scheduler has ever led on this database"
-      : "its last heartbeat (" + status.leader + ") was " + duration(status.silent_seconds) + " ago";
+      : "its last heartbeat (" + status.leader + ") was " + status.silent_text + " ago";
     fill(banner, h("b", {}, "No quota scheduler is running: "), "waiting jobs will not be placed; " + last +
       ". Start one with airflow-quota scheduler.");
   }
