@@ -53,8 +53,11 @@ typecheck: $(STAMP)
 docs: $(STAMP)
 	$(BIN)/sphinx-build -E -W --keep-going -b html docs docs/_build/html
 
+# Two workers, each test file on one of them (its module fixtures, e.g. an Airflow stack, stay
+# with it); TEST_WORKERS=0 runs the tests in this process.
+TEST_WORKERS ?= 2
 test: lint typecheck docs postgres redis browser
-	$(BIN)/pytest
+	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadfile
 
 DEMO_ARGS ?=
 demo: $(STAMP)
