@@ -121,6 +121,9 @@ def celery_stack(root: Path, broker_url: str) -> Iterator[AirflowStack]:
         root,
         dags=[HERE / "quota_exec_training.py", HERE / "quota_exec_celery.py"],
         quota_config=HERE / "quota.yaml",
+        # the pool's four instances: a task sent to a worker counts in the executor's slots, and the
+        # reclaiming task is queued to the executor only while one is free
+        parallelism=4,
         components=("scheduler", "dag-processor", "api-server", "quota-scheduler"),
         wait_for_dags=(DAG_ID, ADOPT_DAG_ID, LAB_DAG_ID, OPS_DAG_ID),
         extra_env={
