@@ -96,17 +96,20 @@ def restore_environment(task_id: str | None = None, **_: Any) -> None:
 
 
 def task_processes(ti_id: str, processes: Iterable[psutil.Process]) -> list[psutil.Process]:
-    """Among ``processes``, those whose title says they run the try ``ti_id`` (the Task SDK's
-    ``airflow worker -- <ti id>``); processes gone or unreadable meanwhile are left out."""
-    found: list[psutil.Process] = []
+    """Among ``processes``, the task process of the try ``ti_id``: titled ``airflow worker -- <ti
+    id>`` by the Task SDK, its parent not (a process the task forks, a data loader's worker,
+    inherits the title; the task's own SIGTERM handler is the one to run, as on the local path).
+    Processes gone or unreadable meanwhile are left out."""
+    titled: dict[int, psutil.Process] = {}
+    parents: dict[int, int] = {}
     for process in processes:
         try:
             title = " ".join(process.cmdline()).split()
+            if tuple(title[:3]) == TASK_TITLE and title[3:4] == [ti_id]:
+                titled[process.pid], parents[process.pid] = process, process.ppid()
         except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
             continue
-        if tuple(title[:3]) == TASK_TITLE and title[3:4] == [ti_id]:
-            found.append(process)
-    return found
+    return [process for pid, process in titled.items() if parents[pid] not in titled]
 
 
 def signal_task(state: Any, ti_id: str = "", signal_name: str = "SIGTERM", **_: Any) -> dict[str, str]:

@@ -5,6 +5,7 @@ delegate reads from the result backend (a fake fetcher). ``test_executor_celery_
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -133,28 +134,45 @@ def test_the_provider_declares_the_setting_with_its_default() -> None:
 
 
 def sleeper(title: str) -> subprocess.Popen[bytes]:
-    """A child process titled as the Task SDK titles a task's process, until signalled."""
-    code = f"import setproctitle, time; setproctitle.setproctitle({title!r}); time.sleep(120)"
+    """A child process titled as the Task SDK titles a task's process, until signalled; it forks
+    a child of its own, which inherits the title (as a task's data loader workers do)."""
+    code = (
+        f"import os, setproctitle, time; setproctitle.setproctitle({title!r}); os.fork(); time.sleep(120)"
+    )
     return subprocess.Popen([sys.executable, "-c", code])
 
 
 def titled(process: subprocess.Popen[bytes], title: str) -> bool:
+    """The sleeper and its forked child both carry ``title``."""
     try:
-        return " ".join(psutil.Process(process.pid).cmdline()).strip() == title
+        sleeper = psutil.Process(process.pid)
+        family = [sleeper, *sleeper.children()]
+        return len(family) == 2 and all(" ".join(p.cmdline()).strip() == title for p in family)
     except psutil.Error:
         return False
 
 
+def alive(process: psutil.Process) -> bool:
+    """Running and not a zombie (a killed process not yet reaped still "runs" for psutil)."""
+    try:
+        return process.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
 def test_the_worker_signals_only_the_task_process_of_the_try_it_is_asked_for_and_only_once() -> None:
-    """The command finds the try's process by its title among the worker's descendants; another
-    try's process (another task instance id) and an unknown id are left alone."""
+    """The command finds the try's process by its title among the worker's descendants (not the
+    processes it forked, which inherit the title); another try's process (another task instance
+    id) and an unknown id are left alone."""
     target_id, other_id = "0190f1aa-0000-7000-8000-000000000001", "0190f1aa-0000-7000-8000-000000000002"
     target, other = sleeper(f"airflow worker -- {target_id}"), sleeper(f"airflow worker -- {other_id}")
+    forks: list[psutil.Process] = []
     try:
         deadline = time.monotonic() + 20
         while not (titled(target, f"airflow worker -- {target_id}") and titled(other, f"airflow worker -- {other_id}")):
             assert time.monotonic() < deadline, "the sleepers never took their titles"
             time.sleep(0.05)
+        forks = [*psutil.Process(target.pid).children(), *psutil.Process(other.pid).children()]
 
         unknown = celery_worker.signal_task(None, ti_id="0190f1aa-0000-7000-8000-00000000dead")
         first = celery_worker.signal_task(None, ti_id=target_id, signal_name="SIGTERM")
@@ -167,10 +185,14 @@ def test_the_worker_signals_only_the_task_process_of_the_try_it_is_asked_for_and
         assert target.returncode == -signal.SIGTERM
         assert again == {"ok": f"task instance {target_id} already signalled"}
         assert "error" in refused and other.poll() is None  # only SIGTERM may be asked for
+        assert all(alive(fork) for fork in forks), forks  # the task's own handler decides for them
     finally:
         for process in (target, other):
             process.kill()
             process.wait()
+        for fork in forks:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                fork.kill()
         celery_worker._signalled.clear()
 
 
