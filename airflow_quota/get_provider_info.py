@@ -86,7 +86,8 @@ def get_provider_info() -> dict[str, Any]:
                             "own worker processes, as LocalExecutor) or celery (the Celery queue named after "
                             "the placed instance type, through the celery provider and the [celery] settings; "
                             "each GPU host runs airflow celery worker -q <instance type>, and the workers load "
-                            "airflow_quota.executors.celery_worker through [celery] extra_celery_config).\n"
+                            "airflow_quota.executors.celery_worker through [celery] extra_celery_config, which "
+                            "gives each task its placement and a preempted task its SIGTERM).\n"
                         ),
                         "version_added": "0.1.0",
                         "type": "string",

@@ -15,6 +15,15 @@ of a process on another host, and ``execute_workload`` takes only the workload, 
 no room for it. So it travels in the Celery message's header ``PLACEMENT_HEADER``, and
 ``executors/celery_worker.py``, loaded by each worker through Celery's ``imports`` setting
 (``WORKER_CELERY_CONFIG``), sets it in the worker process's environment for that task only.
+
+A preemption's SIGTERM cannot be sent from the scheduler's host either: the delegate broadcasts
+that module's remote-control command (``signal``), and the worker running the try signals its task
+process. Celery's ``revoke(terminate=True, signal="SIGTERM")`` is not used: it marks the task
+REVOKED in the result backend and acknowledges its message at once, while the try still runs its
+grace (the executor would report an end that has not happened), it remembers the id as revoked,
+so a try sent again under the same id after a scheduler restart would be dropped, and it signals
+the pool process (the Task SDK's supervisor, which forwards SIGTERM to the task only once it
+waits on it, and dies of it before).
 """
 
 from __future__ import annotations
@@ -32,7 +41,7 @@ from airflow.providers.common.compat.sdk import timeout
 from airflow.utils.state import TaskInstanceState
 from celery import states as celery_states
 
-from airflow_quota.executors.celery_worker import PLACEMENT_HEADER
+from airflow_quota.executors.celery_worker import PLACEMENT_HEADER, SIGNAL_COMMAND
 
 if TYPE_CHECKING:
     from airflow.executors.workloads import ExecuteTask
@@ -86,6 +95,13 @@ class CeleryDelegate:
             )
         self.sent[key] = result
         return str(result.task_id)
+
+    def signal(self, ti_id: str) -> None:
+        """Ask the workers to send SIGTERM to the task process of try ``ti_id`` (a preemption):
+        a broadcast without waiting for replies (the scheduler's loop must not block); the worker
+        running it acts, once, and logs it. Raises what the broker raises."""
+        with timeout(seconds=OPERATION_TIMEOUT):  # type: ignore[no-untyped-call]
+            self.app.control.broadcast(SIGNAL_COMMAND, arguments={"ti_id": ti_id, "signal_name": "SIGTERM"})
 
     def ended(self) -> list[CeleryEnd]:
         """The sent tasks that ended since the last call (one query of the result backend)."""

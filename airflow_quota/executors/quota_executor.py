@@ -29,7 +29,7 @@ Each ``sync`` (one per scheduler loop):
    SIGTERM to the task's process, then after the share's ``preemption_grace_seconds`` clear it,
    Airflow's RESTARTING route (its supervisor kills it, the scheduler queues the next try, which
    is held again and resumes from the checkpoint); a task on a Celery worker runs on another host,
-   so it is cleared at once and its supervisor's SIGTERM is the signal (``_stop``);
+   so the SIGTERM is a broadcast the worker running it acts on (``_stop``);
 5. report each try that ended (from the executor's events, with the task instance's state in
    Airflow's database; a Celery-run task's events come from the Celery result backend) as
    SUCCEEDED, FAILED or STOPPED.
@@ -91,6 +91,10 @@ SUMMARY_SECONDS = 60.0
 """How often the executor logs what it holds."""
 RELEASABLE = (AttemptState.PENDING.value, AttemptState.RUNNING.value)
 """An attempt the quota scheduler has placed and told its backend to start."""
+SIGNAL_REPEAT_SECONDS = 5.0
+"""A preempted Celery-run try's SIGTERM is broadcast at each follow for this long (a worker signals
+a try once): a worker may miss a broadcast (a reconnection), and the task's process gets the title
+the worker finds it by a moment after Airflow has it RUNNING."""
 DELEGATES = ("local", "celery")
 """Where released tasks run (``[quota] executor_delegate``): LocalExecutor's worker processes, or
 the Celery queue named after the placed instance type."""
@@ -138,6 +142,8 @@ class Released:
     environment: dict[str, str]
     stop_at: float | None = None
     stop_deadline: float | None = None
+    signal_until: float | None = None
+    """On a Celery worker: the SIGTERM is broadcast at each follow until then (``_stop``)."""
     cleared: bool = False
 
 
@@ -371,6 +377,8 @@ class QuotaExecutor(LocalExecutor):
             report = reports.get((released.job_id, released.attempt))
             if report is not None and report.stop_requested_at is not None:
                 self._stop(released, report.stop_grace or 0.0, now)
+            if released.signal_until is not None and now <= released.signal_until and not released.cleared:
+                self._signal_celery(released)
             if released.stop_deadline is not None and not released.cleared and now >= released.stop_deadline:
                 self._clear(released)
 
@@ -446,18 +454,26 @@ class QuotaExecutor(LocalExecutor):
         """The quota scheduler stops the attempt: SIGTERM now, the RESTARTING route at the end
         of the grace (``_clear``).
 
-        A task on a Celery worker runs on another host, out of this process's reach: it is
-        cleared at once, and its own supervisor, at its next heartbeat, sends it SIGTERM and
-        SIGKILL 5 s later (the Task SDK's escalation); the share's grace does not apply."""
+        A task on a Celery worker runs on another host, out of this process's reach: the SIGTERM
+        is a broadcast the worker running the try acts on (``CeleryDelegate.signal``), repeated
+        for ``SIGNAL_REPEAT_SECONDS``. A try not running yet (its message waits in the broker) has
+        nothing to save: it is cleared as soon as it runs."""
         if released.stop_at is not None:
             return
         if self.celery is not None:
-            released.stop_at = released.stop_deadline = now
+            running = self._try_state(released) == TaskInstanceState.RUNNING
+            released.stop_at = now
+            released.stop_deadline = now + max(grace, 0.0) if running else now
+            if running:
+                released.signal_until = min(now + SIGNAL_REPEAT_SECONDS, released.stop_deadline)
             self.log.info(
-                "quota job %s attempt %s is being stopped: %s runs on a Celery worker, cleared now",
+                "quota job %s attempt %s is being stopped: %s on a Celery worker, %s",
                 released.job_id,
                 released.attempt,
                 released.identity,
+                f"SIGTERM through the workers, cleared in {duration_words(max(grace, 0.0))}"
+                if running
+                else "not running yet, cleared once it runs",
             )
             return
         released.stop_at, released.stop_deadline = now, now + max(grace, 0.0)
@@ -473,6 +489,15 @@ class QuotaExecutor(LocalExecutor):
             pid,
             duration_words(max(grace, 0.0)),
         )
+
+    def _signal_celery(self, released: Released) -> None:
+        """Broadcast the SIGTERM of a preempted try to the Celery workers (``_stop``); a broker
+        that cannot be reached is logged, and the next follow tries again."""
+        assert self.celery is not None
+        try:
+            self.celery.signal(released.ti_id)
+        except Exception:
+            self.log.exception("the SIGTERM for %s could not be broadcast to the Celery workers", released.identity)
 
     @staticmethod
     def _task_pid(ti_id: str) -> int | None:

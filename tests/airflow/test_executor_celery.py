@@ -1,23 +1,31 @@
 """QuotaExecutor's Celery delegate in pieces, without a broker: the ``[quota] executor_delegate``
-setting, the placement the workers take from a message's header, and the ends the delegate reads
-from the result backend (a fake fetcher). ``test_executor_celery_end_to_end.py`` runs it whole."""
+setting, the placement the workers take from a message's header, a preemption's SIGTERM (the
+executor's broadcast, the worker's command that signals the try's task process), and the ends the
+delegate reads from the result backend (a fake fetcher). ``test_executor_celery_end_to_end.py`` runs it whole."""
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
+import subprocess
+import sys
+import time
 from collections.abc import Mapping, Sequence
 from types import SimpleNamespace
 from typing import Any
 
+import psutil
 import pytest
 from airflow.exceptions import AirflowConfigException
 from airflow.executors.base_executor import ExecutorConf
 from airflow.models.taskinstancekey import TaskInstanceKey
 from airflow.utils.state import TaskInstanceState
+from celery.worker.control import Panel
 
 from airflow_quota.executors import celery_worker
 from airflow_quota.executors.celery_delegate import CeleryDelegate, CeleryEnd
-from airflow_quota.executors.celery_worker import PLACEMENT_HEADER, placement_of
+from airflow_quota.executors.celery_worker import PLACEMENT_HEADER, SIGNAL_COMMAND, placement_of
 from airflow_quota.executors.jobs import TaskIdentity
 from airflow_quota.executors.placement import INSTANCE_TYPE, JOB_ID, SHARE, TRAINING_PLAN, Placement
 from airflow_quota.executors.quota_executor import QuotaExecutor, Released, executor_delegate
@@ -61,20 +69,136 @@ def test_the_executor_owns_a_celery_delegate_only_when_told(
     assert (executor.celery is not None, executor.pre_assigns_external_executor_id) == (pre_assigned, pre_assigned)
 
 
-def test_a_task_on_a_celery_worker_is_cleared_at_once_whatever_the_shares_grace(
-    monkeypatch: pytest.MonkeyPatch,
+class FakeCelery:
+    """The delegate's broadcast, recorded."""
+
+    def __init__(self) -> None:
+        self.signalled: list[str] = []
+
+    def signal(self, ti_id: str) -> None:
+        self.signalled.append(ti_id)
+
+
+@pytest.mark.parametrize(
+    ("state", "deadline", "signal_until"),
+    [("running", 1_030.0, 1_005.0), ("queued", 1_000.0, None)],
+    ids=[
+        "running on a worker: SIGTERM broadcast for 5 s, cleared after the share's 30 s grace",
+        "still in the broker: nothing to signal, cleared once it runs",
+    ],
+)
+def test_a_task_on_a_celery_worker_is_signalled_through_the_workers_and_cleared_after_the_grace(
+    state: str, deadline: float, signal_until: float | None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """No signal reaches another host from the scheduler: the RESTARTING route is the signal."""
     monkeypatch.setenv("AIRFLOW__QUOTA__EXECUTOR_DELEGATE", "celery")
     executor = QuotaExecutor()
+    executor._try_state = lambda released: state  # type: ignore[method-assign]  # Airflow's database
     released = Released(None, "ti-id", TaskIdentity("dag", "train", "run", -1, 1), 7, 2, PLACEMENT.environment())
+
     executor._stop(released, grace=30.0, now=1_000.0)
-    assert (released.stop_at, released.stop_deadline, released.cleared) == (1_000.0, 1_000.0, False)
+    executor._stop(released, grace=30.0, now=1_001.0)  # asked again at the next follow: nothing changes
+
+    assert (released.stop_at, released.stop_deadline, released.signal_until, released.cleared) == (
+        1_000.0,
+        deadline,
+        signal_until,
+        False,
+    )
+
+
+def test_the_sigterm_broadcast_names_the_try_and_a_broker_error_is_retried_at_the_next_follow(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("AIRFLOW__QUOTA__EXECUTOR_DELEGATE", "celery")
+    executor = QuotaExecutor()
+    broadcasts: list[tuple[str, dict[str, Any]]] = []
+    assert executor.celery is not None
+
+    def broadcast(command: str, arguments: dict[str, Any]) -> None:
+        broadcasts.append((command, arguments))
+        if len(broadcasts) == 1:
+            raise ConnectionError("the broker is down")
+
+    executor.celery.app.control.broadcast = broadcast  # type: ignore[method-assign]
+    released = Released(None, "ti-id", TaskIdentity("dag", "train", "run", -1, 1), 7, 2, PLACEMENT.environment())
+
+    executor._signal_celery(released)  # logged, not raised: the scheduler's loop goes on
+    executor._signal_celery(released)
+
+    assert broadcasts == [(SIGNAL_COMMAND, {"ti_id": "ti-id", "signal_name": "SIGTERM"})] * 2
 
 
 def test_the_provider_declares_the_setting_with_its_default() -> None:
     option = get_provider_info()["config"]["quota"]["options"]["executor_delegate"]
     assert (option["default"], option["example"], option["type"]) == ("local", "celery", "string")
+
+
+def sleeper(title: str) -> subprocess.Popen[bytes]:
+    """A child process titled as the Task SDK titles a task's process, until signalled; it forks
+    a child of its own, which inherits the title (as a task's data loader workers do)."""
+    code = (
+        f"import os, setproctitle, time; setproctitle.setproctitle({title!r}); os.fork(); time.sleep(120)"
+    )
+    return subprocess.Popen([sys.executable, "-c", code])
+
+
+def titled(process: subprocess.Popen[bytes], title: str) -> bool:
+    """The sleeper and its forked child both carry ``title``."""
+    try:
+        sleeper = psutil.Process(process.pid)
+        family = [sleeper, *sleeper.children()]
+        return len(family) == 2 and all(" ".join(p.cmdline()).strip() == title for p in family)
+    except psutil.Error:
+        return False
+
+
+def alive(process: psutil.Process) -> bool:
+    """Running and not a zombie (a killed process not yet reaped still "runs" for psutil)."""
+    try:
+        return process.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def test_the_worker_signals_only_the_task_process_of_the_try_it_is_asked_for_and_only_once() -> None:
+    """The command finds the try's process by its title among the worker's descendants (not the
+    processes it forked, which inherit the title); another try's process (another task instance
+    id) and an unknown id are left alone."""
+    target_id, other_id = "0190f1aa-0000-7000-8000-000000000001", "0190f1aa-0000-7000-8000-000000000002"
+    target, other = sleeper(f"airflow worker -- {target_id}"), sleeper(f"airflow worker -- {other_id}")
+    forks: list[psutil.Process] = []
+    try:
+        deadline = time.monotonic() + 20
+        while not (titled(target, f"airflow worker -- {target_id}") and titled(other, f"airflow worker -- {other_id}")):
+            assert time.monotonic() < deadline, "the sleepers never took their titles"
+            time.sleep(0.05)
+        forks = [*psutil.Process(target.pid).children(), *psutil.Process(other.pid).children()]
+
+        unknown = celery_worker.signal_task(None, ti_id="0190f1aa-0000-7000-8000-00000000dead")
+        first = celery_worker.signal_task(None, ti_id=target_id, signal_name="SIGTERM")
+        target.wait(timeout=20)
+        again = celery_worker.signal_task(None, ti_id=target_id)
+        refused = celery_worker.signal_task(None, ti_id=other_id, signal_name="SIGKILL")
+
+        assert unknown == {"ok": "task instance 0190f1aa-0000-7000-8000-00000000dead does not run here"}
+        assert first == {"ok": f"SIGTERM to [{target.pid}]"}
+        assert target.returncode == -signal.SIGTERM
+        assert again == {"ok": f"task instance {target_id} already signalled"}
+        assert "error" in refused and other.poll() is None  # only SIGTERM may be asked for
+        assert all(alive(fork) for fork in forks), forks  # the task's own handler decides for them
+    finally:
+        for process in (target, other):
+            process.kill()
+            process.wait()
+        for fork in forks:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                fork.kill()
+        celery_worker._signalled.clear()
+
+
+def test_the_worker_registers_its_command_with_celery() -> None:
+    """Celery's consumer dispatches a broadcast by name from this registry."""
+    assert Panel.data[SIGNAL_COMMAND] is celery_worker.signal_task
 
 
 def request_with(headers: Mapping[str, Any] | None) -> SimpleNamespace:

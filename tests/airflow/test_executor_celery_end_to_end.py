@@ -2,7 +2,8 @@
 api-server, PostgreSQL metadata) with ``[quota] executor_delegate = celery``, the local Redis as
 the broker (a database of its own, emptied first), the metadata database as the result backend,
 ``airflow-quota scheduler``, and two Celery workers, one per instance type of the pool:
-``airflow celery worker -q ml.g5.xlarge`` and ``-q ml.g4dn.xlarge``, one slot each.
+``airflow celery worker -q ml.g5.xlarge`` (one slot) and ``-q ml.g4dn.xlarge`` (two slots: the
+pool's two ml.g4dn.xlarge).
 
 1. Two quota tasks (``executor_dags/quota_exec_celery.py``) are placed, one on each type; each
    runs on the worker of its type's queue (that worker's log names the task's Celery task id, the
@@ -12,6 +13,12 @@ the broker (a database of its own, emptied first), the metadata database as the 
    message waits in the broker. Airflow's scheduler is killed with SIGKILL and restarted; the new
    one adopts both, sends the waiting try again under the same Celery task id, and each task runs
    exactly once.
+3. Preemption on a worker: lab's low-priority task runs on ops's idle ml.g4dn.xlarge (borrowed);
+   an ops task takes it back. The g4dn worker sends the borrower's task process SIGTERM at once
+   (the executor's broadcast): it checkpoints while Airflow still has it RUNNING, keeps lab's
+   ``preemption_grace_seconds`` (10 s) before it is cleared (RESTARTING), then its next try is held,
+   placed after the ops task and resumes from its checkpoint; each task starts the expected number
+   of times (the borrower twice, the others once) and the quota jobs agree.
 
 The broker is ``QUOTA_TEST_REDIS_URL`` (a Redis database of its own), else database 7 of the
 machine's Redis at 127.0.0.1:6379 when one answers, else a throwaway ``redis-server`` (``make
@@ -28,21 +35,27 @@ import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis
+import yaml
 
 from airflow_quota.devtools.stack import BIN, AirflowStack, free_port
 from airflow_quota.executors.celery_delegate import WORKER_CELERY_CONFIG
 from tests.airflow.stacks import airflow_on_postgres
-from tests.airflow.test_executor_end_to_end import HERE, events, final_jobs, tries, wait_until
+from tests.airflow.test_executor_end_to_end import HERE, diagnosis, events, final_jobs, tries, wait_until
 from tests.conftest import missing
 
 MACHINE_REDIS = "redis://127.0.0.1:6379/7"
 QUEUES = {"g5": "ml.g5.xlarge", "g4dn": "ml.g4dn.xlarge"}
 """Each worker's name and the one queue it consumes: an instance type of ``quota.yaml``'s pool."""
+SLOTS = {"g5": 1, "g4dn": 2}
+"""Each worker's concurrency: ml.g4dn.xlarge runs lab's own task and the one it borrows at once."""
 DAG_ID = "quota_exec_celery"
 ADOPT_DAG_ID = "quota_exec_celery_adopt"
+LAB_DAG_ID = "quota_exec_celery_lab"
+OPS_DAG_ID = "quota_exec_celery_ops"
 
 
 def ready_line(af: AirflowStack, worker: str) -> bool:
@@ -108,8 +121,11 @@ def celery_stack(root: Path, broker_url: str) -> Iterator[AirflowStack]:
         root,
         dags=[HERE / "quota_exec_training.py", HERE / "quota_exec_celery.py"],
         quota_config=HERE / "quota.yaml",
+        # the pool's four instances: a task sent to a worker counts in the executor's slots, and the
+        # reclaiming task is queued to the executor only while one is free
+        parallelism=4,
         components=("scheduler", "dag-processor", "api-server", "quota-scheduler"),
-        wait_for_dags=(DAG_ID, ADOPT_DAG_ID),
+        wait_for_dags=(DAG_ID, ADOPT_DAG_ID, LAB_DAG_ID, OPS_DAG_ID),
         extra_env={
             "AIRFLOW__CORE__EXECUTOR": "LocalExecutor,quota:airflow_quota.executors.QuotaExecutor",
             "AIRFLOW__QUOTA__EXECUTOR_DELEGATE": "celery",
@@ -133,7 +149,7 @@ def celery_stack(root: Path, broker_url: str) -> Iterator[AirflowStack]:
                     "--queues",
                     queue,
                     "--concurrency",
-                    "1",
+                    str(SLOTS[worker]),
                     "--celery-hostname",
                     f"{worker}@%h",
                     "--skip-serve-logs",  # the two would share the log server's port on one machine
@@ -217,3 +233,108 @@ def test_a_scheduler_killed_while_a_celery_task_runs_and_one_waits_in_the_broker
     assert "QuotaExecutor adopted" in log
     # the waiting try kept its Celery task id: the g5 worker ran it under that id
     assert sent_as in (af.logs / "celery-g5.log").read_text(errors="replace")
+
+
+def lab_grace() -> float:
+    """The lab share's ``preemption_grace_seconds`` in the test's ``quota.yaml``."""
+    shares = yaml.safe_load((HERE / "quota.yaml").read_text())["shares"]
+    return float(next(s for s in shares if s["name"] == "lab")["preemption_grace_seconds"])
+
+
+def trail_and_logs(af: AirflowStack, lab: str, ops: str) -> str:
+    """What went wrong: the runs, the quota jobs, the trainings' events and the logs' tails."""
+    trail = "\n".join(str(e) for e in events(af))
+    return f"{trail}\n{diagnosis(af, (LAB_DAG_ID, lab), (OPS_DAG_ID, ops))}"
+
+
+def borrower_try(af: AirflowStack, run: str) -> tuple[str | None, int | None, str | None]:
+    """The borrower's state, try number and task instance id (one try's) in Airflow's database."""
+    rows = af.query(
+        "SELECT state, try_number, CAST(id AS TEXT) FROM task_instance "
+        "WHERE dag_id = :d AND run_id = :r AND task_id = 'borrower'",
+        d=LAB_DAG_ID,
+        r=run,
+    )
+    return (rows[0][0], rows[0][1], rows[0][2]) if rows else (None, None, None)
+
+
+def test_a_task_preempted_on_a_celery_worker_gets_sigterm_and_the_shares_grace_then_resumes(
+    airflow: AirflowStack,
+) -> None:
+    af = airflow
+    grace = lab_grace()
+    lab = af.trigger(LAB_DAG_ID)
+
+    def both_running() -> bool:
+        started = {e["task"] for e in events(af) if e["event"] == "start"}
+        states = {t: ti["state"] for t, ti in tries(af, LAB_DAG_ID, lab).items()}
+        return {"celery_lab_first", "celery_borrower"} <= started and states == dict.fromkeys(
+            ("lab_first", "borrower"), "running"
+        )
+
+    wait_until("both lab tasks running on the g4dn worker (one on ops's instance)", both_running, af, 180)
+    step = Path(af.env["AIRFLOW_QUOTA_EXAMPLE_CHECKPOINTS"]) / "celery_borrower" / "step"
+    wait_until("the borrower 5 steps in", lambda: step.exists() and int(step.read_text() or 0) >= 5, af, 60)
+    state, first_try, first_ti_id = borrower_try(af, lab)
+    assert (state, first_try) == ("running", 1), (state, first_try)
+    ops = af.trigger(OPS_DAG_ID)
+
+    # the SIGTERM reaches the task while Airflow still has it RUNNING: its checkpoint comes first
+    def checkpointed() -> dict[str, Any] | None:
+        return next((e for e in events(af) if e["task"] == "celery_borrower" and e["event"] == "checkpoint"), None)
+
+    deadline = time.monotonic() + 120
+    while (checkpoint := checkpointed()) is None:
+        if time.monotonic() > deadline or af.dead():
+            pytest.fail(f"no checkpoint from the preempted borrower\n{trail_and_logs(af, lab, ops)}")
+        time.sleep(0.2)
+    at_checkpoint = borrower_try(af, lab)
+    assert at_checkpoint[:2] == ("running", 1), (
+        f"the borrower checkpointed only once Airflow had it {at_checkpoint[0]}: no SIGTERM before the clear"
+    )
+    # then it keeps running for the share's grace before Airflow's RESTARTING route stops it
+    deadline = time.monotonic() + grace + 60
+    while borrower_try(af, lab)[:2] == ("running", 1):
+        if time.monotonic() > deadline or af.dead():
+            pytest.fail(f"the borrower was never stopped\n{trail_and_logs(af, lab, ops)}")
+        time.sleep(0.2)
+    kept = time.time() - checkpoint["at"]
+    assert kept >= grace - 2, f"cleared {kept:.1f} s after its SIGTERM; the grace is {grace:.0f} s"
+
+    states = af.wait_for_runs(LAB_DAG_ID, [lab], 420)
+    assert states[lab] == "success", trail_and_logs(af, lab, ops)
+    assert af.wait_for_runs(OPS_DAG_ID, [ops], 120)[ops] == "success", trail_and_logs(af, lab, ops)
+    done = {**tries(af, LAB_DAG_ID, lab), **tries(af, OPS_DAG_ID, ops)}
+    assert {t: (ti["state"], ti["try"]) for t, ti in done.items()} == {
+        "lab_first": ("success", 1),
+        "borrower": ("success", 2),  # the RESTARTING route: the next try, no retry used
+        "reclaim": ("success", 1),
+    }, done
+    expected = {"lab_first": ("SUCCEEDED", 1), "borrower": ("SUCCEEDED", 2)}
+    wait_until("the lab quota jobs SUCCEEDED", lambda: final_jobs(af, LAB_DAG_ID) == expected, af, 15)
+    assert final_jobs(af, OPS_DAG_ID) == {"reclaim": ("SUCCEEDED", 1)}
+    jobs = {j.task_id: j for j in af.store.jobs(dag_id=LAB_DAG_ID)}
+    assert jobs["borrower"].preemptions == 1, jobs["borrower"]
+    preempted = [e for e in af.store.events(job_id=jobs["borrower"].id) if e.type == "PREEMPTED"]
+    assert [e.record["kind"] for e in preempted] == ["CROSS_SHARE"], preempted
+
+    # each task started as often as expected: the borrower twice (resumed on attempt 2), the others once
+    trail = [e for e in events(af) if e["task"].startswith("celery_") and e["task"] != "celery_first"]
+    starts = [(e["task"], e["attempt"]) for e in trail if e["event"] == "start" and e["task"] != "celery_waiting"]
+    assert sorted(starts) == [
+        ("celery_borrower", 1),
+        ("celery_borrower", 2),
+        ("celery_lab_first", 1),
+        ("celery_ops", 1),
+    ], starts
+    borrower = [e for e in trail if e["task"] == "celery_borrower"]
+    assert [e["event"] for e in borrower] == ["start", "checkpoint", "start", "end"], borrower
+    assert borrower[2]["resumed_from"] == checkpoint["step"] >= 5, borrower
+    ops_start = next(e for e in trail if e["task"] == "celery_ops" and e["event"] == "start")
+    assert ops_start["instance_type"] == "ml.g4dn.xlarge" and ops_start["at"] > checkpoint["at"], ops_start
+    # the g4dn worker signalled the borrower's first try; the scheduler asked for it through the workers
+    worker_log = (af.logs / "celery-g4dn.log").read_text(errors="replace")
+    assert "SIGTERM to the task process" in worker_log and first_ti_id in worker_log, af.tails(30)
+    assert first_ti_id not in (af.logs / "celery-g5.log").read_text(errors="replace")
+    assert "SIGTERM through the workers" in (af.logs / "scheduler.log").read_text(errors="replace")
+    print(f"\nborrower: SIGTERM, checkpoint at step {checkpoint['step']}, cleared {kept:.1f} s later, resumed")

@@ -1,9 +1,12 @@
 """Quota tasks the Celery delegate runs. ``quota_exec_celery``: one placed on ml.g5.xlarge (the
 research share's), one on ml.g4dn.xlarge (the lab share's), each sent to the Celery queue of its
 instance type. ``quota_exec_celery_adopt``: two on ml.g5.xlarge, for a scheduler restart while
-one runs and the other waits in the broker."""
+one runs and the other waits in the broker. ``quota_exec_celery_lab`` and ``quota_exec_celery_ops``:
+a preemption on a worker (a cross-share reclaim of a borrowed ml.g4dn.xlarge)."""
 
 from __future__ import annotations
+
+import os
 
 import pendulum
 from airflow.sdk import DAG, task
@@ -43,3 +46,38 @@ with DAG(
 
     first()
     waiting()
+
+# a cross-share reclaim on the Celery workers: lab borrows ops's idle ml.g4dn.xlarge for its
+# low-priority celery_borrower while celery_lab_first holds lab's own; celery_ops takes ops's
+# instance back, the borrower gets SIGTERM on its worker, lab's 10 s grace, and resumes later
+G4_CHECKPOINTS = os.environ.get("AIRFLOW_QUOTA_EXAMPLE_CHECKPOINTS", "/tmp/quota-checkpoints")
+
+with DAG(
+    "quota_exec_celery_lab", schedule=None, start_date=pendulum.datetime(2026, 1, 1, tz="UTC"), catchup=False
+):
+
+    @task(executor="quota", executor_config=quota_config(share="lab", instance_preferences=G4, priority=5))
+    def lab_first() -> int:
+        return train("celery_lab_first", 60)
+
+    @task(
+        executor="quota",
+        executor_config=quota_config(
+            share="lab", instance_preferences=G4, priority=1, checkpoint_uri=f"{G4_CHECKPOINTS}/celery_borrower"
+        ),
+    )
+    def borrower() -> int:
+        return train("celery_borrower", 40)
+
+    lab_first()
+    borrower()
+
+with DAG(
+    "quota_exec_celery_ops", schedule=None, start_date=pendulum.datetime(2026, 1, 1, tz="UTC"), catchup=False
+):
+
+    @task(executor="quota", executor_config=quota_config(share="ops", instance_preferences=G4))
+    def reclaim() -> int:
+        return train("celery_ops", 10)
+
+    reclaim()
