@@ -239,6 +239,12 @@ class _Preemption(WalkPolicy):
         """Preemptors and victims of the whole step: none is visited again in it."""
         self.victims = 0
 
+    def most(self, share: str, instance_type: str) -> float:
+        # with in-share preemption any count may find lower-priority victims of its own share
+        if self.state.shares[share].in_share_preemption:
+            return float("inf")
+        return reclaim_bound(self.state, share, instance_type, self.now)
+
     def admits(self, bucket: Bucket, first: JobKey) -> bool:
         return may_preempt(
             self.state, self.share, bucket.instance_type, bucket.instances, self.state.jobs[first[2]], self.now
@@ -301,6 +307,22 @@ def room_or_reclaim(state: QuotaState, share: str, instance_type: str, count: in
             return True
     # a victim may free more than its share's excess, so any excess makes reclaim worth a look
     return usage + count <= limit and ledger.borrowed_total > 0
+
+
+def reclaim_bound(state: QuotaState, share: str, instance_type: str, now: float) -> float:
+    """The largest count for which ``room_or_reclaim`` holds (it only gets harder as the count
+    grows), worked out once instead of once per count: ``room_or_reclaim(c)`` is ``c <= bound``."""
+    ledger = state.types[instance_type]
+    usage, limit = ledger.usage_of(share), ledger.limit_of(share)
+    cap = holding_cap(state.shares[share], limit)
+    placeable = min(ledger.capacity - ledger.used - ledger.draining, float("inf") if cap is None else cap - usage)
+    within = limit - usage
+    if placeable > within:  # counts above the limit need slack no lender protects
+        slack = ledger.capacity - ledger.pressure - state.protected_idle(ledger, now)
+        within = max(within, slack - usage + max(usage, limit))
+    without_victims = min(placeable, within)
+    by_reclaim = limit - usage if ledger.borrowed_total > 0 else float("-inf")
+    return max(without_victims, by_reclaim)
 
 
 # -- step 4b and 5 -------------------------------------------------------------------------------

@@ -199,3 +199,32 @@ def test_incremental_cycle_decides_as_a_full_rescan_at_full_load() -> None:
     assert sum(1 for d in incremental if d.startswith("Preempted")) > 50
     assert not [d for d in incremental if "GUARANTEE_VIOLATED" in d]
     assert incremental == describe(run_checked(loaded, literal=True))
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(scenarios())
+def test_step_4s_bound_is_room_or_reclaim_for_every_count(loaded: LoadedScenario) -> None:
+    """Step 4 admits a bucket only when its count is within ``reclaim_bound``: after every
+    cycle, for every share, type and count, ``room_or_reclaim`` holds exactly up to that bound
+    (a bound that cut one count short would leave a job that could reclaim waiting)."""
+    from airflow_quota.core.phases import reclaim_bound, room_or_reclaim
+
+    simulator = Simulator(loaded)
+    state = simulator.scheduler.state
+    mismatches: list[str] = []
+    compared = 0
+
+    def compare(now: float, cycles: int, finished: int) -> None:
+        nonlocal compared
+        for share in state.shares:
+            for name, ledger in state.types.items():
+                bound = reclaim_bound(state, share, name, now)
+                for count in range(1, ledger.capacity + 3):
+                    compared += 1
+                    if room_or_reclaim(state, share, name, count, now) != (count <= bound):
+                        mismatches.append(f"t={now:g} {share} {count}x {name}: bound {bound}")
+
+    simulator._progress = compare
+    simulator.run()
+    assert compared > 0
+    assert not mismatches, mismatches[:5]
