@@ -8,7 +8,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: test lint typecheck docs postgres redis browser demo bench clean
+.PHONY: test lint typecheck docs postgres redis browser compose demo bench clean
 
 $(BIN)/python:
 	@$(PYTHON) -m venv $(VENV) 2>/dev/null || { \
@@ -40,6 +40,12 @@ browser:
 	  echo "installing Debian's chromium and chromium-driver for the browser test"; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null; }
 
+# tests/test_compose.py validates docker-compose.yml: the compose plugin, or else Debian's docker-compose
+compose:
+	@docker compose version >/dev/null 2>&1 || command -v docker-compose >/dev/null || { \
+	  echo "installing Debian's docker-compose (to validate docker-compose.yml)"; \
+	  apt-get update -qq && apt-get install -y -qq docker-compose >/dev/null; }
+
 lint: $(STAMP)
 	$(BIN)/ruff check airflow_quota tests benchmarks dags
 	$(BIN)/lint-imports
@@ -56,7 +62,7 @@ docs: $(STAMP)
 # Two workers, each test file on one of them (its module fixtures, e.g. an Airflow stack, stay
 # with it); TEST_WORKERS=0 runs the tests in this process.
 TEST_WORKERS ?= 2
-test: lint typecheck docs postgres redis browser
+test: lint typecheck docs postgres redis browser compose
 	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadfile
 
 DEMO_ARGS ?=

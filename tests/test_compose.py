@@ -18,6 +18,8 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.conftest import missing
+
 REPO = Path(__file__).resolve().parents[1]
 AIRFLOW_SERVICES = {
     "airflow-apiserver": "api-server",
@@ -35,16 +37,32 @@ def compose() -> dict[str, Any]:
     return document
 
 
-def compose_plugin() -> bool:
-    if shutil.which("docker") is None:
-        return False
-    return subprocess.run(["docker", "compose", "version"], capture_output=True).returncode == 0
+def compose_command() -> list[str] | None:
+    """``docker compose`` (the plugin) where installed, else Debian's ``docker-compose``."""
+    if shutil.which("docker") and subprocess.run(["docker", "compose", "version"], capture_output=True).returncode == 0:
+        return ["docker", "compose"]
+    if shutil.which("docker-compose"):
+        return ["docker-compose"]
+    return None
 
 
-@pytest.mark.skipif(not compose_plugin(), reason="the docker compose plugin is not installed here")
 def test_docker_compose_config_accepts_it() -> None:
-    done = subprocess.run(["docker", "compose", "config", "--quiet"], cwd=REPO, capture_output=True, text=True)
+    command = compose_command()
+    if command is None:
+        missing("neither the docker compose plugin nor docker-compose is installed (make compose)")
+    done = subprocess.run([*command, "config", "--quiet"], cwd=REPO, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
+
+
+def test_docker_compose_config_refuses_a_broken_file(tmp_path: Path) -> None:
+    """The check above can fail: the same command on a file with a bad dependency condition."""
+    command = compose_command()
+    if command is None:
+        missing("neither the docker compose plugin nor docker-compose is installed (make compose)")
+    broken = tmp_path / "docker-compose.yml"
+    broken.write_text("services:\n  a:\n    image: busybox\n    depends_on:\n      b:\n        condition: bogus\n")
+    done = subprocess.run([*command, "config", "--quiet"], cwd=tmp_path, capture_output=True, text=True)
+    assert done.returncode != 0 and "condition" in done.stdout + done.stderr
 
 
 def test_it_has_the_official_services_and_the_quota_scheduler(compose: dict[str, Any]) -> None:
