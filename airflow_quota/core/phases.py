@@ -238,16 +238,30 @@ class _Preemption(WalkPolicy):
         self.seen = preempted
         """Preemptors and victims of the whole step: none is visited again in it."""
         self.victims = 0
+        self.no_victims: set[tuple[str, int]] = set()
+        """Entries (type, count) for which a job found no victim set since the state last
+        changed: a later job of the share asking the same has no higher priority, so no more
+        candidates, and fails too. Only without reservations, whose holds depend on the job."""
+        self.remembers = not self.queue.reserving and not self.state.reserving_shares
+        self.bound: tuple[str, float] = ("", float("-inf"))
+        """(type, ``reclaim_bound``) of the share's last ``most``: the walk asks ``admits`` for
+        that type's buckets right after, nothing changing in between."""
 
     def most(self, share: str, instance_type: str) -> float:
+        bound = reclaim_bound(self.state, share, instance_type, self.now)
+        self.bound = (instance_type, bound)
         # with in-share preemption any count may find lower-priority victims of its own share
-        if self.state.shares[share].in_share_preemption:
-            return float("inf")
-        return reclaim_bound(self.state, share, instance_type, self.now)
+        return float("inf") if self.state.shares[share].in_share_preemption else bound
 
     def admits(self, bucket: Bucket, first: JobKey) -> bool:
-        return may_preempt(
-            self.state, self.share, bucket.instance_type, bucket.instances, self.state.jobs[first[2]], self.now
+        # may_preempt, with room_or_reclaim read off the bound ``most`` has just worked out
+        instance_type = bucket.instance_type
+        if self.queue.held_back(first, instance_type):
+            return False
+        if self.bound[0] != instance_type:
+            return may_preempt(self.state, self.share, instance_type, bucket.instances, self.state.jobs[first[2]], self.now)
+        return bucket.instances <= self.bound[1] or may_preempt_in_share(
+            self.state, self.share, instance_type, self.state.jobs[first[2]]
         )
 
     def keeps(self, bucket: Bucket, job: Job) -> bool:
@@ -258,8 +272,13 @@ class _Preemption(WalkPolicy):
         for entry in job.entries:
             if not may_preempt(self.state, self.share, entry.instance_type, entry.count, job, self.now):
                 continue
+            asked = (entry.instance_type, entry.count)
+            if asked in self.no_victims:
+                continue
             victims = find_victims(self.state, job, entry, self.now)
             if victims is None:
+                if self.remembers:
+                    self.no_victims.add(asked)
                 continue
             self.seen.update(v.seq for v, _ in victims)
             self.victims += len(victims)
@@ -269,6 +288,7 @@ class _Preemption(WalkPolicy):
 
     def look_again(self) -> Iterable[str]:
         # buckets passed over before may fit now
+        self.no_victims.clear()
         changes = self.work.changes
         self.work.improved |= changes.improved | changes.placed
         return changes.improved & self.queue.counts.keys()
@@ -282,10 +302,15 @@ def may_preempt(state: QuotaState, share: str, instance_type: str, count: int, j
         return False
     if room_or_reclaim(state, share, instance_type, count, now):
         return True
+    return job is not None and may_preempt_in_share(state, share, instance_type, job)
+
+
+def may_preempt_in_share(state: QuotaState, share: str, instance_type: str, job: Job) -> bool:
+    """In-share preemption could find a victim for the job: a job of the share with lower
+    priority runs on the type."""
     running = state.queues[share].running.get(instance_type)
     return (
-        job is not None
-        and state.shares[share].in_share_preemption
+        state.shares[share].in_share_preemption
         and running is not None
         and len(running) > 0
         and running[0][0] < job.priority
