@@ -21,6 +21,34 @@ settings.register_profile("ci", derandomize=True, print_blob=True)
 settings.register_profile("explore", derandomize=False, print_blob=True)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
+TIMED_FILES = frozenset(
+    {"tests/service/test_crash_recovery.py", "tests/service/test_soak.py", "tests/service/test_database_faults.py"}
+)
+"""Tests that assert how soon a standby takes over or a leader recovers: ``make test`` runs them
+on their own after the others (marker ``timed``), so two workers' load cannot stretch them."""
+LONGEST_FIRST = (
+    "tests/test_demo.py",
+    "tests/airflow/test_end_to_end.py",
+    "tests/airflow/test_executor_end_to_end.py",
+    "tests/airflow/test_executor_celery_end_to_end.py",
+    "tests/core/test_properties.py",
+    "tests/service/test_cli_service.py",
+)
+"""Files that take minutes: started first, so two workers finish together (each file stays whole
+on one worker, in its own order)."""
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    def file_of(item: pytest.Item) -> str:
+        return Path(item.fspath).resolve().relative_to(ROOT).as_posix()
+
+    for item in items:
+        if file_of(item) in TIMED_FILES:
+            item.add_marker(pytest.mark.timed)
+    rank = {name: index for index, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(file_of(item), len(rank)))  # stable: a file keeps its order
+
+
 # The deterministic fake backend exists only where a test configuration enables it explicitly
 # (store/backend_names.py): here, for the tests and every process they start.
 os.environ[TEST_BACKENDS_VARIABLE] = "fake"
@@ -36,6 +64,7 @@ def missing(reason: str) -> NoReturn:
     if IN_CI:
         pytest.fail(f"{reason} (CI=true: a missing part fails rather than skips)")
     pytest.skip(reason)
+
 
 SHARED = ROOT.parent / "shared"
 CLI = [sys.executable, "-m", "airflow_quota.cli"]
