@@ -255,14 +255,12 @@ class _Preemption(WalkPolicy):
 
     def admits(self, bucket: Bucket, first: JobKey) -> bool:
         # may_preempt, with room_or_reclaim read off the bound ``most`` has just worked out
-        instance_type = bucket.instance_type
+        instance_type, job = bucket.instance_type, self.state.jobs[first[2]]
         if self.queue.held_back(first, instance_type):
             return False
         if self.bound[0] != instance_type:
-            return may_preempt(self.state, self.share, instance_type, bucket.instances, self.state.jobs[first[2]], self.now)
-        return bucket.instances <= self.bound[1] or may_preempt_in_share(
-            self.state, self.share, instance_type, self.state.jobs[first[2]]
-        )
+            return may_preempt(self.state, self.share, instance_type, bucket.instances, job, self.now)
+        return bucket.instances <= self.bound[1] or may_preempt_in_share(self.state, self.share, instance_type, job)
 
     def keeps(self, bucket: Bucket, job: Job) -> bool:
         # the jobs further down the bucket have no higher priority
