@@ -8,7 +8,23 @@ has gathered (:meth:`Poller.reports`); both take a lock for a dictionary copy, n
 call. The poller asks each backend about each of its open attempts once per that backend's
 ``poll_interval_seconds`` (SageMaker 30 s, as the amazon provider's ``check_interval``; local
 1 s; the fake backend on every step unless told otherwise), so a change is noticed within one
-interval (plus one call's latency).
+interval (plus one call's latency) -- unless the backend can list its changes.
+
+Change detection by listing (an optional capability, :class:`~airflow_quota.service.backends.base.ListsChanges`;
+SageMaker's ListTrainingJobs with LastModifiedTimeAfter, 100 jobs a page): describing 1,000 jobs
+every 30 s takes 33.3 calls a second, nearly the whole budget, so polls fall behind their due
+times. A listing backend is instead *listed* every ``list_interval_seconds`` (SageMaker 5 s) for
+the jobs modified since the previous listing began, less ``LIST_OVERLAP_SECONDS`` (60 s: clock
+skew, eventual consistency), a page a call; an attempt listed is described (for its full
+outcome: reason, start and end times) when its change is one its known status does not account
+for -- a RUNNING job listed as RUNNING is not, a job listed as ended always is, and the same
+change listed again in the overlap is described once. Each attempt is still described at least
+once per ``SAFETY_INTERVALS`` x interval (SageMaker 300 s), in case a listing missed it, and
+while listings fail every attempt is described once per interval again, as without listing (one
+log line when it starts failing, one when it lists again). A new leader needs no burst of
+describes: the step tells the poller what its log knows of each attempt (:class:`Known`: RUNNING
+or PENDING, since it was placed), the first listing covers the oldest of those moments, and only
+the attempts that changed while no leader ran are described, within one list period.
 
 How the calls are spread and capped:
 
@@ -20,8 +36,8 @@ How the calls are spread and capped:
 - a backend with a rate (``poll_calls_per_second``: SageMaker 35) never gets more calls than a
   token bucket of that rate allows, with a burst of an eighth of it (at least one start's
   calls): at most 1.125 x the rate in any one second (SageMaker: 39.4 calls), whatever the step
-  and the threads do. The bucket counts *every* call the scheduler makes to that backend: polls,
-  and the starts and stops below (a SageMaker start is two calls, ``calls_per_start``); what it
+  and the threads do. The bucket counts *every* call the scheduler makes to that backend: listing
+  pages, polls, and the starts and stops below (a SageMaker start is two calls, ``calls_per_start``); what it
   holds back stays due and goes first when tokens come back;
 - a call refused for throttling (:class:`~airflow_quota.service.backends.base.BackendThrottled`)
   pauses every call to that backend: 1 s, doubling up to 60 s while the throttling lasts, reset
@@ -39,7 +55,8 @@ start to return, and replaces a start not yet begun. Just before each call the w
 that action), so a deposed leader does not act on what it was asked before the takeover.
 
 One code path, two drivers: :meth:`Poller.act_due` carries out the actions asked for and
-:meth:`Poller.poll_due` asks about every attempt that is due, each waiting for the answers. Tests
+:meth:`Poller.poll_due` makes the listing page due (if any) and asks about every attempt that is
+due, each waiting for the answers. Tests
 (and ``QuotaService.step`` when nobody started the poller) call them inline with a manual clock,
 so a start is done in its own step and a finish noticed in the very next one;
 ``QuotaService.run`` calls :meth:`Poller.start`, which runs the same two in one background thread

@@ -94,8 +94,9 @@ class Backend(Protocol):
     name: str
     poll_interval_seconds: float
     """How often the scheduler asks about each open attempt (``service/polling.py``): SageMaker
-    30 s, local 1 s, the fake backend 0 (at every step). Optional, read with ``getattr``:
-    ``poll_calls_per_second`` (the rate of all its calls), ``calls_per_start`` and
+    30 s, local 1 s, the fake backend 0 (at every step); for a backend that also has
+    :class:`ListsChanges`, ten times this is the safety net's period. Optional, read with
+    ``getattr``: ``poll_calls_per_second`` (the rate of all its calls), ``calls_per_start`` and
     ``calls_per_stop`` (API calls each costs in that rate, 1 when absent)."""
 
     def start(self, attempt: AttemptSpec) -> StartedAttempt | None:

@@ -3,7 +3,8 @@
 The quota scheduler has already chosen the entry of the job's preference list (an on-demand
 instance type and count, or a training plan); this backend turns the job's training request
 into a CreateTrainingJob call with that choice filled in, follows the job with
-DescribeTrainingJob, and preempts it with StopTrainingJob.
+ListTrainingJobs (which jobs changed) and DescribeTrainingJob (what became of one), and preempts
+it with StopTrainingJob.
 
 Why plain boto3 and not the amazon provider's ``SageMakerHook``: the hook lives in
 ``airflow.providers.amazon`` and needs an Airflow installation and an Airflow connection to
@@ -314,13 +315,16 @@ class SageMakerBackend:
     ``region_name`` and ``endpoint_url`` (and the usual AWS credential chain), so building the
     backend needs no credentials or network. ``capacity_backoff_seconds`` is how long the
     scheduler skips an entry after this backend reports CAPACITY_ERROR for it.
-    ``poll_interval_seconds`` is how often the scheduler describes each open training job
-    (``--sagemaker-poll-seconds``): 1,000 running jobs at the default 30 s are about 33
-    DescribeTrainingJob calls a second. ``poll_calls_per_second`` caps every call the scheduler
-    makes, polls, starts and stops together, whatever the number of jobs
-    (``--sagemaker-poll-rate``): beyond about ``rate x interval`` open jobs, or while many start
-    or stop at once, each is described a little less often than every interval. A throttled
-    call raises ``BackendThrottled``: the scheduler pauses and makes it again.
+    The scheduler lists the training jobs changed every ``list_interval_seconds``
+    (``--sagemaker-list-seconds``, 5 s; ``changed_since``: ListTrainingJobs with
+    LastModifiedTimeAfter and this backend's name prefix, 100 a page) and describes the ones
+    whose change matters, so a change is noticed within about that long whatever the number of
+    jobs; ``poll_interval_seconds`` (``--sagemaker-poll-seconds``, 30 s) x 10 is how often each
+    open job is described anyway (a safety net), and the interval itself how often while
+    ListTrainingJobs fails (e.g. the policy lacks ``sagemaker:ListTrainingJobs``).
+    ``poll_calls_per_second`` caps every call the scheduler makes, listings, polls, starts and
+    stops together, whatever the number of jobs (``--sagemaker-poll-rate``). A throttled call
+    raises ``BackendThrottled``: the scheduler pauses and makes it again.
     """
 
     name = "sagemaker"
