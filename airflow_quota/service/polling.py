@@ -647,6 +647,8 @@ class BackendPoller:
                 if report is not None:
                     self._reports[key] = report
                     self._known[key] = report.status
+                else:  # the change listed was not described: the next listing asks again
+                    self._described.pop(key, None)
             recovered = report is not None and self._backoff > 0
             if recovered:
                 self._backoff = 0.0

@@ -567,3 +567,26 @@ def test_a_new_leader_lists_what_changed_while_no_leader_ran_without_describing_
     assert state(ids[7]) == "SUCCEEDED" and clock.now() <= 405.0, clock.now()
     assert fake.lists[0] == (400.0, -60.0), "the first listing covers the attempts since they were placed"
     assert sorted(key for _, key in fake.polls) == [(ids[0], 1), (ids[7], 1)], fake.polls
+
+
+def test_a_listed_change_whose_describe_fails_is_described_again_at_the_next_listing() -> None:
+    clock = ManualClock(0.0)
+    fake = ListingFake(clock)
+    attempts = started(fake, 1, 2)
+    poller = BackendPoller(fake, clock.now, interval=30.0, workers=2)
+    poller.track(attempts, clock.now(), {key: Known(AttemptStatus.RUNNING, 0.0) for key in attempts})
+    finish_at(fake, attempts[2, 1], 1.0)
+    failing = {"left": 1}
+    describe = fake.poll
+
+    def poll_failing_once(attempt: AttemptSpec) -> AttemptReport:
+        if attempt.job_id == 2 and failing["left"]:
+            failing["left"] -= 1
+            fake.polls.append((clock.now(), (2, 1)))
+            raise BackendError("InternalFailure: try again")
+        return describe(attempt)
+
+    fake.poll = poll_failing_once  # type: ignore[method-assign]
+    run_until(poller, clock, 12.0)
+    assert [at for at, key in fake.polls if key == (2, 1)] == [5.5, 10.5], fake.polls  # listed at 5.5 s, 10.5 s
+    assert poller.reports()[2, 1].status is AttemptStatus.SUCCEEDED
