@@ -62,14 +62,22 @@ def add_commands(commands: Any) -> None:
         "--sagemaker-poll-seconds",
         type=_at_least(0.0),
         default=30.0,
-        help="each SageMaker training job is described this often (default %(default)g, the provider's check_interval)",
+        help="each SageMaker training job is described at least every ten times this (a safety net), and as soon as"
+        " a listing shows it changed; without listing, this often (default %(default)g, the provider's check_interval)",
+    )
+    scheduler.add_argument(
+        "--sagemaker-list-seconds",
+        type=_at_least(0.01),
+        default=5.0,
+        help="the SageMaker training jobs changed are listed this often (ListTrainingJobs with LastModifiedTimeAfter;"
+        " default %(default)g): a change is noticed within about this long",
     )
     scheduler.add_argument(
         "--sagemaker-poll-rate",
         type=_at_least(0.01),
         default=35.0,
-        help="at most this many SageMaker calls a second, polls, starts and stops together"
-        " (default %(default)g; 1,000 jobs polled at 30 s: 33.3)",
+        help="at most this many SageMaker calls a second, listings, polls, starts and stops together"
+        " (default %(default)g)",
     )
     scheduler.add_argument(
         "--local-poll-seconds",
@@ -247,6 +255,7 @@ def run_scheduler(args: argparse.Namespace) -> int:
             region_name=args.region,
             poll_interval_seconds=args.sagemaker_poll_seconds,
             poll_calls_per_second=args.sagemaker_poll_rate,
+            list_interval_seconds=args.sagemaker_list_seconds,
         )
     except ImportError:
         logging.getLogger("airflow_quota.scheduler").info("the sagemaker backend needs boto3: not enabled")

@@ -5,7 +5,9 @@
     python benchmarks/polling.py --burst    # 1,000 jobs placed at once, then all cancelled (about three minutes)
 
 A real botocore SageMaker client (fake credentials, never on the network) answers every call from
-a ``before-call.sagemaker.*`` event handler that keeps one fake training job per TrainingJobName.
+a ``before-call.sagemaker.*`` event handler that keeps one fake training job per TrainingJobName,
+with its LastModifiedTime (created, completed, stopped), and answers ListTrainingJobs from them
+(LastModifiedTimeAfter, NameContains, MaxResults up to 100 and NextToken, as SageMaker does).
 botocore's request validation and serialisation run before that event, as in production; the
 answer takes ``--aws-latency`` seconds (a sleep in the fake AWS, per call). botocore's Stubber
 does not fit here: it answers queued responses in order, and the poller asks about 1,000
@@ -14,7 +16,8 @@ different jobs concurrently, in no fixed order.
 1. Setup (not measured): a fresh PostgreSQL database (``QUOTA_TEST_POSTGRES_URL``, as
    ``benchmarks/service.py``), one share of ``jobs`` ml.g5.xlarge, ``jobs`` + ``changes`` jobs
    submitted to the ``sagemaker`` backend; a first scheduler, stepped inline with an instant fake
-   AWS, places and starts ``jobs`` of them.
+   AWS, places and starts ``jobs`` of them and takes every one in as RUNNING (the steady state a
+   new leader takes over).
 2. Measured: a second scheduler (a new leader) takes over with ``QuotaService.run`` on the wall
    clock, recovers from the log and leads for ``--seconds``. ``changes`` of the running training
    jobs complete at random moments of the first half (seeded); the queued jobs take their place.
@@ -24,8 +27,8 @@ all in its first cycle (``jobs`` starts, two calls each), and once every one is 
 all cancelled at once (``jobs`` stops). The leader runs until every attempt has ended.
 
 Reported: AWS calls per second (mean over the run, the busiest second, the seconds over 40),
-which thread made them and for what (the leader's step versus the poller's threads; poll, start,
-stop), every change's lateness (the leader's input ``finished`` minus the moment the job
+which thread made them and for what (the leader's step versus the poller's threads; list, poll,
+start, stop), every change's lateness (the leader's input ``finished`` minus the moment the job
 completed in the fake AWS), and the leader's step times.
 
 Targets (issue 15): ≤ 40 AWS calls per second in total, every change noticed within one interval,
@@ -42,7 +45,7 @@ import sys
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -54,8 +57,12 @@ from botocore.awsrequest import AWSResponse
 from sqlalchemy import func, select
 
 from airflow_quota.core.model import JobRequest, PreferenceEntry
-from airflow_quota.service.backends.base import AttemptReport, AttemptSpec, StartedAttempt
-from airflow_quota.service.backends.sagemaker import DEFAULT_POLL_CALLS_PER_SECOND, SageMakerBackend
+from airflow_quota.service.backends.base import AttemptReport, AttemptSpec, ChangePage, StartedAttempt
+from airflow_quota.service.backends.sagemaker import (
+    DEFAULT_LIST_INTERVAL_SECONDS,
+    DEFAULT_POLL_CALLS_PER_SECOND,
+    SageMakerBackend,
+)
 from airflow_quota.service.clock import WallClock
 from airflow_quota.service.metrics import QuotaMetrics
 from airflow_quota.service.scheduler import QuotaService
@@ -109,30 +116,70 @@ class FakeSageMaker:
         body = json.loads(params["body"] or b"{}")
         name = body.get("TrainingJobName", "")
         with self._lock:
+            if model.name == "ListTrainingJobs":
+                return ok(self._list(body, now))
             if model.name == "CreateTrainingJob":
+                at = datetime.fromtimestamp(now, timezone.utc)
                 self.jobs[name] = {
                     "TrainingJobName": name,
                     "TrainingJobStatus": "InProgress",
                     "SecondaryStatus": "Training",
-                    "TrainingStartTime": datetime.fromtimestamp(now, timezone.utc),
+                    "TrainingStartTime": at,
+                    "LastModifiedTime": at,
                 }
                 return ok({"TrainingJobArn": f"arn:aws:sagemaker:{REGION}:123456789012:training-job/{name}"})
             job = self.jobs.get(name)
             if job is None:
                 return error("ValidationException", "Requested resource not found.")
             if model.name == "StopTrainingJob":
-                job.update(TrainingJobStatus="Stopped", SecondaryStatus="Stopped")
+                job.update(
+                    TrainingJobStatus="Stopped",
+                    SecondaryStatus="Stopped",
+                    LastModifiedTime=datetime.fromtimestamp(now, timezone.utc),
+                )
                 return ok({})
             ends = self.completes_at.get(name)
             if ends is not None and now >= ends:
                 self.asked_after.setdefault(name, now)
-            if ends is not None and now >= ends and job["TrainingJobStatus"] == "InProgress":
-                job.update(
-                    TrainingJobStatus="Completed",
-                    SecondaryStatus="Completed",
-                    TrainingEndTime=datetime.fromtimestamp(ends, timezone.utc),
-                )
+            self._settle(name, job, now)
             return ok(dict(job))
+
+    def _settle(self, name: str, job: dict[str, Any], now: float) -> None:
+        """A job whose completion time has come is Completed, modified at that time. Lock held."""
+        ends = self.completes_at.get(name)
+        if ends is not None and now >= ends and job["TrainingJobStatus"] == "InProgress":
+            at = datetime.fromtimestamp(ends, timezone.utc)
+            job.update(TrainingJobStatus="Completed", SecondaryStatus="Completed", TrainingEndTime=at)
+            job["LastModifiedTime"] = at
+
+    def _list(self, body: dict[str, Any], now: float) -> dict[str, Any]:
+        """ListTrainingJobs as SageMaker answers it: the jobs whose name contains NameContains,
+        modified after LastModifiedTimeAfter, in name order, MaxResults (at most 100) a page,
+        NextToken the offset of the next page. Lock held."""
+        after = body.get("LastModifiedTimeAfter")
+        since = float("-inf") if after is None else float(after)
+        contains = body.get("NameContains", "")
+        matching = []
+        for name in sorted(self.jobs):
+            job = self.jobs[name]
+            self._settle(name, job, now)
+            if contains in name and job["LastModifiedTime"].timestamp() > since:
+                matching.append(job)
+        size = min(int(body.get("MaxResults", 100)), 100)
+        offset = int(body.get("NextToken") or 0)
+        summaries = [
+            {
+                "TrainingJobName": job["TrainingJobName"],
+                "TrainingJobArn": f"arn:aws:sagemaker:{REGION}:123456789012:training-job/{job['TrainingJobName']}",
+                "CreationTime": job["TrainingStartTime"],
+                "LastModifiedTime": job["LastModifiedTime"],
+                "TrainingJobStatus": job["TrainingJobStatus"],
+                "SecondaryStatus": job["SecondaryStatus"],
+            }
+            for job in matching[offset : offset + size]
+        ]
+        more = offset + size < len(matching)
+        return {"TrainingJobSummaries": summaries, **({"NextToken": str(offset + size)} if more else {})}
 
 
 def ok(parsed: dict[str, Any]) -> tuple[AWSResponse, dict[str, Any]]:
@@ -161,6 +208,10 @@ class RecordedSageMaker(SageMakerBackend):
     def poll(self, attempt: AttemptSpec) -> AttemptReport:
         self.fake.doing.what = "poll"
         return super().poll(attempt)
+
+    def changed_since(self, attempts: Sequence[AttemptSpec], since: float, page: object | None) -> ChangePage:
+        self.fake.doing.what = "list"
+        return super().changed_since(attempts, since, page)
 
     def start(self, attempt: AttemptSpec) -> StartedAttempt:
         self.fake.doing.what = "start"
@@ -199,10 +250,16 @@ def run(jobs: int, changes: int, interval: float, seconds: float, latency: float
                 name=f"train-{i}", share="a", preferences=[PreferenceEntry(instance_type=TYPE, count=1)]
             )
             store.submit(request, "sagemaker", TRAINING)
-        setup = QuotaService(
-            engine, {"sagemaker": RecordedSageMaker(fake, interval, rate=None)}, clock=WallClock(), holder="setup"
+        setup = QuotaService(  # described at every step: the steady state before the takeover
+            engine, {"sagemaker": RecordedSageMaker(fake, 0.0, rate=None)}, clock=WallClock(), holder="setup"
         )
-        while len(fake.jobs) < jobs:
+
+        def running() -> int:
+            with engine.connect() as c:
+                where = Attempt.status == "RUNNING"
+                return int(c.scalar(select(func.count()).select_from(Attempt).where(where)) or 0)
+
+        while len(fake.jobs) < jobs or running() < jobs:
             setup.step()
         setup.poller.stop()
 
@@ -349,8 +406,9 @@ def steady_rows(args: argparse.Namespace, r: dict[str, Any]) -> list[Row]:
     return [
         ("running SageMaker jobs", f"{args.jobs:,} ({r['running_at_end']:,} RUNNING at the end)", ""),
         (
-            "interval, workers, AWS latency",
-            f"{args.interval:g} s, {args.workers}, {args.aws_latency * 1000:.0f} ms",
+            "interval, listing every, workers, AWS latency",
+            f"{args.interval:g} s, {DEFAULT_LIST_INTERVAL_SECONDS:g} s, {args.workers},"
+            f" {args.aws_latency * 1000:.0f} ms",
             "",
         ),
         (

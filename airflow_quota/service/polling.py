@@ -8,7 +8,23 @@ has gathered (:meth:`Poller.reports`); both take a lock for a dictionary copy, n
 call. The poller asks each backend about each of its open attempts once per that backend's
 ``poll_interval_seconds`` (SageMaker 30 s, as the amazon provider's ``check_interval``; local
 1 s; the fake backend on every step unless told otherwise), so a change is noticed within one
-interval (plus one call's latency).
+interval (plus one call's latency) -- unless the backend can list its changes.
+
+Change detection by listing (an optional capability, :class:`~airflow_quota.service.backends.base.ListsChanges`;
+SageMaker's ListTrainingJobs with LastModifiedTimeAfter, 100 jobs a page): describing 1,000 jobs
+every 30 s takes 33.3 calls a second, nearly the whole budget, so polls fall behind their due
+times. A listing backend is instead *listed* every ``list_interval_seconds`` (SageMaker 5 s) for
+the jobs modified since the previous listing began, less ``LIST_OVERLAP_SECONDS`` (60 s: clock
+skew, eventual consistency), a page a call; an attempt listed is described (for its full
+outcome: reason, start and end times) when its change is one its known status does not account
+for -- a RUNNING job listed as RUNNING is not, a job listed as ended always is, and the same
+change listed again in the overlap is described once. Each attempt is still described at least
+once per ``SAFETY_INTERVALS`` x interval (SageMaker 300 s), in case a listing missed it, and
+while listings fail every attempt is described once per interval again, as without listing (one
+log line when it starts failing, one when it lists again). A new leader needs no burst of
+describes: the step tells the poller what its log knows of each attempt (:class:`Known`: RUNNING
+or PENDING, since it was placed), the first listing covers the oldest of those moments, and only
+the attempts that changed while no leader ran are described, within one list period.
 
 How the calls are spread and capped:
 
@@ -20,8 +36,8 @@ How the calls are spread and capped:
 - a backend with a rate (``poll_calls_per_second``: SageMaker 35) never gets more calls than a
   token bucket of that rate allows, with a burst of an eighth of it (at least one start's
   calls): at most 1.125 x the rate in any one second (SageMaker: 39.4 calls), whatever the step
-  and the threads do. The bucket counts *every* call the scheduler makes to that backend: polls,
-  and the starts and stops below (a SageMaker start is two calls, ``calls_per_start``); what it
+  and the threads do. The bucket counts *every* call the scheduler makes to that backend: listing
+  pages, polls, and the starts and stops below (a SageMaker start is two calls, ``calls_per_start``); what it
   holds back stays due and goes first when tokens come back;
 - a call refused for throttling (:class:`~airflow_quota.service.backends.base.BackendThrottled`)
   pauses every call to that backend: 1 s, doubling up to 60 s while the throttling lasts, reset
@@ -39,7 +55,8 @@ start to return, and replaces a start not yet begun. Just before each call the w
 that action), so a deposed leader does not act on what it was asked before the takeover.
 
 One code path, two drivers: :meth:`Poller.act_due` carries out the actions asked for and
-:meth:`Poller.poll_due` asks about every attempt that is due, each waiting for the answers. Tests
+:meth:`Poller.poll_due` makes the listing page due (if any) and asks about every attempt that is
+due, each waiting for the answers. Tests
 (and ``QuotaService.step`` when nobody started the poller) call them inline with a manual clock,
 so a start is done in its own step and a finish noticed in the very next one;
 ``QuotaService.run`` calls :meth:`Poller.start`, which runs the same two in one background thread
@@ -61,9 +78,12 @@ from enum import Enum
 from airflow_quota.service.backends.base import (
     AttemptReport,
     AttemptSpec,
+    AttemptStatus,
     Backend,
     BackendError,
     BackendThrottled,
+    ChangePage,
+    ListsChanges,
     StartedAttempt,
 )
 
@@ -84,6 +104,39 @@ BURST_SECONDS = 0.125
 MIN_ROUND_SECONDS = 0.05
 """A background poller of a backend polled on every step (interval 0) starts a round at most
 this often, so it does not spin."""
+
+SAFETY_INTERVALS = 10.0
+"""A backend that lists its changes still describes each attempt at least once per this many
+``poll_interval_seconds`` (SageMaker: 300 s), in case a listing missed one."""
+LIST_OVERLAP_SECONDS = 60.0
+"""Each listing asks for the changes since the previous one began minus this much, for clock skew
+between this host and the provider and for a listing's eventual consistency."""
+
+
+@dataclass(frozen=True, slots=True)
+class Known:
+    """What the leader's log holds of an attempt when the poller begins to follow it (a new
+    leader taking over, an attempt just started): a backend that lists its changes describes it
+    only when a listing shows a change after ``since`` that this status does not account for.
+
+    :param status: PENDING or RUNNING, as the log has it.
+    :param since: a moment before any change of the attempt the log has not taken in (when it was
+        placed): the first listing covers the changes from then on.
+    """
+
+    status: AttemptStatus
+    since: float
+
+
+@dataclass(slots=True)
+class _ListPass:
+    """A listing of changes in progress: from ``since``, begun at ``began``, at page ``page``;
+    ``uncovered`` is the earliest ``Known.since`` it took over (given back if it fails)."""
+
+    since: float
+    began: float
+    uncovered: float | None
+    page: object | None = None
 
 
 class ActionKind(str, Enum):
@@ -180,6 +233,25 @@ class BackendPoller:
         """Outcomes the step has not taken yet."""
         self.still_wanted: Callable[[BackendAction], bool] | None = None
         """Asked just before each action's call (the service's fenced check); None: always."""
+        self.lister: ListsChanges | None = backend if isinstance(backend, ListsChanges) else None
+        """The backend, when it can list its changes (``ListsChanges``): each attempt is then
+        described when a listing shows it changed, and otherwise once per ``safety_interval``."""
+        self.list_interval = float(self.lister.list_interval_seconds) if self.lister is not None else 0.0
+        self.safety_interval = interval * SAFETY_INTERVALS if self.lister is not None else interval
+        self._known: dict[AttemptKey, AttemptStatus] = {}
+        """What the log or the last description says of each attempt (listing backends)."""
+        self._described: dict[AttemptKey, float] = {}
+        """The modification time of the last listed change that had an attempt described."""
+        self._uncovered: float | None = None
+        """The earliest ``Known.since`` of the attempts no complete listing has covered yet."""
+        self._listed_to: float | None = None
+        """When the last complete listing began: changes before it (less the overlap) are seen."""
+        self._pass: _ListPass | None = None
+        self._listing = False
+        """A listing page in flight."""
+        self._list_due = float("-inf")
+        self._list_failing = False
+        """The last listing failed: every attempt is described once per ``interval`` meanwhile."""
         self._pool: ThreadPoolExecutor | None = None
         self._wake = threading.Event()
         self._stop = threading.Event()
@@ -191,22 +263,51 @@ class BackendPoller:
 
     # -- what the step calls (a lock and a dictionary copy each, never a backend call) -------
 
-    def track(self, open_attempts: Mapping[AttemptKey, AttemptSpec | None], now: float) -> None:
+    def track(
+        self,
+        open_attempts: Mapping[AttemptKey, AttemptSpec | None],
+        now: float,
+        known: Mapping[AttemptKey, Known] | None = None,
+    ) -> None:
         """The attempts of this backend open now (None for the spec of one already tracked: the
         step need not load what the poller has): new ones get their first poll spread evenly
-        over one interval from ``now``; the ones no longer open are forgotten with their report."""
+        over one interval from ``now``; the ones no longer open are forgotten with their report.
+
+        With a backend that lists its changes, a new attempt with a ``known`` state is described
+        only when a listing shows it changed (the first listing covers it from ``Known.since``)
+        or, at the latest, on the safety net's spread (``safety_interval``): a new leader taking
+        over 1,000 running jobs lists what changed while no leader ran instead of describing them
+        all. One without (a start refused, an attempt never started) is spread over one interval."""
+        known = known or {}
         with self._lock:
             new = sorted(key for key, spec in open_attempts.items() if key not in self._specs and spec is not None)
             for key in [key for key in self._specs if key not in open_attempts]:
                 del self._specs[key], self._due[key]
                 self._reports.pop(key, None)
-            for index, key in enumerate(new):
-                self._due[key] = now + self.interval * index / len(new)
+                self._known.pop(key, None)
+                self._described.pop(key, None)
+            if not self._specs:  # nothing followed: the next listing starts afresh
+                self._uncovered = self._listed_to = self._pass = None
+            seeded = [key for key in new if self.lister is not None and key in known]
+            unseeded = [key for key in new if key not in seeded]
+            for index, key in enumerate(seeded):
+                self._due[key] = now + self.safety_interval * index / len(seeded)
+                self._known[key] = known[key].status
+                self._uncover(known[key].since)
+            for index, key in enumerate(unseeded):
+                self._due[key] = now + self.interval * index / len(unseeded)
+                self._uncover(now)  # changes after its first description are the listing's
+            for key in new:
                 spec = open_attempts[key]
                 assert spec is not None
                 self._specs[key] = spec
         if new:
             self._wake.set()
+
+    def _uncover(self, since: float) -> None:
+        """Changes from ``since`` on are still to be listed. Lock held."""
+        if self.lister is not None:
+            self._uncovered = since if self._uncovered is None else min(self._uncovered, since)
 
     def tracking(self) -> set[AttemptKey]:
         """The attempts tracked now."""
@@ -347,6 +448,8 @@ class BackendPoller:
         answers; the number of polls asked for. The background loop does not wait: it asks for
         no more than the threads free (each poll wakes it when it returns), so the polls keep
         flowing at the rate while some answers are slow."""
+        if self.lister is not None:
+            self.list_due(now, wait)
         with self._lock:
             if now < self._paused_until:
                 return 0
@@ -354,7 +457,7 @@ class BackendPoller:
                 (self._due[key], key) for key in self._specs if self._due[key] <= now and key not in self._polling
             )
             if not wait:
-                due = due[: max(0, self.workers - len(self._acting) - len(self._polling))]
+                due = due[: max(0, self.workers - len(self._acting) - len(self._polling) - int(self._listing))]
             due = due[: self._spend_tokens(len(due), now)]
             specs = [self._specs[key] for _, key in due]
             self._polling.update(key for _, key in due)
@@ -364,6 +467,122 @@ class BackendPoller:
         if wait:
             wait_for(asked)
         return len(specs)
+
+    # -- listing the changes (backends with ``ListsChanges``) -------------------------------
+
+    def _list_at(self) -> float | None:
+        """When the next listing page falls due (None: none to make now). Lock held."""
+        if self.lister is None or not self._specs or self._listing:
+            return None
+        if self._pass is not None:
+            return float("-inf")  # the next page of a listing in progress
+        return self._list_due
+
+    def list_due(self, now: float, wait: bool = True) -> bool:
+        """Make the next listing page if one is due (one at a time, one call of the rate; none
+        while throttled), and mark due now every listed attempt whose change its known status
+        does not account for; with ``wait``, the page's answer is awaited. Whether a page was
+        asked for. Polls due in the same round are asked for after it, so inline (tests, the
+        step without threads) a change listed is described in the same round."""
+        with self._lock:
+            at = self._list_at()
+            if at is None or at > now or now < self._paused_until:
+                return False
+            if not wait and self.workers - len(self._acting) - len(self._polling) < 1:
+                return False
+            if not self._take_tokens(1, now):
+                return False
+            if self._pass is None:
+                floors = [x for x in (self._listed_to, self._uncovered) if x is not None]
+                since = (min(floors) if floors else now) - LIST_OVERLAP_SECONDS
+                self._pass = _ListPass(since, now, self._uncovered)
+                self._uncovered = None
+                self._list_due = now + self.list_interval
+            listing = self._pass
+            specs = list(self._specs.values())
+            self._listing = True
+        asked = self._executor().submit(self._list_one, listing, specs, now)
+        if wait:
+            wait_for([asked])
+        return True
+
+    def _list_one(self, listing: _ListPass, specs: list[AttemptSpec], now: float) -> None:
+        assert self.lister is not None
+        try:
+            page = self.lister.changed_since(specs, listing.since, listing.page)
+        except BackendThrottled as exc:
+            with self._lock:
+                listing.page = None  # the listing starts again after the pause
+            self._throttled(exc, now)
+        except Exception as exc:  # an API error, or a bug: per-attempt polls stand in until it lists again
+            self._list_failed(listing, exc, now)
+        else:
+            self._listed(listing, page, now)
+        finally:
+            with self._lock:
+                self._listing = False
+            self._wake.set()
+
+    def _listed(self, listing: _ListPass, page: ChangePage, now: float) -> None:
+        """Take one page in: the listed attempts to describe now, and the listing's end."""
+        with self._lock:
+            if self._pass is not listing:
+                return  # nothing followed any more since the page was asked for
+            to_describe = []
+            for key, change in page.changed.items():
+                if key not in self._specs or change.modified_at <= self._described.get(key, float("-inf")):
+                    continue  # not followed, or this change was described already
+                if change.status is not None and change.status is self._known.get(key):
+                    continue  # a change that does not matter here (a RUNNING job's new secondary status)
+                self._described[key] = change.modified_at
+                self._due[key] = min(self._due[key], now)
+                to_describe.append(key)
+            listing.page = page.next_page
+            complete = page.next_page is None
+            if complete:
+                self._pass = None
+                self._listed_to = listing.began
+            recovered = complete and self._list_failing
+            if recovered:
+                self._list_failing = False
+            unthrottled = self._backoff > 0
+            if unthrottled:
+                self._backoff = 0.0
+        if to_describe:
+            log.info(
+                "%s lists %d change(s) since %.0f: describing attempt(s) %s",
+                self.name,
+                len(to_describe),
+                listing.since,
+                ", ".join(f"{job}-{number}" for job, number in sorted(to_describe)),
+            )
+        if unthrottled:
+            log.info("%s answers again after throttling: its listing resumes", self.name)
+        if recovered:
+            log.info("%s lists its changes again: each attempt described every %g s", self.name, self.safety_interval)
+
+    def _list_failed(self, listing: _ListPass, exc: Exception, now: float) -> None:
+        """A listing failed: it is made again from the same moment at the next list interval, and
+        until one completes, every attempt is described once per ``interval`` (the first ones
+        spread over one interval from now)."""
+        with self._lock:
+            if self._pass is listing:
+                self._pass = None
+                if listing.uncovered is not None:  # the next listing starts as far back
+                    self._uncover(listing.uncovered)
+            first = not self._list_failing
+            self._list_failing = True
+            if first:
+                keys = sorted(self._specs)
+                for index, key in enumerate(keys):
+                    self._due[key] = min(self._due[key], now + self.interval * index / len(keys))
+        log.warning(
+            "%s could not list its changes (%s: %s): %s",
+            self.name,
+            type(exc).__name__,
+            exc,
+            f"each attempt described every {self.interval:g} s until it lists again" if first else "still failing",
+        )
 
     def _executor(self) -> ThreadPoolExecutor:
         if self._pool is None:
@@ -422,10 +641,14 @@ class BackendPoller:
         with self._lock:
             if key in self._specs:
                 # its own cadence, whenever this round began; one interval from now after a pause
-                following = self._due[key] + self.interval
-                self._due[key] = following if following > now else now + self.interval
+                cadence = self.interval if self._list_failing else self.safety_interval
+                following = self._due[key] + cadence
+                self._due[key] = following if following > now else now + cadence
                 if report is not None:
                     self._reports[key] = report
+                    self._known[key] = report.status
+                else:  # the change listed was not described: the next listing asks again
+                    self._described.pop(key, None)
             recovered = report is not None and self._backoff > 0
             if recovered:
                 self._backoff = 0.0
@@ -458,6 +681,9 @@ class BackendPoller:
         now, a poll at its time; None with nothing tracked or waiting."""
         with self._lock:
             soonest = min((due for key, due in self._due.items() if key not in self._polling), default=None)
+            listing = self._list_at()
+            if listing is not None:
+                soonest = listing if soonest is None else min(soonest, listing)
             needed = 1.0
             if len(self._acting) < self.workers and any(key not in self._acting for key in self._waiting):
                 soonest = float("-inf")
@@ -530,11 +756,17 @@ class Poller:
             for name, backend in backends.items()
         }
 
-    def track(self, open_attempts: Mapping[str, Mapping[AttemptKey, AttemptSpec | None]], now: float) -> None:
+    def track(
+        self,
+        open_attempts: Mapping[str, Mapping[AttemptKey, AttemptSpec | None]],
+        now: float,
+        known: Mapping[str, Mapping[AttemptKey, Known]] | None = None,
+    ) -> None:
         """The open attempts of every backend (by backend name; None for the spec of an attempt
-        already tracked); a backend absent has none."""
+        already tracked), with what the log knows of the new ones (see
+        :meth:`BackendPoller.track`); a backend absent has none."""
         for name, poller in self.pollers.items():
-            poller.track(open_attempts.get(name, {}), now)
+            poller.track(open_attempts.get(name, {}), now, (known or {}).get(name))
 
     def tracking(self) -> dict[str, set[AttemptKey]]:
         """The attempts tracked now, by backend name."""

@@ -94,6 +94,7 @@ from airflow_quota.service.polling import (
     ActionOutcome,
     AttemptKey,
     BackendAction,
+    Known,
     Poller,
 )
 from airflow_quota.store.engine import DatabaseUnavailable, migrate, reachable, session_factory
@@ -547,13 +548,17 @@ class QuotaService:
             new = [a for a in open_attempts if (a.job_id, a.number) not in tracking.get(a.backend, ())]
             rows = _rows_by_id(session, {a.job_id for a in new})
         tracked: dict[str, dict[AttemptKey, AttemptSpec | None]] = {}
+        known: dict[str, dict[AttemptKey, Known]] = {}
         for attempt in open_attempts:
             if attempt.backend not in self.backends:
                 continue
             row = rows.get(attempt.job_id)
             spec = None if row is None else self._spec(row, attempt)
             tracked.setdefault(attempt.backend, {})[attempt.job_id, attempt.number] = spec
-        self.poller.track(tracked, now)
+            seen = _known(attempt) if spec is not None else None
+            if seen is not None:
+                known.setdefault(attempt.backend, {})[attempt.job_id, attempt.number] = seen
+        self.poller.track(tracked, now, known)
         return list(open_attempts)
 
     def _ingest(self, gathered: _Step, attempt: Attempt, report: AttemptReport, now: float) -> None:
@@ -914,6 +919,21 @@ class QuotaService:
             return None
         config = self.scheduler.state.config.share(share)
         return config.aws_conn_id if config is not None else None
+
+
+def _known(attempt: Attempt) -> Known | None:
+    """What the log holds of a started attempt for a poller that lists its backend's changes:
+    RUNNING or PENDING since it was placed (a job's changes all come after its placement). None
+    for an attempt whose next poll must report it whatever the listing says (a start refused, one
+    never started, one stopped before it ran: the backend may have no job to list)."""
+    running = attempt.status == AttemptState.RUNNING.value or (
+        attempt.status == AttemptState.STOPPING.value and attempt.running_since is not None
+    )
+    if running:
+        return Known(AttemptStatus.RUNNING, attempt.placed_at)
+    if attempt.status == AttemptState.PENDING.value:
+        return Known(AttemptStatus.PENDING, attempt.placed_at)
+    return None
 
 
 def _rows_by_id(session: Session, ids: set[int]) -> dict[int, JobRow | None]:

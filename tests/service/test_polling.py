@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections import Counter
+from collections.abc import Sequence
 from typing import Any
 
 import boto3
@@ -25,12 +26,15 @@ from airflow_quota.service.backends.base import (
     AttemptStatus,
     BackendError,
     BackendThrottled,
+    ChangePage,
+    ListedChange,
+    ListsChanges,
 )
 from airflow_quota.service.backends.fake import FakeBackend
 from airflow_quota.service.backends.local import LocalBackend
 from airflow_quota.service.backends.sagemaker import SageMakerBackend
 from airflow_quota.service.clock import ManualClock
-from airflow_quota.service.polling import THROTTLE_FIRST_SECONDS, AttemptKey, BackendPoller, Poller
+from airflow_quota.service.polling import THROTTLE_FIRST_SECONDS, AttemptKey, BackendPoller, Known, Poller
 from airflow_quota.service.scheduler import QuotaService
 from airflow_quota.store.models import Input
 from airflow_quota.store.repository import QuotaStore
@@ -334,3 +338,255 @@ def test_every_change_is_noticed_within_one_interval(engine: Engine) -> None:
         lateness += [seen["running", job_id] - running_since, seen["finished", job_id] - (running_since + duration)]
     assert min(lateness) >= 0 and max(lateness) <= interval, lateness
     assert max(lateness) > interval / 2, "the polls were not spread: every change was seen almost at once"
+
+
+# -- backends that list their changes ----------------------------------------------------------
+
+
+class ListingFake(FakeBackend):
+    """The fake backend with ``ListsChanges``: it lists the attempts whose fake status changed
+    (started, began running, ended) after ``since``, ``page_size`` a page; every listing page and
+    every poll is recorded with the manual clock. ``hidden`` attempts are never listed (a listing
+    that misses a change); ``list_errors`` are raised by the next listing calls, one each."""
+
+    def __init__(self, clock: ManualClock, interval: float = 30.0, list_interval: float = 5.0) -> None:
+        super().__init__(clock.now, poll_interval_seconds=interval)
+        self.manual = clock
+        self.list_interval_seconds = list_interval
+        self.page_size = 100
+        self.hidden: set[AttemptKey] = set()
+        self.list_errors: list[BackendError] = []
+        self.lists: list[tuple[float, float]] = []
+        """(when, since) of every listing page asked for."""
+        self.polls: list[tuple[float, AttemptKey]] = []
+
+    def poll(self, attempt: AttemptSpec) -> AttemptReport:
+        self.polls.append((self.manual.now(), (attempt.job_id, attempt.attempt)))
+        return super().poll(attempt)
+
+    def changed_since(self, attempts: Sequence[AttemptSpec], since: float, page: object | None) -> ChangePage:
+        self.lists.append((self.manual.now(), since))
+        if self.list_errors:
+            raise self.list_errors.pop(0)
+        now = self.manual.now()
+        changed: dict[AttemptKey, ListedChange] = {}
+        for attempt in sorted(attempts, key=lambda a: (a.job_id, a.attempt)):
+            state = self._load(attempt.key)
+            key = (attempt.job_id, attempt.attempt)
+            if state is None or key in self.hidden:
+                continue
+            report = super().poll(attempt)
+            moments = [float(state["started_at"]), report.running_since or 0.0, report.ended_at or 0.0]
+            modified = max(moment for moment in moments if moment <= now)
+            if modified > since:
+                status = None if report.status.ended else report.status
+                changed[key] = ListedChange(modified, status)
+        keys = list(changed)
+        offset = page if isinstance(page, int) else 0
+        shown = keys[offset : offset + self.page_size]
+        following = offset + self.page_size if offset + self.page_size < len(keys) else None
+        return ChangePage({key: changed[key] for key in shown}, following)
+
+
+def started(fake: ListingFake, *job_ids: int, duration: float = 1000.0) -> dict[AttemptKey, AttemptSpec]:
+    """Attempts started on ``fake`` now (running at once), as the poller is told of them."""
+    out = {}
+    for job_id in job_ids:
+        attempt = AttemptSpec(
+            job_id, f"job-{job_id}", 1, "research", "ml.g5.xlarge", 1, 1, training={"duration": duration}
+        )
+        fake.start(attempt)
+        out[job_id, 1] = attempt
+    return out
+
+
+def run_until(poller: BackendPoller, clock: ManualClock, until: float, step: float = 0.5) -> None:
+    """Drive the poller inline, as the step does without threads, up to ``until``."""
+    while clock.now() < until:
+        clock.advance_to(clock.now() + step)
+        poller.poll_due(clock.now())
+
+
+def finish_at(fake: ListingFake, attempt: AttemptSpec, at: float) -> None:
+    """Make the fake attempt end (succeed) at ``at``."""
+    state = fake._load(attempt.key)
+    assert state is not None
+    state["work"] = at - float(state["started_at"])
+    fake._save(attempt.key, state)
+
+
+def test_only_listing_backends_have_the_capability() -> None:
+    clock = ManualClock(0.0)
+    assert isinstance(SageMakerBackend(region_name="us-east-1"), ListsChanges)
+    assert isinstance(ListingFake(clock), ListsChanges)
+    assert not isinstance(FakeBackend(clock.now), ListsChanges)
+    assert not isinstance(RecordingBackend("plain", clock, 1.0), ListsChanges)
+
+
+def test_a_change_only_the_listing_shows_is_described_within_the_list_period() -> None:
+    """100 running attempts the log knows as RUNNING: none is described until a listing shows a
+    change, then only that one, within the list period (5 s), not the poll interval (30 s)."""
+    clock = ManualClock(0.0)
+    fake = ListingFake(clock)
+    attempts = started(fake, *range(1, 101))
+    poller = BackendPoller(fake, clock.now, interval=30.0, workers=4)
+    clock.advance_to(100.0)
+    poller.track(attempts, clock.now(), {key: Known(AttemptStatus.RUNNING, 0.0) for key in attempts})
+    poller.poll_due(clock.now())
+    assert fake.lists == [(100.0, -60.0)]
+    assert fake.polls == [(100.0, (1, 1))], "only the safety net's first describe, spread over 300 s"
+
+    finish_at(fake, attempts[42, 1], 103.2)
+    run_until(poller, clock, 115.0)
+    described = [(at, key) for at, key in fake.polls if key == (42, 1)]
+    assert described and described[0][0] <= 103.2 + 5.0, described
+    assert poller.reports()[42, 1].status is AttemptStatus.SUCCEEDED
+    assert len(described) == 1, "the same change, listed again in the overlap, is not described twice"
+    assert len(fake.lists) == 4  # every 5 s: 100, 105, 110, 115
+    assert [since for _, since in fake.lists[1:]] == [40.0, 45.0, 50.0]  # the previous one's start less 60 s
+    safety = [key for _, key in fake.polls if key != (42, 1)]
+    assert len(safety) == len(set(safety)) <= 1 + 100 * 15 // 300 + 1, safety
+
+
+def test_a_tracked_attempt_the_listing_misses_is_still_described_by_the_safety_net() -> None:
+    clock = ManualClock(0.0)
+    fake = ListingFake(clock, interval=30.0)
+    attempts = started(fake, 1, 2, 3)
+    poller = BackendPoller(fake, clock.now, interval=30.0, workers=4)
+    poller.track(attempts, clock.now(), {key: Known(AttemptStatus.RUNNING, 0.0) for key in attempts})
+    fake.hidden.add((3, 1))
+    finish_at(fake, attempts[3, 1], 10.0)
+    run_until(poller, clock, 199.5)
+    assert (3, 1) not in poller.reports(), "described before the safety net's time: the test shows nothing"
+    run_until(poller, clock, 400.0)
+    # its first describe is at 200 s (third of three spread over 300 s), then every 300 s
+    assert [at for at, key in fake.polls if key == (3, 1)] == [200.0]
+    assert poller.reports()[3, 1].status is AttemptStatus.SUCCEEDED
+
+
+def test_a_throttled_listing_pauses_every_call_and_starts_again_after_the_pause(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    clock = ManualClock(0.0)
+    fake = ListingFake(clock)
+    attempts = started(fake, *range(1, 11))
+    poller = BackendPoller(fake, clock.now, interval=30.0, workers=4)
+    poller.track(attempts, clock.now(), {key: Known(AttemptStatus.RUNNING, 0.0) for key in attempts})
+    finish_at(fake, attempts[5, 1], 1.0)
+    fake.list_errors.append(BackendThrottled("ThrottlingException: Rate exceeded"))
+    clock.advance_to(2.0)
+    with caplog.at_level(logging.INFO, logger="airflow_quota.scheduler"):
+        poller.poll_due(clock.now())  # the listing is throttled: the describes due wait too
+        assert [at for at, _ in fake.lists] == [2.0]
+        assert fake.polls == []
+        clock.advance_to(2.0 + THROTTLE_FIRST_SECONDS / 2)
+        poller.poll_due(clock.now())
+        assert len(fake.lists) == 1 and fake.polls == [], "a call was made during the pause"
+        clock.advance_to(2.0 + THROTTLE_FIRST_SECONDS)
+        poller.poll_due(clock.now())
+    assert [since for _, since in fake.lists] == [-60.0, -60.0], "the listing starts again from the same moment"
+    assert (3.0, (5, 1)) in fake.polls
+    assert poller.reports()[5, 1].status is AttemptStatus.SUCCEEDED
+    assert any("throttles calls" in r.getMessage() for r in caplog.records)
+    assert any("answers again after throttling" in r.getMessage() for r in caplog.records)
+
+
+def test_a_failing_listing_falls_back_to_describing_every_attempt_once_per_interval(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    clock = ManualClock(0.0)
+    fake = ListingFake(clock)
+    attempts = started(fake, *range(1, 7))
+    poller = BackendPoller(fake, clock.now, interval=30.0, workers=4)
+    poller.track(attempts, clock.now(), {key: Known(AttemptStatus.RUNNING, 0.0) for key in attempts})
+    fake.list_errors += [BackendError("AccessDeniedException: not allowed to list")] * 7
+    with caplog.at_level(logging.INFO, logger="airflow_quota.scheduler"):
+        run_until(poller, clock, 35.0)
+        assert len(fake.lists) == 7  # every 5 s, each failing
+        # the six spread over one interval from the first failure (at 0.5 s), then every 30 s
+        assert sorted(key for at, key in fake.polls if at < 30.0) == sorted(attempts)
+        assert [at for at, key in fake.polls if key == (1, 1)] == [0.5, 30.0]
+        run_until(poller, clock, 70.0)  # the listing works again from 35 s: back to the safety net
+    assert len([key for at, key in fake.polls if at > 35.0]) <= 6
+    messages = [r.getMessage() for r in caplog.records]
+    assert sum("could not list its changes" in m and "every 30 s" in m for m in messages) == 1
+    assert any("lists its changes again" in m for m in messages)
+
+
+def test_pages_are_one_call_each_within_the_rate() -> None:
+    clock = ManualClock(0.0)
+    fake = ListingFake(clock)
+    fake.page_size = 2
+    attempts = started(fake, *range(1, 6))
+    poller = BackendPoller(fake, clock.now, interval=30.0, workers=4, rate=1.0)
+    poller.track(attempts, clock.now(), {key: Known(AttemptStatus.PENDING, 0.0) for key in attempts})
+    clock.advance_to(1.0)  # all five RUNNING since 0: each listed, PENDING in the log
+    for _ in range(60):  # 15 s at 1 call a second: listings go first, then describes
+        poller.poll_due(clock.now())
+        clock.advance_to(clock.now() + 0.25)
+    pages = [at for at, _ in fake.lists]
+    asked = sorted(pages + [at for at, _ in fake.polls])
+    assert pages[:3] == [1.0, 2.0, 3.0], "three pages of two, one call (one token) each"
+    for second in range(int(clock.now()) + 1):
+        assert sum(1 for at in asked if second <= at < second + 1) <= 1, asked
+    assert {key for _, key in fake.polls} == set(attempts)
+
+
+def test_a_new_leader_lists_what_changed_while_no_leader_ran_without_describing_everything(
+    engine: Engine,
+) -> None:
+    """Eight jobs run on a listing backend (30 s interval); the leader stops at 100 s, the last
+    job placed ends at 150 s, and a new leader takes over at 400 s: it takes the end in within
+    one list period, having described that job and the safety net's first one only. Polled per
+    attempt (as without the log's known states), the ended job's turn would come 26 s later."""
+    clock = ManualClock(0.0)
+    store = QuotaStore(engine, clock.now)
+    store.apply_config(POOL)
+    ids = [store.submit(job(f"run-{i}"), "fake", {"duration": 150 if i == 7 else 10_000}).id for i in range(8)]
+    fake = ListingFake(clock)
+    first = QuotaService(engine, {"fake": fake}, clock=clock)
+    while clock.now() < 100.0:
+        first.step()
+        clock.advance_to(clock.now() + 0.5)
+    assert {j.state for j in store.jobs()} == {"RUNNING"}
+    first.poller.stop()
+
+    clock.advance_to(400.0)  # the last job ended at 150 s, while no leader ran
+    second = QuotaService(engine, {"fake": fake}, clock=clock)
+    fake.polls.clear()
+    fake.lists.clear()
+    second.recover()
+
+    def state(job_id: int) -> str:
+        return next(j.state for j in store.jobs() if j.id == job_id)
+
+    second.step()
+    while state(ids[7]) == "RUNNING" and clock.now() < 405.0:
+        clock.advance_to(clock.now() + 0.5)
+        second.step()
+    assert state(ids[7]) == "SUCCEEDED" and clock.now() <= 405.0, clock.now()
+    assert fake.lists[0] == (400.0, -60.0), "the first listing covers the attempts since they were placed"
+    assert sorted(key for _, key in fake.polls) == [(ids[0], 1), (ids[7], 1)], fake.polls
+
+
+def test_a_listed_change_whose_describe_fails_is_described_again_at_the_next_listing() -> None:
+    clock = ManualClock(0.0)
+    fake = ListingFake(clock)
+    attempts = started(fake, 1, 2)
+    poller = BackendPoller(fake, clock.now, interval=30.0, workers=2)
+    poller.track(attempts, clock.now(), {key: Known(AttemptStatus.RUNNING, 0.0) for key in attempts})
+    finish_at(fake, attempts[2, 1], 1.0)
+    failing = {"left": 1}
+    describe = fake.poll
+
+    def poll_failing_once(attempt: AttemptSpec) -> AttemptReport:
+        if attempt.job_id == 2 and failing["left"]:
+            failing["left"] -= 1
+            fake.polls.append((clock.now(), (2, 1)))
+            raise BackendError("InternalFailure: try again")
+        return describe(attempt)
+
+    fake.poll = poll_failing_once  # type: ignore[method-assign]
+    run_until(poller, clock, 12.0)
+    assert [at for at, key in fake.polls if key == (2, 1)] == [5.5, 10.5], fake.polls  # listed at 5.5 s, 10.5 s
+    assert poller.reports()[2, 1].status is AttemptStatus.SUCCEEDED

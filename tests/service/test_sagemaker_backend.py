@@ -22,6 +22,7 @@ from __future__ import annotations
 import copy
 import json
 import re
+import time
 from collections.abc import Iterator
 from datetime import datetime, timezone
 from typing import Any
@@ -32,7 +33,14 @@ from botocore.config import Config
 from botocore.exceptions import ClientError
 from botocore.stub import Stubber
 
-from airflow_quota.service.backends.base import AttemptSpec, AttemptStatus, Backend, BackendError, BackendThrottled
+from airflow_quota.service.backends.base import (
+    AttemptSpec,
+    AttemptStatus,
+    Backend,
+    BackendError,
+    BackendThrottled,
+    ListedChange,
+)
 from airflow_quota.service.backends.sagemaker import SageMakerBackend, training_job_name
 from tests.moto_server import moto_server
 
@@ -414,6 +422,70 @@ def test_a_denied_stop_is_an_error(client: Any, stubber: Stubber) -> None:
     stubber.add_client_error("stop_training_job", service_error_code="AccessDeniedException", http_status_code=403)
     with pytest.raises(BackendError, match="AccessDeniedException"):
         SageMakerBackend(client=client).stop(attempt(), grace_seconds=0)
+
+
+# -- listing the changes -----------------------------------------------------------------------
+
+
+def summary(name: str, status: str, modified: datetime, secondary: str | None = None) -> dict[str, Any]:
+    """A ListTrainingJobs summary with its required members (the Stubber checks them)."""
+    out: dict[str, Any] = {
+        "TrainingJobName": name,
+        "TrainingJobArn": f"arn:aws:sagemaker:{REGION}:{ACCOUNT}:training-job/{name}",
+        "CreationTime": datetime(2026, 11, 1, 12, 0, tzinfo=timezone.utc),
+        "LastModifiedTime": modified,
+        "TrainingJobStatus": status,
+    }
+    if secondary is not None:
+        out["SecondaryStatus"] = secondary
+    return out
+
+
+def test_changed_since_lists_the_jobs_modified_after_a_moment_page_by_page(client: Any, stubber: Stubber) -> None:
+    """LastModifiedTimeAfter, this backend's name prefix and 100 a page; NextToken followed one page
+    a call; a job not among the attempts is left out; the summary shows PENDING or RUNNING only
+    when its SecondaryStatus says so (an ended job's outcome needs DescribeTrainingJob)."""
+    since = datetime(2026, 11, 1, 13, 0, tzinfo=timezone.utc)
+    modified = datetime(2026, 11, 1, 13, 5, tzinfo=timezone.utc)
+    asked = {"LastModifiedTimeAfter": since, "NameContains": "quota-", "MaxResults": 100}
+    stubber.add_response(
+        "list_training_jobs",
+        {
+            "TrainingJobSummaries": [
+                summary("quota-llm-finetune-1-1", "InProgress", modified, "Training"),
+                summary("quota-someone-elses-9-1", "Completed", modified, "Completed"),
+                summary("quota-llm-finetune-2-1", "InProgress", modified, "Downloading"),
+            ],
+            "NextToken": "page-2",
+        },
+        asked,
+    )
+    stubber.add_response(
+        "list_training_jobs",
+        {"TrainingJobSummaries": [summary("quota-llm-finetune-3-1", "Failed", modified, "Failed")]},
+        {**asked, "NextToken": "page-2"},
+    )
+    backend = SageMakerBackend(client=client)
+    attempts = [attempt(job_id=job_id) for job_id in (1, 2, 3, 4)]
+    first = backend.changed_since(attempts, since.timestamp(), None)
+    assert first.changed == {
+        (1, 1): ListedChange(modified.timestamp(), AttemptStatus.RUNNING),
+        (2, 1): ListedChange(modified.timestamp(), AttemptStatus.PENDING),
+    }
+    assert first.next_page is not None
+    second = backend.changed_since(attempts, since.timestamp(), first.next_page)
+    assert second.changed == {(3, 1): ListedChange(modified.timestamp(), None)}
+    assert second.next_page is None
+
+
+def test_a_throttled_or_failed_listing_is_a_backend_error(client: Any, stubber: Stubber) -> None:
+    stubber.add_client_error("list_training_jobs", service_error_code="ThrottlingException", http_status_code=400)
+    stubber.add_client_error("list_training_jobs", service_error_code="AccessDeniedException", http_status_code=403)
+    backend = SageMakerBackend(client=client)
+    with pytest.raises(BackendThrottled, match="ListTrainingJobs throttled"):
+        backend.changed_since([attempt()], 0.0, None)
+    with pytest.raises(BackendError, match=r"ListTrainingJobs failed.*AccessDeniedException"):
+        backend.changed_since([attempt()], 0.0, None)
 
 
 # -- the status mapping table -------------------------------------------------------------------
@@ -804,3 +876,16 @@ def test_an_unknown_aws_connection_is_a_backend_error_naming_it(monkeypatch: pyt
     monkeypatch.delenv("AIRFLOW_CONN_AWS_NOBODY", raising=False)
     with pytest.raises(BackendError, match="AWS connection 'aws_nobody': cannot build a SageMaker client"):
         SageMakerBackend(region_name=REGION).client_for(attempt(aws_conn_id="aws_nobody"))
+
+
+def test_moto_lists_the_jobs_modified_after_a_moment(moto_url: str) -> None:
+    """moto 5.2.5 filters ListTrainingJobs by LastModifiedTimeAfter and NameContains (its
+    summaries have no SecondaryStatus, so every job listed is described)."""
+    backend = SageMakerBackend(region_name=REGION, endpoint_url=moto_url, name_prefix="listing")
+    spec = attempt(job_id=1006)
+    before = time.time() - 5.0
+    backend.start(spec)
+    page = backend.changed_since([spec, attempt(job_id=1007)], before, None)
+    assert set(page.changed) == {(1006, 1)}
+    assert page.changed[1006, 1].status is None
+    assert backend.changed_since([spec], time.time() + 5.0, None).changed == {}

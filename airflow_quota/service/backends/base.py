@@ -8,9 +8,10 @@ restarts after a crash asks ``poll`` what became of the attempts it had started.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 STOPPED_BEFORE_START = "StoppedBeforeStart"
 """The one reason for an attempt stopped (preempted or cancelled) before its training started,
@@ -93,8 +94,9 @@ class Backend(Protocol):
     name: str
     poll_interval_seconds: float
     """How often the scheduler asks about each open attempt (``service/polling.py``): SageMaker
-    30 s, local 1 s, the fake backend 0 (at every step). Optional, read with ``getattr``:
-    ``poll_calls_per_second`` (the rate of all its calls), ``calls_per_start`` and
+    30 s, local 1 s, the fake backend 0 (at every step); for a backend that also has
+    :class:`ListsChanges`, ten times this is the safety net's period. Optional, read with
+    ``getattr``: ``poll_calls_per_second`` (the rate of all its calls), ``calls_per_start`` and
     ``calls_per_stop`` (API calls each costs in that rate, 1 when absent)."""
 
     def start(self, attempt: AttemptSpec) -> StartedAttempt | None:
@@ -107,6 +109,47 @@ class Backend(Protocol):
     def stop(self, attempt: AttemptSpec, grace_seconds: float) -> None:
         """Ask the attempt to stop, giving it ``grace_seconds`` to checkpoint before it is
         killed; ``poll`` reports STOPPED once it is down. Harmless if already stopped."""
+
+
+@dataclass(frozen=True)
+class ListedChange:
+    """One training job a backend's listing says changed: when, and what the listing shows.
+
+    :param modified_at: when the backend last changed the job (epoch seconds, the backend's clock).
+    :param status: what the listing alone shows, when it is enough to tell PENDING from RUNNING;
+        None when only a full ``poll`` can tell (an ended job's outcome, a status it cannot map).
+    """
+
+    modified_at: float
+    status: AttemptStatus | None = None
+
+
+@dataclass(frozen=True)
+class ChangePage:
+    """One page of a backend's listing of changed jobs (one API call).
+
+    :param changed: the given attempts whose jobs the page lists, by (job id, attempt number).
+    :param next_page: where the listing goes on (opaque to the caller); None: it is complete.
+    """
+
+    changed: dict[tuple[int, int], ListedChange]
+    next_page: object | None = None
+
+
+@runtime_checkable
+class ListsChanges(Protocol):
+    """An optional capability of a :class:`Backend`: it can tell which of many attempts changed
+    since a time in one call per page (SageMaker's ListTrainingJobs with LastModifiedTimeAfter,
+    100 jobs a page), so the poller need not ask about every attempt once per interval. Checked
+    once, with ``isinstance(backend, ListsChanges)``; a backend without it is polled per attempt."""
+
+    list_interval_seconds: float
+    """How often the poller lists the changes (well under ``poll_interval_seconds``)."""
+
+    def changed_since(self, attempts: Sequence[AttemptSpec], since: float, page: object | None) -> ChangePage:
+        """One page of the attempts among ``attempts`` whose jobs changed after ``since`` (epoch
+        seconds); ``page`` is the previous page's ``next_page``, None for the first."""
+        ...
 
 
 class BackendError(Exception):

@@ -3,7 +3,8 @@
 The quota scheduler has already chosen the entry of the job's preference list (an on-demand
 instance type and count, or a training plan); this backend turns the job's training request
 into a CreateTrainingJob call with that choice filled in, follows the job with
-DescribeTrainingJob, and preempts it with StopTrainingJob.
+ListTrainingJobs (which jobs changed) and DescribeTrainingJob (what became of one), and preempts
+it with StopTrainingJob.
 
 Why plain boto3 and not the amazon provider's ``SageMakerHook``: the hook lives in
 ``airflow.providers.amazon`` and needs an Airflow installation and an Airflow connection to
@@ -62,8 +63,9 @@ import hashlib
 import logging
 import re
 import threading
-from collections.abc import Mapping
-from datetime import datetime
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timezone
 from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError, ParamValidationError
@@ -75,10 +77,18 @@ from airflow_quota.service.backends.base import (
     AttemptStatus,
     BackendError,
     BackendThrottled,
+    ChangePage,
+    ListedChange,
     StartedAttempt,
 )
 
-__all__ = ["SageMakerBackend", "report_from_description", "request_problems", "training_job_name"]
+__all__ = [
+    "SageMakerBackend",
+    "report_from_description",
+    "request_problems",
+    "status_from_summary",
+    "training_job_name",
+]
 
 log = logging.getLogger(__name__)
 
@@ -126,6 +136,11 @@ treats as throttling); an HTTP 429 counts too."""
 
 DEFAULT_POLL_INTERVAL_SECONDS = 30.0
 """As the amazon provider's ``check_interval`` for SageMaker training jobs."""
+DEFAULT_LIST_INTERVAL_SECONDS = 5.0
+"""How often the scheduler lists the training jobs changed (ListTrainingJobs with
+LastModifiedTimeAfter): a change is described within about this long, whatever the number of jobs."""
+LIST_PAGE_SIZE = 100
+"""ListTrainingJobs' MaxResults limit."""
 DEFAULT_POLL_CALLS_PER_SECOND = 35.0
 """The most SageMaker calls a second, polls, starts and stops together (burst included, at most
 39.4 in any second): 1,000 open jobs described every 30 s need 33.3."""
@@ -204,6 +219,30 @@ def _stopped_for_capacity(description: Mapping[str, Any]) -> bool:
     return any(CAPACITY_PATTERN.search(text) for text in texts)
 
 
+def status_from_summary(summary: Mapping[str, Any]) -> AttemptStatus | None:
+    """What a ListTrainingJobs summary alone shows: PENDING or RUNNING for an InProgress job whose
+    SecondaryStatus says so (the table in the module docstring); None for everything else (an
+    ended job, whose outcome only DescribeTrainingJob has, a Stopping job, a summary without
+    SecondaryStatus as moto's): the poller then describes the job."""
+    if summary.get("TrainingJobStatus") != "InProgress":
+        return None
+    secondary = summary.get("SecondaryStatus")
+    if secondary in PENDING_SECONDARY:
+        return AttemptStatus.PENDING
+    if secondary in RUNNING_SECONDARY:
+        return AttemptStatus.RUNNING
+    return None
+
+
+@dataclass(frozen=True)
+class _ListCursor:
+    """Where a listing of changes goes on: the AWS connections still to list (the first one's
+    listing at ``token``), so attempts run under other accounts' credentials are listed too."""
+
+    connections: tuple[str | None, ...]
+    token: str | None = None
+
+
 def report_from_description(description: Mapping[str, Any]) -> AttemptReport:
     """Map a DescribeTrainingJob response to an ``AttemptReport`` (the table in the module
     docstring). Pure, so the whole table is tested without any client."""
@@ -276,13 +315,16 @@ class SageMakerBackend:
     ``region_name`` and ``endpoint_url`` (and the usual AWS credential chain), so building the
     backend needs no credentials or network. ``capacity_backoff_seconds`` is how long the
     scheduler skips an entry after this backend reports CAPACITY_ERROR for it.
-    ``poll_interval_seconds`` is how often the scheduler describes each open training job
-    (``--sagemaker-poll-seconds``): 1,000 running jobs at the default 30 s are about 33
-    DescribeTrainingJob calls a second. ``poll_calls_per_second`` caps every call the scheduler
-    makes, polls, starts and stops together, whatever the number of jobs
-    (``--sagemaker-poll-rate``): beyond about ``rate x interval`` open jobs, or while many start
-    or stop at once, each is described a little less often than every interval. A throttled
-    call raises ``BackendThrottled``: the scheduler pauses and makes it again.
+    The scheduler lists the training jobs changed every ``list_interval_seconds``
+    (``--sagemaker-list-seconds``, 5 s; ``changed_since``: ListTrainingJobs with
+    LastModifiedTimeAfter and this backend's name prefix, 100 a page) and describes the ones
+    whose change matters, so a change is noticed within about that long whatever the number of
+    jobs; ``poll_interval_seconds`` (``--sagemaker-poll-seconds``, 30 s) x 10 is how often each
+    open job is described anyway (a safety net), and the interval itself how often while
+    ListTrainingJobs fails (e.g. the policy lacks ``sagemaker:ListTrainingJobs``).
+    ``poll_calls_per_second`` caps every call the scheduler makes, listings, polls, starts and
+    stops together, whatever the number of jobs (``--sagemaker-poll-rate``). A throttled call
+    raises ``BackendThrottled``: the scheduler pauses and makes it again.
     """
 
     name = "sagemaker"
@@ -300,6 +342,7 @@ class SageMakerBackend:
         capacity_backoff_seconds: float = 600,
         poll_interval_seconds: float = DEFAULT_POLL_INTERVAL_SECONDS,
         poll_calls_per_second: float | None = DEFAULT_POLL_CALLS_PER_SECOND,
+        list_interval_seconds: float = DEFAULT_LIST_INTERVAL_SECONDS,
     ) -> None:
         if not _sanitize(name_prefix):
             raise ValueError(f"name_prefix {name_prefix!r} must contain a letter or digit")
@@ -309,6 +352,8 @@ class SageMakerBackend:
             raise ValueError(f"capacity_backoff_seconds must be ≥ 0, not {capacity_backoff_seconds}")
         if poll_interval_seconds < 0:
             raise ValueError(f"poll_interval_seconds must be ≥ 0, not {poll_interval_seconds}")
+        if list_interval_seconds <= 0:
+            raise ValueError(f"list_interval_seconds must be > 0, not {list_interval_seconds}")
         self._client = client
         self._client_lock = threading.Lock()
         self._connection_clients: dict[str, Any] = {}
@@ -319,6 +364,7 @@ class SageMakerBackend:
         self.capacity_backoff_seconds = capacity_backoff_seconds
         self.poll_interval_seconds = poll_interval_seconds
         self.poll_calls_per_second = poll_calls_per_second
+        self.list_interval_seconds = list_interval_seconds
 
     @property
     def client(self) -> Any:
@@ -484,6 +530,50 @@ class SageMakerBackend:
         if description is None:
             return AttemptReport(AttemptStatus.UNKNOWN)
         return report_from_description(description)
+
+    def changed_since(self, attempts: Sequence[AttemptSpec], since: float, page: object | None) -> ChangePage:
+        """One ListTrainingJobs page (``ListsChanges``): the training jobs of ``attempts`` modified
+        after ``since``, with this backend's name prefix, 100 a page, under each AWS connection the
+        attempts use in turn. A job listed that is not one of ``attempts`` is left out; SageMaker
+        (or moto) ignoring the filter only makes the pages longer."""
+        by_connection: dict[str | None, dict[str, AttemptSpec]] = {}
+        for attempt in attempts:
+            by_connection.setdefault(attempt.aws_conn_id, {})[self.job_name(attempt)] = attempt
+        if isinstance(page, _ListCursor):
+            cursor = page
+        else:
+            cursor = _ListCursor(tuple(sorted(by_connection, key=lambda conn: conn or "")))
+        if not cursor.connections:
+            return ChangePage({})
+        conn_id = cursor.connections[0]
+        names = by_connection.get(conn_id, {})
+        request: dict[str, Any] = {
+            "LastModifiedTimeAfter": datetime.fromtimestamp(since, timezone.utc),
+            "NameContains": f"{_sanitize(self.name_prefix)}-",
+            "MaxResults": LIST_PAGE_SIZE,
+        }
+        if cursor.token:
+            request["NextToken"] = cursor.token
+        client = self.client_for(next(iter(names.values()))) if names else self.client
+        try:
+            response = client.list_training_jobs(**request)
+        except ClientError as exc:
+            if _is_throttling(exc):
+                raise BackendThrottled(f"SageMaker ListTrainingJobs throttled: {exc}") from exc
+            raise BackendError(f"SageMaker ListTrainingJobs failed: {exc}") from exc
+        except BotoCoreError as exc:
+            raise BackendError(f"SageMaker ListTrainingJobs failed: {exc}") from exc
+        changed: dict[tuple[int, int], ListedChange] = {}
+        for summary in response.get("TrainingJobSummaries") or []:
+            ours = names.get(summary.get("TrainingJobName", ""))
+            if ours is not None:
+                modified = _epoch(summary.get("LastModifiedTime"))
+                changed[ours.job_id, ours.attempt] = ListedChange(
+                    since if modified is None else modified, status_from_summary(summary)
+                )
+        token = response.get("NextToken")
+        following = _ListCursor(cursor.connections, token) if token else _ListCursor(cursor.connections[1:])
+        return ChangePage(changed, following if following.connections else None)
 
     def stop(self, attempt: AttemptSpec, grace_seconds: float) -> None:
         """Ask SageMaker to stop the attempt's training job.
