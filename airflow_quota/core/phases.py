@@ -143,6 +143,8 @@ class _Borrowing(WalkPolicy):
         self.levels = {name: queues[name].priority_levels() for name in self.shares if queues[name].runnable}
         """Each share's priority levels at the step's start (``ShareQueue.priority_levels``), for
         the shares with waiting jobs (only their jobs are ever ordered)."""
+        self.idle: dict[str, int] = {}
+        """Each type's ``protected_idle`` while nothing has been placed since it was worked out."""
         self.checked: tuple[int, Entry, Block | None] | None = None
         """(job, entry, block) of the check ``keeps`` just made: the walk tries that job at once,
         nothing changing in between, so ``attempt`` need not check that entry again."""
@@ -162,7 +164,12 @@ class _Borrowing(WalkPolicy):
         if bucket.instances > self._room(bucket.instance_type, bucket.share):
             return False
         entry = Entry(bucket.instance_type, bucket.instances)
-        block = self.state.check(job, entry, Mode.BORROW, self.now)
+        idle = self.idle.get(bucket.instance_type)
+        if idle is None:
+            idle = self.idle[bucket.instance_type] = self.state.protected_idle(
+                self.state.types[bucket.instance_type], self.now
+            )
+        block = self.state.check(job, entry, Mode.BORROW, self.now, idle=idle)
         self.checked = (job.seq, entry, block)
         return block not in BUCKET_BLOCKS
 
@@ -174,6 +181,7 @@ class _Borrowing(WalkPolicy):
     def look_again(self) -> Iterable[str]:
         # every improved type, not only new ones: a placement that lifts a lender's protection
         # or a reservation lets buckets dropped as unlendable fit again, from this job on
+        self.idle.clear()
         return list(self.work.changes.improved)
 
     def _room(self, instance_type: str, share: str) -> float:
