@@ -1,0 +1,58 @@
+"""How often the placing steps ask their questions, per job, on ``benchmarks/workload.py``'s
+full load: a count that does not depend on the machine's load (issue 15: what grows with the
+queue). Each counted function is wrapped with a counter, by name and by caller.
+
+    python benchmarks/step_calls.py                 # 1k and 10k jobs
+    python benchmarks/step_calls.py --sizes 1000,10000,100000
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from airflow_quota.core import phases  # noqa: E402
+from airflow_quota.core import walk as walk_module  # noqa: E402
+from airflow_quota.sim.scenario import parse_scenario  # noqa: E402
+from airflow_quota.sim.simulator import Simulator  # noqa: E402
+from benchmarks import workload  # noqa: E402
+
+COUNTED = ("may_preempt", "room_or_reclaim", "reclaim_bound", "find_victims", "_try_place")
+
+
+def counting(calls: Counter[str], name: str, function: Callable[..., Any]) -> Callable[..., Any]:
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        calls[name] += 1
+        calls[f"{name} < {sys._getframe(1).f_code.co_name}"] += 1
+        return function(*args, **kwargs)
+
+    return counted
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--sizes", default="1000,10000")
+    args = parser.parse_args()
+    calls: Counter[str] = Counter()
+    for name in COUNTED:
+        setattr(phases, name, counting(calls, name, getattr(phases, name)))
+    pop = walk_module.MergedStreams.pop
+    walk_module.MergedStreams.pop = counting(calls, "walk pops", pop)  # type: ignore[method-assign]
+    for size in (int(text) for text in args.sizes.split(",")):
+        calls.clear()
+        simulator = Simulator(parse_scenario(workload.scenario(size), Path(".")))
+        simulator.run()
+        print(f"{size:,} jobs: {simulator.scheduler.cycles / size:.2f} cycles a job; calls a job:")
+        for name, count in sorted(calls.items()):
+            print(f"  {name:40} {count / size:8.1f}")
+
+
+if __name__ == "__main__":
+    main()
