@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from airflow_quota.core import phases  # noqa: E402
-from airflow_quota.core import walk as walk_module  # noqa: E402
+from airflow_quota.core.queues import MergedStreams  # noqa: E402
 from airflow_quota.sim.scenario import parse_scenario  # noqa: E402
 from airflow_quota.sim.simulator import Simulator  # noqa: E402
 from benchmarks import workload  # noqa: E402
@@ -43,8 +43,8 @@ def main() -> None:
     calls: Counter[str] = Counter()
     for name in COUNTED:
         setattr(phases, name, counting(calls, name, getattr(phases, name)))
-    pop = walk_module.MergedStreams.pop
-    walk_module.MergedStreams.pop = counting(calls, "walk pops", pop)  # type: ignore[method-assign]
+    pop = MergedStreams.pop
+    MergedStreams.pop = counting(calls, "walk pops", pop)  # type: ignore[method-assign]
     for size in (int(text) for text in args.sizes.split(",")):
         calls.clear()
         simulator = Simulator(parse_scenario(workload.scenario(size), Path(".")))
