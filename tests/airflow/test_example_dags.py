@@ -14,6 +14,7 @@ import json
 import re
 import tempfile
 import threading
+from collections import defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -47,7 +48,24 @@ def dagbag(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DagBag]:
         patch.setenv("AIRFLOW_QUOTA_EXAMPLE_CHECKPOINTS", str(tmp_path_factory.mktemp("checkpoints")))
         # the hybrid setting quota_executor_training.py needs (an unknown executor fails the parse)
         patch.setenv("AIRFLOW__CORE__EXECUTOR", "LocalExecutor,quota:airflow_quota.executors.QuotaExecutor")
+        forget_loaded_executors(patch)
         yield DagBag(dag_folder=str(DAGS), safe_mode=False)
+
+
+def forget_loaded_executors(patch: pytest.MonkeyPatch) -> None:
+    """Airflow's executor loader keeps the executors it first read from the configuration for
+    the life of the process: an earlier test in this worker may have loaded another set. Fresh
+    caches for the fixture's time, so the setting above is read (the old ones come back after)."""
+    from airflow.executors import executor_loader
+
+    patch.setattr(executor_loader, "_executor_names", [])
+    for name in (
+        "_alias_to_executors_per_team",
+        "_module_to_executors_per_team",
+        "_classname_to_executors_per_team",
+    ):
+        patch.setattr(executor_loader, name, defaultdict(dict))
+    patch.setattr(executor_loader, "_team_name_to_executors", defaultdict(list))
 
 
 def test_every_example_dag_file_imports_without_errors(dagbag: DagBag) -> None:

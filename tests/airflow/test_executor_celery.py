@@ -136,9 +136,7 @@ def test_the_provider_declares_the_setting_with_its_default() -> None:
 def sleeper(title: str) -> subprocess.Popen[bytes]:
     """A child process titled as the Task SDK titles a task's process, until signalled; it forks
     a child of its own, which inherits the title (as a task's data loader workers do)."""
-    code = (
-        f"import os, setproctitle, time; setproctitle.setproctitle({title!r}); os.fork(); time.sleep(120)"
-    )
+    code = f"import os, setproctitle, time; setproctitle.setproctitle({title!r}); os.fork(); time.sleep(120)"
     return subprocess.Popen([sys.executable, "-c", code])
 
 

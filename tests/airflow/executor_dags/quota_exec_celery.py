@@ -30,9 +30,7 @@ with DAG("quota_exec_celery", schedule=None, start_date=pendulum.datetime(2026, 
     on_g5()
     on_g4dn()
 
-with DAG(
-    "quota_exec_celery_adopt", schedule=None, start_date=pendulum.datetime(2026, 1, 1, tz="UTC"), catchup=False
-):
+with DAG("quota_exec_celery_adopt", schedule=None, start_date=pendulum.datetime(2026, 1, 1, tz="UTC"), catchup=False):
     # both placed at once on ml.g5.xlarge (one share's instance each); the queue's one worker slot
     # runs one while the other's message waits in the broker
 
@@ -52,9 +50,7 @@ with DAG(
 # instance back, the borrower gets SIGTERM on its worker, lab's 10 s grace, and resumes later
 G4_CHECKPOINTS = os.environ.get("AIRFLOW_QUOTA_EXAMPLE_CHECKPOINTS", "/tmp/quota-checkpoints")
 
-with DAG(
-    "quota_exec_celery_lab", schedule=None, start_date=pendulum.datetime(2026, 1, 1, tz="UTC"), catchup=False
-):
+with DAG("quota_exec_celery_lab", schedule=None, start_date=pendulum.datetime(2026, 1, 1, tz="UTC"), catchup=False):
 
     @task(executor="quota", executor_config=quota_config(share="lab", instance_preferences=G4, priority=5))
     def lab_first() -> int:
@@ -72,9 +68,7 @@ with DAG(
     lab_first()
     borrower()
 
-with DAG(
-    "quota_exec_celery_ops", schedule=None, start_date=pendulum.datetime(2026, 1, 1, tz="UTC"), catchup=False
-):
+with DAG("quota_exec_celery_ops", schedule=None, start_date=pendulum.datetime(2026, 1, 1, tz="UTC"), catchup=False):
 
     @task(executor="quota", executor_config=quota_config(share="ops", instance_preferences=G4))
     def reclaim() -> int:
