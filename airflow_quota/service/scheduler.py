@@ -126,6 +126,10 @@ _REPORT_ORDER = {
 """The order the simulator plays one instant's happenings in (sim/simulator.py): trainings that
 started, then finishes, then failures, then stops; each kind in the order of placement."""
 
+REQUESTS_PER_STEP = 100
+"""The most requests one step takes in: each step's transaction stays short, so a leader makes
+progress through a burst of submissions even when it lives only seconds (the soak kills it every
+1 to 4 s), and the lease is renewed between batches."""
 RETRY_FIRST_SECONDS = 0.5
 RETRY_MAX_SECONDS = 5.0
 RETRY_BACKOFF = wait_exponential(multiplier=RETRY_FIRST_SECONDS, max=RETRY_MAX_SECONDS)
@@ -474,7 +478,7 @@ class QuotaService:
     def _take_in_requests(self, gathered: _Step, now: float) -> None:
         with self.sessions() as session:
             requests = session.scalars(
-                select(Request).where(Request.handled.is_(False)).order_by(Request.id).limit(500)
+                select(Request).where(Request.handled.is_(False)).order_by(Request.id).limit(REQUESTS_PER_STEP)
             ).all()
             jobs = _rows_by_id(session, {r.job_id for r in requests if r.job_id is not None})
             documents = {}
@@ -610,10 +614,14 @@ class QuotaService:
         with self.sessions() as session, session.begin():
             self._fence(session)
             session.add_all(InputRow(at=at, kind=kind, payload=payload) for kind, payload, at in gathered.inputs)
-            for request_id, outcome, error in gathered.handled:
-                request = session.get(Request, request_id)
-                if request is not None:
-                    request.handled, request.outcome, request.error = True, outcome, error
+            if gathered.handled:  # one executemany, not a load and a flush a request
+                session.execute(
+                    update(Request),
+                    [
+                        {"id": request_id, "handled": True, "outcome": outcome, "error": error}
+                        for request_id, outcome, error in gathered.handled
+                    ],
+                )
             for job_id, number, running_since in gathered.running:
                 attempt = session.get(Attempt, (job_id, number))
                 if attempt is not None and attempt.ended_at is None:
@@ -623,8 +631,12 @@ class QuotaService:
                 if attempt is not None:
                     attempt.status, attempt.reason = AttemptState(report.status.value).value, report.reason
                     attempt.ended_at = now if report.ended_at is None else report.ended_at
+            assert self.scheduler is not None or not gathered.decisions
+            placed = [d for d in gathered.decisions if isinstance(d, Placed)]
+            refs = {ref for d in placed if self.scheduler and (ref := self.scheduler.job(d.job).ref) is not None}
+            backends = {job_id: row.backend for job_id, row in _rows_by_id(session, refs).items() if row}
             for decision in gathered.decisions:
-                self._record(session, decision, gathered, now)
+                self._record(session, decision, gathered, backends)
             for attempt in gathered.placed:
                 if attempt.action == ActionKind.START.value:  # not preempted in this same step
                     attempt.status = AttemptState.STARTING.value
@@ -672,10 +684,16 @@ class QuotaService:
             view = self._write_view(session, self.clock.now())
         self._view = view
 
-    def _record(self, session: Session, decision: Decision, gathered: _Step, now: float) -> None:
+    def _job_of(self, decision: Decision) -> Job | None:
+        """The job a decision is about, as the core now holds it; None for a refusal."""
         assert self.scheduler is not None
+        return None if isinstance(decision, Rejected) else self.scheduler.job(decision.job)
+
+    def _record(self, session: Session, decision: Decision, gathered: _Step, backends: dict[int, str]) -> None:
+        """Write one committed decision: its event, and the attempt, preemption or alert rows it
+        makes. ``backends`` holds the backend of each job placed in this step."""
         record = event_record(decision)
-        job = None if isinstance(decision, Rejected) else self.scheduler.job(decision.job)
+        job = self._job_of(decision)
         job_id = job.ref if job is not None else gathered.rejected_ids.get(decision.job)
         session.add(
             EventRow(
@@ -693,11 +711,10 @@ class QuotaService:
             return
         gathered.touched.add(job_id)
         if isinstance(decision, Placed):
-            row = session.get(JobRow, job_id)
             placed = Attempt(
                 job_id=job_id,
                 number=decision.attempt,
-                backend=row.backend if row else "fake",
+                backend=backends.get(job_id, "fake"),
                 instance_type=decision.entry.instance_type,
                 count=decision.entry.count,
                 training_plan=decision.entry.training_plan,
