@@ -25,7 +25,7 @@ TIMED_FILES = frozenset(
     {"tests/service/test_crash_recovery.py", "tests/service/test_soak.py", "tests/service/test_database_faults.py"}
 )
 """Tests that assert how soon a standby takes over or a leader recovers: ``make test`` runs them
-on their own after the others (marker ``timed``), so two workers' load cannot stretch them."""
+on their own after the others (marker ``timed``), so the workers' load cannot stretch them."""
 LONGEST_FIRST = (
     "tests/test_demo.py",
     "tests/airflow/test_end_to_end.py",
@@ -34,7 +34,7 @@ LONGEST_FIRST = (
     "tests/core/test_properties.py",
     "tests/service/test_cli_service.py",
 )
-"""Files that take minutes: started first, so two workers finish together (each file stays whole
+"""Files that take minutes: started first, so the workers finish together (each file stays whole
 on one worker, in its own order)."""
 
 

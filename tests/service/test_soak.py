@@ -8,8 +8,8 @@ share within its holding cap, for every type (quota-model.md 4, computed with ``
 At the end: every job ends exactly once, no attempt started twice, no open attempt, usage 0 (see
 ``check_books`` in ``test_crash_recovery.py``).
 
-N comes from ``QUOTA_SOAK_JOBS`` (default 100, so ``make test`` stays short; 3.5 minutes on the
-2026-12-03 machine).
+N comes from ``QUOTA_SOAK_JOBS`` (default 100, so ``make test`` stays short; 2 to 2.5 minutes on
+the 2026-12-03 machine).
 The issue's figure is 500 jobs per submitter; run it with::
 
     QUOTA_SOAK_JOBS=500 .venv/bin/pytest tests/service/test_soak.py -q
@@ -102,8 +102,9 @@ def test_soak(postgres_url: str, tmp_path: Path, schedulers: list[Scheduler]) ->
     done = all_final(engine, total)
     kills = 0
     takeovers: list[float] = []
-    # a guard against a hang, not a speed target: 400 jobs took 105 s on one machine and 210 s
-    # on another, alone, and longer beside other work
+    # a guard against a hang, not a speed target: 400 jobs took 105 s on one machine and 120 to
+    # 145 s on another, alone, and longer beside other work (each leader lives 1 to 4 s: a
+    # leader whose first step outlives that makes no progress, the livelock this catches)
     deadline = time.monotonic() + 300 + total * 0.5
     while any(p.poll() is None for p in submitters) or not done():
         assert time.monotonic() < deadline, f"the soak did not finish: {counts(engine)}"
