@@ -81,6 +81,18 @@ def logged(capsys: pytest.CaptureFixture[str], needle: str) -> list[str]:
     return messages
 
 
+def trigger_lines(capsys: pytest.CaptureFixture[str], lines: list[str]) -> Callable[[str], int]:
+    """A counter of the ``QuotaJobTrigger``'s log lines holding a needle: each call adds what was
+    captured since the last one to ``lines`` and counts over all of them."""
+
+    def said(needle: str) -> int:
+        captured = capsys.readouterr()
+        lines.extend((captured.out + captured.err).splitlines())
+        return sum(1 for line in lines if needle in line and "QuotaJobTrigger]" in line)
+
+    return said
+
+
 def test_a_job_followed_to_success_gives_one_event_and_logs_each_change(
     world: QuotaWorld, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -243,11 +255,7 @@ def test_a_waiting_task_warns_once_while_no_quota_scheduler_runs_and_says_when_o
     late = world.submit("late", {"duration": 10})
     trigger = QuotaJobTrigger(job_id=late.id, quota_conn_id="quota_default", poll_interval=0.01)
     lines: list[str] = []
-
-    def said(needle: str) -> int:
-        captured = capsys.readouterr()
-        lines.extend((captured.out + captured.err).splitlines())
-        return sum(1 for line in lines if needle in line and "QuotaJobTrigger]" in line)
+    said = trigger_lines(capsys, lines)
 
     down = f"no quota scheduler is running (none has ever run on this quota database): quota job {late.id} waits"
     back = f"a quota scheduler runs again ({world.service.holder}): quota job {late.id} is scheduled again"
@@ -350,11 +358,7 @@ def test_a_waiting_task_logs_once_when_its_max_pending_time_falls_due(
     late = world.submit("late", {"duration": 10}, max_pending_seconds=3600)
     trigger = QuotaJobTrigger(job_id=late.id, quota_conn_id="quota_default", poll_interval=0.01)
     lines: list[str] = []
-
-    def said(needle: str) -> int:
-        captured = capsys.readouterr()
-        lines.extend((captured.out + captured.err).splitlines())
-        return sum(1 for line in lines if needle in line and "QuotaJobTrigger]" in line)
+    said = trigger_lines(capsys, lines)
 
     due = (
         f"quota job {late.id}: max_pending_time 1 hour: it fails with PENDING_TIMEOUT at 01:16 UTC (in 1 hour)"
