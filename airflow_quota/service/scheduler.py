@@ -631,10 +631,7 @@ class QuotaService:
                 if attempt is not None:
                     attempt.status, attempt.reason = AttemptState(report.status.value).value, report.reason
                     attempt.ended_at = now if report.ended_at is None else report.ended_at
-            assert self.scheduler is not None or not gathered.decisions
-            placed = [d for d in gathered.decisions if isinstance(d, Placed)]
-            refs = {ref for d in placed if self.scheduler and (ref := self.scheduler.job(d.job).ref) is not None}
-            backends = {job_id: row.backend for job_id, row in _rows_by_id(session, refs).items() if row}
+            backends = self._backends_of_placed(session, gathered.decisions)
             for decision in gathered.decisions:
                 self._record(session, decision, gathered, backends)
             for attempt in gathered.placed:
@@ -683,6 +680,15 @@ class QuotaService:
             self._fence(session)
             view = self._write_view(session, self.clock.now())
         self._view = view
+
+    def _backends_of_placed(self, session: Session, decisions: list[Decision]) -> dict[int, str]:
+        """The backend of each job placed by ``decisions``, by job id, read in one query."""
+        refs = {
+            ref
+            for decision in decisions
+            if isinstance(decision, Placed) and (job := self._job_of(decision)) and (ref := job.ref) is not None
+        }
+        return {job_id: row.backend for job_id, row in _rows_by_id(session, refs).items() if row is not None}
 
     def _job_of(self, decision: Decision) -> Job | None:
         """The job a decision is about, as the core now holds it; None for a refusal."""
