@@ -233,6 +233,9 @@ class BackendPoller:
         """Outcomes the step has not taken yet."""
         self.still_wanted: Callable[[BackendAction], bool] | None = None
         """Asked just before each action's call (the service's fenced check); None: always."""
+        self.on_news: Callable[[], None] | None = None
+        """Called (from a worker thread) when there is news for the step: an attempt's report
+        changed, or a start or stop came back. The service wakes its idle wait with it."""
         self.lister: ListsChanges | None = backend if isinstance(backend, ListsChanges) else None
         """The backend, when it can list its changes (``ListsChanges``): each attempt is then
         described when a listing shows it changed, and otherwise once per ``safety_interval``."""
@@ -420,6 +423,8 @@ class BackendPoller:
                 if recovered:
                     self._backoff = 0.0
             self._wake.set()  # a stop may have waited for this start
+        if outcome is not None:
+            self._news()
         if recovered:
             log.info("%s answers again after throttling: calls resume", self.name)
 
@@ -638,6 +643,7 @@ class BackendPoller:
         except BackendError as exc:
             log.warning("could not poll attempt %s-%s on %s: %s", spec.job_id, spec.attempt, self.name, exc)
             report = None
+        changed = False
         with self._lock:
             if key in self._specs:
                 # its own cadence, whenever this round began; one interval from now after a pause
@@ -645,6 +651,7 @@ class BackendPoller:
                 following = self._due[key] + cadence
                 self._due[key] = following if following > now else now + cadence
                 if report is not None:
+                    changed = self._reports.get(key) != report
                     self._reports[key] = report
                     self._known[key] = report.status
                 else:  # the change listed was not described: the next listing asks again
@@ -652,8 +659,14 @@ class BackendPoller:
             recovered = report is not None and self._backoff > 0
             if recovered:
                 self._backoff = 0.0
+        if changed:
+            self._news()
         if recovered:
             log.info("%s answers again after throttling: polls resume every %g s", self.name, self.interval)
+
+    def _news(self) -> None:
+        if self.on_news is not None:
+            self.on_news()
 
     def _throttled(self, exc: BackendThrottled, now: float) -> None:
         """Pause this backend's calls; calls of the same round throttled too do not pause longer.
@@ -791,6 +804,11 @@ class Poller:
     def take_outcomes(self) -> list[ActionOutcome]:
         """What came of the actions done since the last call, every backend's."""
         return [outcome for poller in self.pollers.values() for outcome in poller.take_outcomes()]
+
+    def set_on_news(self, callback: Callable[[], None] | None) -> None:
+        """What every backend's poller calls when it has news for the step (see ``on_news``)."""
+        for poller in self.pollers.values():
+            poller.on_news = callback
 
     def set_still_wanted(self, check: Callable[[BackendAction], bool] | None) -> None:
         """The check each worker makes just before an action's call (see the module docstring)."""

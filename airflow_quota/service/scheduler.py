@@ -97,6 +97,7 @@ from airflow_quota.service.polling import (
     Known,
     Poller,
 )
+from airflow_quota.service.wakeup import Wakeup
 from airflow_quota.store.engine import DatabaseUnavailable, migrate, reachable, session_factory
 from airflow_quota.store.lock import LeadershipLost, current_leader, leader_lock
 from airflow_quota.store.models import (
@@ -253,6 +254,10 @@ class QuotaService:
         self.poller = Poller(self.backends, self.clock.now, poll_workers)
         """Starts, stops and polls attempts: inline in ``step`` until ``run`` starts its threads."""
         self.poller.set_still_wanted(self._still_wanted)
+        self._news = Wakeup()
+        """Set by the poller's threads when a backend has news, so a finish is taken in (and its
+        capacity placed) at once, not at the next poll interval."""
+        self.poller.set_on_news(self._news.set)
 
     # -- the process ---------------------------------------------------------------------
 
@@ -268,6 +273,7 @@ class QuotaService:
         self._standing_by = False
         if not self._metrics_given:
             self.metrics = self.alerts.metrics = QuotaMetrics.from_airflow()
+        self._news.open()
         self.alerts.in_background()  # a slow notifier must not hold up cycles or the lease
         self.poller.start()  # nor a slow or throttled backend API
         self._fencing = True
@@ -289,6 +295,7 @@ class QuotaService:
                 break  # stopped while backing off from a database error
         self.alerts.close()
         self.poller.stop()
+        self._news.close()
         if self._leading:
             try:
                 self.lock.release()
@@ -368,9 +375,13 @@ class QuotaService:
             self._wait(stop)
 
     def _wait(self, stop: threading.Event) -> None:
-        """Sleep until woken (PostgreSQL NOTIFY) or the poll interval passes."""
+        """Sleep until woken or the poll interval passes. What wakes it: a new request
+        (PostgreSQL NOTIFY), a backend's news (the poller: an attempt's report changed, a start
+        or stop came back), or ``wake`` (a stop)."""
+        if stop.is_set():
+            return
         if self.engine.dialect.name != "postgresql":
-            stop.wait(self.poll_seconds)
+            self._news.wait(self.poll_seconds)
             return
         try:
             import psycopg
@@ -378,10 +389,13 @@ class QuotaService:
             url = self.engine.url.set(drivername="postgresql").render_as_string(hide_password=False)
             with psycopg.connect(url, autocommit=True) as connection:
                 connection.execute(f"LISTEN {NOTIFY_CHANNEL}")
-                for _ in connection.notifies(timeout=self.poll_seconds, stop_after=1):
-                    break
+                self._news.wait(self.poll_seconds, also=connection.fileno())
         except Exception:
-            stop.wait(self.poll_seconds)
+            self._news.wait(self.poll_seconds)
+
+    def wake(self) -> None:
+        """End the idle wait now: a stop asked for (safe in a signal handler)."""
+        self._news.set()
 
     def _fence(self, session: Session) -> None:
         """First thing in a transaction that commits decisions or backend outcomes: check (and
@@ -409,7 +423,7 @@ class QuotaService:
     # -- one step ------------------------------------------------------------------------
 
     def step(self) -> bool:
-        """One pass of the leader; True when anything came in or was decided."""
+        """One pass of the leader; True when anything came in, was decided or was marked done."""
         now = self.clock.now()
         gathered = _Step()
         with reachable(str(self.engine.url)):
@@ -427,9 +441,10 @@ class QuotaService:
             self._rewrite_view_when_due(now)
             for decision in gathered.decisions:  # committed: never logged by two leaders
                 log.info(describe(decision, wall_clock=self.wall_clock))
-            self._act(now)
+            acted = self._act(now)
             self._report(gathered, now)
-        return bool(gathered.decisions or gathered.handled)
+        # a start marked done opens an attempt the next step hands to the poller at once
+        return bool(gathered.decisions or gathered.handled or acted)
 
     def _cycle(self, gathered: _Step, now: float) -> None:
         """Run a cycle. One that decided nothing and left the guarantee watchdog idle changed
@@ -793,19 +808,22 @@ class QuotaService:
 
     # -- backend actions -----------------------------------------------------------------
 
-    def _act(self, now: float) -> None:
+    def _act(self, now: float) -> bool:
         """Step 5: mark done the starts and stops the poller has carried out, and ask it for the
         ones the log holds and it does not have yet. When nobody started its threads (tests
-        stepping a manual clock), it carries them out here and they are marked done at once."""
+        stepping a manual clock), it carries them out here and they are marked done at once.
+        True when any was marked done."""
         outcomes = self.poller.take_outcomes()
         if outcomes:
             self._mark_done(outcomes)
         self._dispatch()
         if not self.poller.background:
             self.poller.act_due(now)
-            outcomes = self.poller.take_outcomes()
-            if outcomes:
-                self._mark_done(outcomes)
+            inline = self.poller.take_outcomes()
+            if inline:
+                self._mark_done(inline)
+            outcomes += inline
+        return bool(outcomes)
 
     def _dispatch(self) -> None:
         """Ask the poller for every backend action recorded and not yet done, in the order they
@@ -1028,6 +1046,7 @@ def run_forever(service: QuotaService) -> None:
     def _stop(signum: int, _frame: object) -> None:
         log.info("received %s: stopping after this step", signal.Signals(signum).name)
         stop.set()
+        service.wake()
 
     signal.signal(signal.SIGTERM, _stop)
     signal.signal(signal.SIGINT, _stop)

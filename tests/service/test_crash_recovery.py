@@ -51,6 +51,7 @@ from airflow_quota.store.models import Attempt, EventRow, JobRow, Leader
 from airflow_quota.store.repository import QuotaStore
 from airflow_quota.store.settings import normalize
 from tests.conftest import CLI, ROOT
+from tests.waiting import wait_for
 
 HOLDING = ("SCHEDULED", "STARTING", "RUNNING")
 FINAL = ("SUCCEEDED", "FAILED")
@@ -177,14 +178,6 @@ def schedulers() -> Iterator[list[Scheduler]]:
     yield started
     for scheduler in started:
         scheduler.kill()
-
-
-def wait_for(condition: Callable[[], bool], timeout: float, what: str, interval: float = 0.05) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(interval)
 
 
 def cli_json(url: str, *args: str) -> Any:

@@ -9,7 +9,6 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +16,7 @@ import pytest
 
 from airflow_quota.service.backends.base import AttemptReport, AttemptSpec, AttemptStatus, BackendError
 from airflow_quota.service.backends.local import LocalBackend
+from tests.waiting import wait_for
 
 TRAIN = Path(__file__).resolve().parents[2] / "dags" / "train_script.py"
 
@@ -33,14 +33,6 @@ def spec(
 
 def train(*args: object) -> list[str]:
     return [sys.executable, str(TRAIN), *(str(a) for a in args)]
-
-
-def wait_for(condition: Callable[[], bool], timeout: float = 8.0, what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(0.05)
 
 
 def wait_until_ended(backend: LocalBackend, attempt: AttemptSpec, timeout: float = 8.0) -> AttemptReport:

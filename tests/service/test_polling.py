@@ -33,11 +33,20 @@ from airflow_quota.service.backends.base import (
 from airflow_quota.service.backends.fake import FakeBackend
 from airflow_quota.service.backends.local import LocalBackend
 from airflow_quota.service.backends.sagemaker import SageMakerBackend
-from airflow_quota.service.clock import ManualClock
-from airflow_quota.service.polling import THROTTLE_FIRST_SECONDS, AttemptKey, BackendPoller, Known, Poller
+from airflow_quota.service.clock import ManualClock, WallClock
+from airflow_quota.service.polling import (
+    THROTTLE_FIRST_SECONDS,
+    ActionKind,
+    AttemptKey,
+    BackendAction,
+    BackendPoller,
+    Known,
+    Poller,
+)
 from airflow_quota.service.scheduler import QuotaService
 from airflow_quota.store.models import Input
 from airflow_quota.store.repository import QuotaStore
+from tests.waiting import wait_for
 
 WAIT = 30.0
 """The longest any condition below is waited for (a hung test fails instead of hanging)."""
@@ -590,3 +599,70 @@ def test_a_listed_change_whose_describe_fails_is_described_again_at_the_next_lis
     run_until(poller, clock, 12.0)
     assert [at for at, key in fake.polls if key == (2, 1)] == [5.5, 10.5], fake.polls  # listed at 5.5 s, 10.5 s
     assert poller.reports()[2, 1].status is AttemptStatus.SUCCEEDED
+
+
+# -- news for the leader's idle wait -------------------------------------------------------------
+
+
+class SwitchingBackend(RecordingBackend):
+    """Answers ``status`` (RUNNING until a test switches it)."""
+
+    def __init__(self, clock: ManualClock) -> None:
+        super().__init__("switching", clock, 0.0)
+        self.status = AttemptStatus.RUNNING
+
+    def poll(self, attempt: AttemptSpec) -> AttemptReport:
+        super().poll(attempt)
+        return AttemptReport(self.status, running_since=0.0)
+
+
+def test_a_changed_report_and_an_action_that_came_back_are_news_and_nothing_else_is() -> None:
+    clock = ManualClock(100.0)
+    backend = SwitchingBackend(clock)
+    poller = BackendPoller(backend, clock.now, interval=0.0, workers=2)
+    news: list[str] = []
+    poller.on_news = lambda: news.append(backend.status.value)
+    poller.track(specs(1), clock.now())
+    poller.poll_due(clock.now())
+    assert news == ["RUNNING"], "the first report is news"
+    for _ in range(3):
+        poller.poll_due(clock.now())
+    assert news == ["RUNNING"], "the same report again is not"
+    backend.status = AttemptStatus.SUCCEEDED
+    poller.poll_due(clock.now())
+    assert news == ["RUNNING", "SUCCEEDED"]
+    poller.request([BackendAction(ActionKind.START, spec(2))])
+    poller.act_due(clock.now())
+    assert len(news) == 3 and [o.key for o in poller.take_outcomes()] == [(2, 1)]
+
+
+def test_the_leader_places_freed_capacity_at_once_not_at_its_next_poll_interval(engine: Engine) -> None:
+    """One instance, two queued jobs, the first a 1 s training; the scheduler runs on the wall
+    clock with a 60 s poll interval. Its idle wait ends when the poller has news (the start came
+    back, the finish was seen), so the second job is placed within seconds of the first ending;
+    without those wakes it would wait out the interval."""
+    store = QuotaStore(engine)
+    store.apply_config(
+        {
+            "pool": {"capacity": {"ml.g5.xlarge": 1}},
+            "shares": [{"name": "research", "capacity_limits": {"ml.g5.xlarge": 1}, "strategy": "LEND_AND_BORROW"}],
+        }
+    )
+    first = store.submit(job("first"), "fake", {"duration": 1.0})
+    second = store.submit(job("second"), "fake", {"duration": 600.0})
+    service = QuotaService(engine, {"fake": FakeBackend(WallClock().now)}, poll_seconds=60.0, lease_seconds=30.0)
+    stop = threading.Event()
+    leader = threading.Thread(target=service.run, args=(stop,))
+    leader.start()
+    try:
+        wait_for(lambda: store.job(second.id).state == "RUNNING", WAIT, "the second job to run")
+        rows = {row.name: row for row in store.jobs()}
+        assert rows["first"].state == "SUCCEEDED" and rows["second"].state == "RUNNING", rows
+        ended = store.attempts(first.id)[-1].ended_at
+        placed = store.attempts(second.id)[0].placed_at
+        assert ended is not None and placed - ended < 15.0, (ended, placed)
+    finally:
+        stop.set()
+        service.wake()
+        leader.join(WAIT)
+    assert not leader.is_alive(), "the scheduler did not stop when woken"
