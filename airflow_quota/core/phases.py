@@ -251,27 +251,32 @@ class _Preemption(WalkPolicy):
         changed: a later job of the share asking the same has no higher priority, so no more
         candidates, and fails too. Only without reservations, whose holds depend on the job."""
         self.remembers = not self.queue.reserving and not self.state.reserving_shares
-        self.bound: tuple[str, float] = ("", float("-inf"))
-        """(type, ``reclaim_bound``) of the share's last ``most``: the walk asks ``admits`` for
-        that type's buckets right after, nothing changing in between."""
+        self.bound: tuple[str, float, int | None] = ("", float("-inf"), None)
+        """(type, ``reclaim_bound``, ``lowest_running_priority``) of the share's last ``most``:
+        the walk asks ``admits`` for that type's buckets right after, nothing changing in between."""
 
     def most(self, share: str, instance_type: str) -> float:
         bound = reclaim_bound(self.state, share, instance_type, self.now)
-        self.bound = (instance_type, bound)
+        self.bound = (instance_type, bound, lowest_running_priority(self.state, share, instance_type))
         # with in-share preemption any count may find lower-priority victims of its own share
         return float("inf") if self.state.shares[share].in_share_preemption else bound
 
     def admits(self, bucket: Bucket, first: JobKey) -> bool:
-        # may_preempt, with room_or_reclaim read off the bound ``most`` has just worked out
-        instance_type, job = bucket.instance_type, self.state.jobs[first[2]]
+        # may_preempt, read off the bounds ``most`` has just worked out for the type
+        instance_type = bucket.instance_type
         if self.queue.held_back(first, instance_type):
             return False
         if self.bound[0] != instance_type:
+            job = self.state.jobs[first[2]]
             return may_preempt(self.state, self.share, instance_type, bucket.instances, job, self.now)
-        return bucket.instances <= self.bound[1] or may_preempt_in_share(self.state, self.share, instance_type, job)
+        lowest = self.bound[2]
+        return bucket.instances <= self.bound[1] or (lowest is not None and lowest < -first[0])
 
     def keeps(self, bucket: Bucket, job: Job) -> bool:
-        # the jobs further down the bucket have no higher priority
+        # the jobs further down the bucket have no higher priority: none finds victims for the
+        # bucket's entry once one has not (``no_victims``), nor may preempt once one may not
+        if (bucket.instance_type, bucket.instances) in self.no_victims:
+            return False
         return may_preempt(self.state, self.share, bucket.instance_type, bucket.instances, job, self.now)
 
     def attempt(self, job: Job) -> bool:
@@ -314,13 +319,17 @@ def may_preempt(state: QuotaState, share: str, instance_type: str, count: int, j
 def may_preempt_in_share(state: QuotaState, share: str, instance_type: str, job: Job) -> bool:
     """In-share preemption could find a victim for the job: a job of the share with lower
     priority runs on the type."""
+    lowest = lowest_running_priority(state, share, instance_type)
+    return lowest is not None and lowest < job.priority
+
+
+def lowest_running_priority(state: QuotaState, share: str, instance_type: str) -> int | None:
+    """With in-share preemption, the lowest priority of the share's jobs that may be preempted
+    on the type (a job of higher priority may find a victim among them); None without."""
+    if not state.shares[share].in_share_preemption:
+        return None
     running = state.queues[share].running.get(instance_type)
-    return (
-        state.shares[share].in_share_preemption
-        and running is not None
-        and len(running) > 0
-        and running[0][0] < job.priority
-    )
+    return running[0][0] if running else None
 
 
 def room_or_reclaim(state: QuotaState, share: str, instance_type: str, count: int, now: float) -> bool:
