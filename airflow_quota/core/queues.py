@@ -7,6 +7,7 @@ Every index is a SortedList of job keys; a key ends in the job's ``seq``, so key
 from __future__ import annotations
 
 import heapq
+from collections import defaultdict
 from collections.abc import Callable
 from typing import Any
 
@@ -42,6 +43,7 @@ class ShareQueue:
         "reserving",
         "runnable",
         "running",
+        "sizes",
         "starving",
         "starving_types",
         "version",
@@ -54,8 +56,10 @@ class ShareQueue:
         self.counts: dict[str, set[int]] = {}
         """instance type → the counts of its non-empty buckets; a type no RUNNABLE job asks
         for has no entry. The walk looks only at these, not at every bucket ever made (a
-        bucket's list is kept when it empties: a walk in progress may still hold it). Lender
-        protection holds while the smallest fits under the share's limit."""
+        bucket's list is kept when it empties: a walk in progress may still hold it)."""
+        self.sizes: defaultdict[str, SortedList] = defaultdict(SortedList)
+        """instance type → the counts RUNNABLE jobs ask of it, one per job (lender protection
+        holds while the smallest fits under the share's limit)."""
         self.running: dict[str, SortedList] = {}
         """instance type → victim keys of jobs holding it that may be preempted."""
         self.reserving = False
@@ -78,6 +82,7 @@ class ShareQueue:
             if not bucket:
                 self.counts.setdefault(entry.instance_type, set()).add(entry.count)
             bucket.add(key)
+            self.sizes[entry.instance_type].add(entry.count)
         if job.starving:
             self.add_starving(job)
 
@@ -93,6 +98,7 @@ class ShareQueue:
             bucket.remove(key)
             if not bucket:
                 self._forget_count(entry.instance_type, entry.count)
+            self.sizes[entry.instance_type].remove(entry.count)
             released.append(entry.instance_type)
         if job.starving:
             self.remove_starving(job)
@@ -131,8 +137,8 @@ class ShareQueue:
 
     def smallest(self, instance_type: str) -> int | None:
         """The smallest count a RUNNABLE job of the share asks of the type, if any asks."""
-        counts = self.counts.get(instance_type)
-        return min(counts) if counts else None
+        sizes = self.sizes.get(instance_type)
+        return sizes[0] if sizes else None
 
     def add_starving(self, job: Job) -> None:
         if self.reserving:

@@ -78,20 +78,17 @@ def waiting(state: QuotaState, share: str) -> Waiting:
     stays the same."""
     jobs = state.jobs
     oldest: dict[str, float] = {}
-    asking: dict[str, int] = {}
-    """Per type, the entries asking for it (a job with two entries on one type counts twice)."""
     for key in state.queues[share].runnable:
         job = jobs[key[2]]
         since = job.runnable_since
         for entry in job.entries:
-            name = entry.instance_type
-            asking[name] = asking.get(name, 0) + 1
-            if since < oldest.get(name, float("inf")):
-                oldest[name] = since
+            if since < oldest.get(entry.instance_type, float("inf")):
+                oldest[entry.instance_type] = since
+    sizes = state.queues[share].sizes
     return Waiting(
         runnable=len(state.queues[share].runnable),
         oldest=min(oldest.values(), default=None),
-        by_type={name: (asking[name], since) for name, since in oldest.items()},
+        by_type={name: (len(sizes[name]), since) for name, since in oldest.items()},
     )
 
 
