@@ -11,6 +11,7 @@ from collections.abc import Iterator
 
 from airflow_quota.core.model import Entry, Job, PreemptionKind
 from airflow_quota.core.queues import victim_key
+from airflow_quota.core.quota import holding_cap
 from airflow_quota.core.state import Mode, QuotaState
 
 
@@ -54,6 +55,22 @@ def _by_unsaved_work(tied: list[Job], now: float, kind: PreemptionKind) -> Itera
         yield victim, kind
 
 
+def _in_share_freeable(state: QuotaState, job: Job, entry: Entry, now: float) -> int:
+    """The most instances of the type in-share preemption could take from the job's own share:
+    those of its candidates there (lower priority, not stopping, not protected)."""
+    if not state.shares[job.share].in_share_preemption:
+        return 0
+    freeable = 0
+    for key in state.queues[job.share].running.get(entry.instance_type, ()):
+        if key[0] >= job.priority:
+            break
+        victim = state.jobs[-key[3]]
+        if not victim.stopping and not _protected(state, victim, now):
+            assert victim.placement is not None
+            freeable += victim.placement.entry.count
+    return freeable
+
+
 def _protected(state: QuotaState, victim: Job, now: float) -> bool:
     """A job placed less than its share's preemption_protection_seconds ago is never a victim."""
     assert victim.placement is not None
@@ -66,6 +83,9 @@ def find_victims(state: QuotaState, job: Job, entry: Entry, now: float) -> list[
     on ``entry``; then a reverse pass drops every victim whose removal is not needed.
     None when no set works (nothing is preempted then)."""
     ledger = state.types[entry.instance_type]
+    cap = holding_cap(state.shares[job.share], ledger.limit_of(job.share))
+    if cap is not None and ledger.usage_of(job.share) - _in_share_freeable(state, job, entry, now) + entry.count > cap:
+        return None  # no victim set brings the share under what it may hold (victims of other shares free none of it)
     idle = state.protected_idle(ledger, now)  # the same for every victim set: nothing changes here
     if state.check(job, entry, Mode.PREEMPT, now, idle=idle) is None:
         return []

@@ -255,6 +255,31 @@ def test_next_timer_is_the_max_pending_deadline() -> None:
     ]
 
 
+def test_find_victims_gives_up_at_once_when_no_set_brings_the_share_under_what_it_may_hold() -> None:
+    """A RESERVE share with in-share preemption at its limit of 4: two priority-1 jobs of one
+    instance each and a priority-5 job of two. A priority-3 job asking 4 could free only the two
+    lower ones (2 instances): 4 - 2 + 4 > 4, so no victim set works, and the check agrees even
+    with every candidate gone. Asking 2, it takes exactly those two."""
+    scheduler = QuotaScheduler(
+        parse_config(quota({G5: 6}, share("team", {G5: 4}, "RESERVE", in_share_preemption=True, max_priority=9)))
+    )
+    sizes = {"low-a": (1, 1), "low-b": (1, 1), "mid": (5, 2)}
+    for name, (priority, count) in sizes.items():
+        scheduler.submit(request(name, "team", priority, preferences=[{"instance_type": G5, "count": count}]), 0)
+    scheduler.run_cycle(0)
+    for name in sizes:
+        scheduler.job_running(scheduler.job(name), 0)
+    scheduler.submit(request("urgent", "team", 3, preferences=[{"instance_type": G5, "count": 4}]), 10)
+    state, urgent = scheduler.state, scheduler.job("urgent")
+    lower = [scheduler.job("low-a"), scheduler.job("low-b")]
+
+    assert find_victims(state, urgent, Entry(G5, 4), 10) is None
+    assert state.check(urgent, Entry(G5, 4), Mode.PREEMPT, 10, lower) is not None
+    taken = find_victims(state, urgent, Entry(G5, 2), 10)
+    assert taken is not None and sorted(v.name for v, _ in taken) == ["low-a", "low-b"]
+    assert {kind for _, kind in taken} == {PreemptionKind.IN_SHARE}
+
+
 # -- what-if checks leave the state alone ----------------------------------------------------
 
 
