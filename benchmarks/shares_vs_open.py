@@ -2,7 +2,8 @@
 policy replayed with ``compare.run_policy`` (mapping, simulation, report) on the whole trace
 under ``examples/itp-quota.yaml``, in turn, ``--repeat`` times; the best CPU and wall time of each.
 
-    python benchmarks/shares_vs_open.py              # whole trace, twice each, alternating
+    python benchmarks/shares_vs_open.py              # whole trace, five rounds of shares then open
+    python benchmarks/shares_vs_open.py --repeat 2   # quicker
     python benchmarks/shares_vs_open.py --jobs 20000 --repeat 1
 
 CPU time (``time.process_time``) is printed beside wall time: on a machine shared with other
@@ -32,7 +33,7 @@ from benchmarks.section8_whatif import first_jobs  # noqa: E402
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--jobs", type=int, help="the first N jobs of the trace (default: all)")
-    parser.add_argument("--repeat", type=int, default=2)
+    parser.add_argument("--repeat", type=int, default=5, help="rounds (each: shares, then open)")
     args = parser.parse_args()
     config = load_config(ROOT / "examples" / "itp-quota.yaml")
     policies = resolve_policies(["shares", "open"], config)
