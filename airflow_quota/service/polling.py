@@ -50,7 +50,9 @@ them (:meth:`Poller.take_outcomes`, an :class:`ActionOutcome` each) and marks th
 fenced transaction. The same threads carry them out, before the polls due in the same round
 (placing or freeing capacity matters more than noticing a change a little sooner). One attempt
 has at most one action in flight: a stop asked for while its start is in flight waits for the
-start to return, and replaces a start not yet begun. Just before each call the worker asks
+start to return, and replaces a start not yet begun. A job's new attempt starts only once the
+stops of its earlier attempts have returned: a victim placed again in the cycle that preempted
+it (step 4b) is stopped before it starts again. Just before each call the worker asks
 ``still_wanted`` (the service: this process still leads under its epoch and the attempt still has
 that action), so a deposed leader does not act on what it was asked before the takeover.
 
@@ -368,27 +370,47 @@ class BackendPoller:
         order asked, at most ``workers`` in flight) and, with ``wait``, wait for them; the
         number begun. The background loop does not wait: each action wakes it when it returns,
         so starts keep flowing at the rate while some are slow to answer."""
+        total = 0
+        while True:
+            chosen, held = self._choose_actions(now)
+            if not chosen:
+                return total
+            begun = [self._executor().submit(self._act_one, action, now) for action in chosen]
+            total += len(chosen)
+            if not wait:
+                return total
+            wait_for(begun)
+            if not held:
+                return total  # else the starts that waited for these stops, in the same call
+
+    def _choose_actions(self, now: float) -> tuple[list[BackendAction], bool]:
+        """The waiting actions to begin now, marked in flight, and whether a start was held
+        back for a stop. A stop waits for its attempt's start to return; a job's new attempt
+        starts only once every stop of its earlier attempts asked for has returned (a victim
+        placed again in the cycle that preempted it, step 4b), so the old attempt is stopped
+        before the new one starts."""
+        held = False
         with self._lock:
             if now < self._paused_until:
-                return 0
+                return [], held
             chosen: list[BackendAction] = []
             room = self.workers - len(self._acting)
+            stopping = {key[0] for key, kind in self._acting.items() if kind is ActionKind.STOP}
+            stopping |= {key[0] for key, action in self._waiting.items() if action.kind is ActionKind.STOP}
             for key, action in list(self._waiting.items()):
                 if len(chosen) >= room:
                     break
                 if key in self._acting:
                     continue  # a stop waits for its attempt's start to return
+                if action.kind is ActionKind.START and key[0] in stopping:
+                    held = True
+                    continue
                 if not self._take_tokens(self._cost(action), now):
                     break
                 del self._waiting[key]
                 self._acting[key] = action.kind
                 chosen.append(action)
-        if not chosen:
-            return 0
-        begun = [self._executor().submit(self._act_one, action, now) for action in chosen]
-        if wait:
-            wait_for(begun)
-        return len(chosen)
+            return chosen, held
 
     def _cost(self, action: BackendAction) -> int:
         return self.calls_per_start if action.kind is ActionKind.START else self.calls_per_stop

@@ -282,3 +282,41 @@ def test_a_stop_waits_for_its_attempts_start_in_flight_and_replaces_one_not_begu
     assert sorted(backend.calls) == ["start 1-1", "stop 1-1", "stop 2-1"], "attempt 2's start was replaced"
     kinds = {(o.key, o.kind) for o in poller.take_outcomes()}
     assert kinds == {((1, 1), ActionKind.START), ((1, 1), ActionKind.STOP), ((2, 1), ActionKind.STOP)}
+
+
+class GatedStops(Answering):
+    """``Answering`` whose stops wait on ``gate`` (``entered`` is set once one waits)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gate = threading.Event()
+        self.entered = threading.Event()
+
+    def stop(self, attempt: AttemptSpec, grace_seconds: float) -> None:
+        self.entered.set()
+        assert self.gate.wait(WAIT), "the test never opened the gate"
+        super().stop(attempt, grace_seconds)
+
+
+def test_a_victims_new_attempt_starts_only_once_its_old_attempts_stop_has_returned() -> None:
+    """A victim placed again in the cycle that preempted it (step 4b): the stop of attempt 1 and
+    the start of attempt 2 are asked for together. The start waits for the stop to return, in
+    the background (a later round) and inline (the same call); another job's start does not."""
+    backend = GatedStops()
+    poller = BackendPoller(backend, ManualClock(0.0).now, interval=30.0, workers=4)
+    again = BackendAction(ActionKind.START, AttemptSpec(1, "job-1", 2, "research", "ml.g5.xlarge", 1, 1))
+    poller.request([BackendAction(ActionKind.STOP, spec(1)), again, start(2)])
+    assert poller.act_due(0.0, wait=False) == 2, "job 1's stop and job 2's start, not job 1's new attempt"
+    assert backend.entered.wait(WAIT), "the stop was never begun"
+    assert "start 1-2" not in backend.calls
+    backend.gate.set()
+    poller.stop()  # the calls in flight return
+    assert poller.act_due(0.0) == 1  # now attempt 2 starts
+    assert backend.calls.index("stop 1-1") < backend.calls.index("start 1-2")
+
+    inline = BackendPoller(GatedStops(), ManualClock(0.0).now, interval=30.0, workers=4)
+    inline.backend.gate.set()  # type: ignore[attr-defined]
+    inline.request([BackendAction(ActionKind.STOP, spec(1)), again])
+    assert inline.act_due(0.0) == 2, "inline, the held start follows its stop in the same call"
+    assert inline.backend.calls == ["stop 1-1", "start 1-2"]  # type: ignore[attr-defined]
+    inline.stop()
