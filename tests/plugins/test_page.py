@@ -156,6 +156,20 @@ def priority_of(driver: WebDriver, job_id: int) -> str:
     return steady(driver, lambda d: str(d.find_element(By.CSS_SELECTOR, selector).get_attribute("value")))
 
 
+def set_priority(driver: WebDriver, job_id: int, value: str) -> None:
+    """Types ``value`` in the job's priority field and sends it, from the start again when a
+    refresh replaced the form midway (the click that sends raises nothing after it lands)."""
+
+    def fill_and_send(d: WebDriver) -> bool:
+        field = d.find_element(By.CSS_SELECTOR, f'input[data-role="priority"][data-job-id="{job_id}"]')
+        field.clear()
+        field.send_keys(value)
+        d.find_element(By.CSS_SELECTOR, f'form[data-job-id="{job_id}"] button').click()
+        return True
+
+    wait_for(driver, fill_and_send, what=f"the priority form of job {job_id}")
+
+
 def viewport(driver: WebDriver, width: int, height: int, mobile: bool = False) -> None:
     """Make the page's viewport exactly ``width`` x ``height`` CSS pixels (a phone with
     ``mobile``), whatever the smallest window Chromium allows."""
@@ -290,10 +304,7 @@ def test_changing_a_priority_reaches_the_store_and_the_page_shows_it_applied(
 ) -> None:
     """qs1-med raised from 2 to 5: it preempts qs1-high (priority 3) inside qs1 and runs."""
     med = served.world.ids["qs1-med"]
-    field = browser.find_element(By.CSS_SELECTOR, f'input[data-role="priority"][data-job-id="{med}"]')
-    field.clear()
-    field.send_keys("5")
-    browser.find_element(By.CSS_SELECTOR, f'form[data-job-id="{med}"] button').click()
+    set_priority(browser, med, "5")
     notice = wait_for(browser, lambda d: d.find_element(By.ID, "notice").text, what="the answer to the change")
     assert notice == "qs1-med: priority 2 -> 5 asked; it applies at the quota scheduler's next cycle"
     assert served.world.store.pending_requests() == 1
