@@ -3,6 +3,10 @@ load (issue 15: flat from 1k to 100k jobs), each size in its own process as a us
 
     python benchmarks/per_job.py                     # 1k, 10k, 100k
     python benchmarks/per_job.py --sizes 1000,10000
+    python benchmarks/per_job.py --sizes 1000,10000,100000,300000 --repeat 1
+
+Each size after the first also gets the cost of each job it adds to the size before it
+(marginal cost): that leaves out the fixed cost and the first jobs, which meet an empty pool.
 
 The CPU time of the child process (user + system) is printed beside wall time, and also per job
 after taking off the fixed cost of a 10-job run (start-up: imports, reading the file). Sizes under
@@ -53,13 +57,19 @@ def main() -> None:
         fixed_path = paths.pop(10)
         fixed = min(run(fixed_path)[1] for _ in range(args.repeat))
         print(f"fixed cost (10 jobs, least of {args.repeat}): CPU {fixed:.2f} s")
+        previous: tuple[int, float] | None = None
         for jobs, path in paths.items():
             wall, cpu = min((run(path) for _ in range(args.repeat if jobs < 100_000 else 1)), key=lambda r: r[1])
+            marginal = ""
+            if previous is not None:
+                added = (cpu - previous[1]) / (jobs - previous[0])
+                marginal = f"; each job after the first {previous[0]:,}: {added * 1e6:5.0f} us"
             print(
                 f"{jobs:>7,} jobs: wall {wall:7.2f} s, CPU {cpu:7.2f} s; per job CPU {cpu / jobs * 1e6:5.0f} us, "
-                f"without the fixed cost {(cpu - fixed) / jobs * 1e6:5.0f} us",
+                f"without the fixed cost {(cpu - fixed) / jobs * 1e6:5.0f} us{marginal}",
                 flush=True,
             )
+            previous = (jobs, cpu)
 
 
 if __name__ == "__main__":

@@ -3,7 +3,11 @@ full load: a count that does not depend on the machine's load (issue 15: what gr
 queue). Each counted function is wrapped with a counter, by name and by caller.
 
     python benchmarks/step_calls.py                 # 1k and 10k jobs
-    python benchmarks/step_calls.py --sizes 1000,10000,100000
+    python benchmarks/step_calls.py --sizes 1000,10000,100000,300000
+
+Also, per cycle: how many jobs wait and in how many non-empty (share, type, count) buckets, and
+how many jobs the walks pop: the full load's backlog grows with the number of jobs, and the
+walks' work follows the buckets, not the jobs.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from airflow_quota.core import phases  # noqa: E402
+from airflow_quota.core.cycle import QuotaScheduler  # noqa: E402
 from airflow_quota.core.queues import MergedStreams  # noqa: E402
 from airflow_quota.sim.scenario import parse_scenario  # noqa: E402
 from airflow_quota.sim.simulator import Simulator  # noqa: E402
@@ -45,11 +50,27 @@ def main() -> None:
         setattr(phases, name, counting(calls, name, getattr(phases, name)))
     pop = MergedStreams.pop
     MergedStreams.pop = counting(calls, "walk pops", pop)  # type: ignore[method-assign]
+    backlog: Counter[str] = Counter()
+    run_cycle = QuotaScheduler.run_cycle
+
+    def measured_cycle(scheduler: QuotaScheduler, now: float) -> Any:
+        queues = scheduler.state.queues.values()
+        backlog["queued"] += sum(len(queue.runnable) for queue in queues)
+        backlog["buckets"] += sum(len(counts) for queue in queues for counts in queue.counts.values())
+        return run_cycle(scheduler, now)
+
+    QuotaScheduler.run_cycle = measured_cycle  # type: ignore[method-assign]
     for size in (int(text) for text in args.sizes.split(",")):
         calls.clear()
+        backlog.clear()
         simulator = Simulator(parse_scenario(workload.scenario(size), Path(".")))
         simulator.run()
-        print(f"{size:,} jobs: {simulator.scheduler.cycles / size:.2f} cycles a job; calls a job:")
+        cycles = simulator.scheduler.cycles
+        print(
+            f"{size:,} jobs: {cycles / size:.2f} cycles a job; at a cycle, on average: "
+            f"{backlog['queued'] / cycles:,.0f} jobs waiting in {backlog['buckets'] / cycles:.0f} non-empty buckets, "
+            f"{calls['walk pops'] / cycles:.2f} walk pops; calls a job:"
+        )
         for name, count in sorted(calls.items()):
             print(f"  {name:40} {count / size:8.1f}")
 
