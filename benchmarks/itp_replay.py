@@ -149,6 +149,10 @@ def what_if(mode: str) -> None:
             _victims_by_lost_gpu_work()
         elif item == "victims-no-larger-first":
             _victims_no_larger_first()
+        elif item == "starving-takes-later-borrowers":
+            _starving_takes_later_borrowers(shielded=False)
+        elif item == "starving-takes-later-borrowers-shielded":
+            _starving_takes_later_borrowers(shielded=True)
         else:
             raise SystemExit(f"unknown --what-if {item!r}")
 
@@ -171,6 +175,91 @@ def _victims_by_lost_gpu_work() -> None:
                 yield victim, kind
 
     preempt._candidates = candidates
+
+
+def _starving_takes_later_borrowers(shielded: bool) -> None:
+    """A starving job (section 8's threshold and overtaken) whose entry is above its share's
+    limit may preempt, after step 4, borrowers of other shares submitted after it (later in
+    submission order), taken as reclaim victims are and only while their share is above its
+    limit, so that it starts at once instead of gathering capacity that frees in pieces. No
+    capacity idles and no guaranteed job is touched. With ``shielded``, a
+    job placed so is never a reclaim victim afterwards (lenders' jobs then wait for it): the
+    ``-shielded`` switch."""
+    import heapq
+
+    from airflow_quota.core import phases, preempt
+    from airflow_quota.core.lifecycle import Lifecycle, queued
+    from airflow_quota.core.model import PreemptionKind
+    from airflow_quota.core.state import Mode
+
+    starving: set[int] = set()
+    shield: set[int] = set()
+    start_starving = Lifecycle.start_starving
+    preemption = phases.preemption
+    protected = preempt._protected
+
+    def noting(self: Any, job: Any, now: float) -> None:
+        starving.add(job.seq)
+        start_starving(self, job, now)
+
+    def later_borrowers(state: Any, job: Any, entry: Any, now: float) -> list[Any] | None:
+        name = entry.instance_type
+        ledger = state.types[name]
+        sources = [
+            iter(state.queues[other].running.get(name, ()))
+            for other, usage in ledger.usage.items()
+            if other != job.share and usage > ledger.limit_of(other)
+        ]
+        idle = state.protected_idle(ledger, now)
+        chosen: list[Any] = []
+        taken: dict[str, int] = {}
+        for key in heapq.merge(*sources):
+            victim = state.jobs[-key[3]]
+            if victim.seq < job.seq or victim.stopping or preempt._protected(state, victim, now):
+                continue
+            if ledger.usage_of(victim.share) - taken.get(victim.share, 0) <= ledger.limit_of(victim.share):
+                continue
+            chosen.append(victim)
+            taken[victim.share] = taken.get(victim.share, 0) + victim.placement.entry.count
+            if state.check(job, entry, Mode.PREEMPT, now, chosen, idle) is None:
+                break
+        else:
+            return None
+        for victim in list(reversed(chosen)):
+            trial = [v for v in chosen if v is not victim]
+            if state.check(job, entry, Mode.PREEMPT, now, trial, idle) is None:
+                chosen = trial
+        return chosen
+
+    def then_starving(life: Any, now: float, work: Any) -> bool:
+        preempted = preemption(life, now, work)
+        state = life.state
+        for seq in sorted(starving):
+            job = state.jobs.get(seq)
+            if job is None or not queued(job) or not job.starving:
+                starving.discard(seq)
+                continue
+            for entry in job.entries:
+                ledger = state.types[entry.instance_type]
+                if ledger.usage_of(job.share) + entry.count <= ledger.limit_of(job.share):
+                    continue
+                victims = later_borrowers(state, job, entry, now)
+                if victims:
+                    life.preempt(job, entry, [(v, PreemptionKind.CROSS_SHARE) for v in victims], now)
+                    starving.discard(seq)
+                    if shielded:
+                        shield.add(seq)
+                    preempted = True
+                    break
+        return preempted
+
+    def shielded_too(state: Any, victim: Any, now: float) -> bool:
+        return victim.seq in shield or protected(state, victim, now)
+
+    Lifecycle.start_starving = noting  # type: ignore[method-assign]
+    phases.preemption = then_starving
+    if shielded:
+        preempt._protected = shielded_too
 
 
 def _victims_no_larger_first() -> None:
