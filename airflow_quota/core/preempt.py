@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Iterator
+from itertools import takewhile
 
 from airflow_quota.core.model import Entry, Job, PreemptionKind
 from airflow_quota.core.queues import victim_key
@@ -32,14 +33,12 @@ def _candidates(state: QuotaState, job: Job, entry: Entry, now: float) -> Iterat
         ]
         groups.append((PreemptionKind.CROSS_SHARE, sources))
     if share.in_share_preemption:
-        groups.append((PreemptionKind.IN_SHARE, [iter(state.queues[job.share].running.get(name, ()))]))
+        groups.append((PreemptionKind.IN_SHARE, [_lower_priority(state, job, name)]))
     for kind, sources in groups:
         pending: list[Job] = []
         for key in heapq.merge(*sources):
-            if kind is PreemptionKind.IN_SHARE and key[0] >= job.priority:
-                break
             victim = state.jobs[-key[3]]
-            if victim.stopping or _protected(state, victim, now):
+            if not _preemptible(state, victim, now):
                 continue
             if pending and victim_key(pending[0])[:2] != key[:2]:
                 yield from _by_unsaved_work(pending, now, kind)
@@ -55,20 +54,29 @@ def _by_unsaved_work(tied: list[Job], now: float, kind: PreemptionKind) -> Itera
         yield victim, kind
 
 
+def _lower_priority(state: QuotaState, job: Job, instance_type: str) -> Iterator[tuple[int, float, float, int]]:
+    """Victim keys of the jobs of ``job``'s own share on the type with strictly lower priority
+    than it, in candidate order."""
+    return takewhile(lambda key: key[0] < job.priority, state.queues[job.share].running.get(instance_type, ()))
+
+
 def _in_share_freeable(state: QuotaState, job: Job, entry: Entry, now: float) -> int:
     """The most instances of the type in-share preemption could take from the job's own share:
-    those of its candidates there (lower priority, not stopping, not protected)."""
+    those of its candidates there."""
     if not state.shares[job.share].in_share_preemption:
         return 0
     freeable = 0
-    for key in state.queues[job.share].running.get(entry.instance_type, ()):
-        if key[0] >= job.priority:
-            break
+    for key in _lower_priority(state, job, entry.instance_type):
         victim = state.jobs[-key[3]]
-        if not victim.stopping and not _protected(state, victim, now):
+        if _preemptible(state, victim, now):
             assert victim.placement is not None
             freeable += victim.placement.entry.count
     return freeable
+
+
+def _preemptible(state: QuotaState, victim: Job, now: float) -> bool:
+    """Neither stopping already nor protected."""
+    return not victim.stopping and not _protected(state, victim, now)
 
 
 def _protected(state: QuotaState, victim: Job, now: float) -> bool:
