@@ -190,7 +190,6 @@ def _starving_takes_later_borrowers(shielded: bool) -> None:
     from airflow_quota.core import phases, preempt
     from airflow_quota.core.lifecycle import Lifecycle, queued
     from airflow_quota.core.model import PreemptionKind
-    from airflow_quota.core.state import Mode
 
     starving: set[int] = set()
     shield: set[int] = set()
@@ -203,33 +202,25 @@ def _starving_takes_later_borrowers(shielded: bool) -> None:
         start_starving(self, job, now)
 
     def later_borrowers(state: Any, job: Any, entry: Any, now: float) -> list[Any] | None:
-        name = entry.instance_type
-        ledger = state.types[name]
-        sources = [
-            iter(state.queues[other].running.get(name, ()))
-            for other, usage in ledger.usage.items()
-            if other != job.share and usage > ledger.limit_of(other)
-        ]
-        idle = state.protected_idle(ledger, now)
-        chosen: list[Any] = []
-        taken: dict[str, int] = {}
-        for key in heapq.merge(*sources):
-            victim = state.jobs[-key[3]]
-            if victim.seq < job.seq or victim.stopping or preempt._protected(state, victim, now):
-                continue
-            if ledger.usage_of(victim.share) - taken.get(victim.share, 0) <= ledger.limit_of(victim.share):
-                continue
-            chosen.append(victim)
-            taken[victim.share] = taken.get(victim.share, 0) + victim.placement.entry.count
-            if state.check(job, entry, Mode.PREEMPT, now, chosen, idle) is None:
-                break
-        else:
-            return None
-        for victim in list(reversed(chosen)):
-            trial = [v for v in chosen if v is not victim]
-            if state.check(job, entry, Mode.PREEMPT, now, trial, idle) is None:
-                chosen = trial
-        return chosen
+        def candidates(state: Any, job: Any, entry: Any, now: float) -> Any:
+            name = entry.instance_type
+            ledger = state.types[name]
+            sources = [
+                iter(state.queues[other].running.get(name, ()))
+                for other, usage in ledger.usage.items()
+                if other != job.share and usage > ledger.limit_of(other)
+            ]
+            for key in heapq.merge(*sources):
+                victim = state.jobs[-key[3]]
+                if victim.seq > job.seq and preempt._preemptible(state, victim, now):
+                    yield victim, PreemptionKind.CROSS_SHARE
+
+        model_candidates = preempt._candidates
+        preempt._candidates = candidates  # find_victims' greedy set and reverse pass, on these
+        try:
+            return preempt.find_victims(state, job, entry, now)
+        finally:
+            preempt._candidates = model_candidates
 
     def then_starving(life: Any, now: float, work: Any) -> bool:
         preempted = preemption(life, now, work)
@@ -245,7 +236,7 @@ def _starving_takes_later_borrowers(shielded: bool) -> None:
                     continue
                 victims = later_borrowers(state, job, entry, now)
                 if victims:
-                    life.preempt(job, entry, [(v, PreemptionKind.CROSS_SHARE) for v in victims], now)
+                    life.preempt(job, entry, victims, now)
                     starving.discard(seq)
                     if shielded:
                         shield.add(seq)
