@@ -21,7 +21,7 @@ from airflow_quota.core.lifecycle import Lifecycle, queued
 from airflow_quota.core.model import Entry, FailureReason, Job
 from airflow_quota.core.preempt import find_victims
 from airflow_quota.core.queues import JobKey
-from airflow_quota.core.quota import Block, holding_cap
+from airflow_quota.core.quota import Block
 from airflow_quota.core.state import Changes, Mode, QuotaState
 from airflow_quota.core.walk import Bucket, WalkPolicy, walk
 
@@ -81,7 +81,7 @@ def within_quota(life: Lifecycle, now: float, work: CycleWork) -> None:
     for name in share_order(state, candidate_shares(state, work.improved, work.changed_keys.keys())):
         if name in work.changed_keys or _fits_within_quota(state, name, work.improved):
             policy = _WithinQuota(life, name, now, work)
-            walk(life, policy, _changed_of([name], work), policy.active)
+            walk(life, policy, _changed_of(state, [name], work), policy.active)
 
 
 class _WithinQuota(WalkPolicy):
@@ -118,15 +118,12 @@ class _WithinQuota(WalkPolicy):
 
 # -- step 3 -------------------------------------------------------------------------------------
 
-NO_LEVELS: dict[int, tuple[float, int]] = {}
-"""The priority levels of a share that had no waiting job when step 3 began."""
-
 
 def borrowing(life: Lifecycle, now: float, work: CycleWork) -> None:
     """Step 3: LEND_AND_BORROW shares' remaining jobs, FIFO by first submission across
     shares, a job only after the jobs ahead of it in its own share."""
     policy = _Borrowing(life, now, work)
-    walk(life, policy, _changed_of(policy.shares, work), work.improved)
+    walk(life, policy, _changed_of(life.state, policy.shares, work), work.improved)
 
 
 class _Borrowing(WalkPolicy):
@@ -139,10 +136,10 @@ class _Borrowing(WalkPolicy):
         self.state = state = life.state
         self.shares = state.borrowing_shares
         self.seen = set()
-        queues = state.queues
-        self.levels = {name: queues[name].priority_levels() for name in self.shares if queues[name].runnable}
-        """Each share's priority levels at the step's start (``ShareQueue.priority_levels``), for
-        the shares with waiting jobs (only their jobs are ever ordered)."""
+        self.levels: dict[str, dict[int, tuple[float, int]]] = {}
+        """Each share's priority levels at the step's start (``ShareQueue.priority_levels``),
+        taken when the walk first orders one of its jobs: only that job's placement could
+        change them, so they are still those of the step's start."""
         self.idle: dict[str, int] = {}
         """Each type's ``protected_idle`` while nothing has been placed since it was worked out."""
         self.checked: tuple[int, Entry, Block | None] | None = None
@@ -151,7 +148,11 @@ class _Borrowing(WalkPolicy):
 
     def order(self, key: JobKey) -> tuple[float, int, JobKey]:
         """After every job of higher priority in its own share, then by first submission."""
-        before = self.levels.get(self.state.jobs[key[2]].share, NO_LEVELS).get(key[0], (float("-inf"), 0))
+        share = self.state.jobs[key[2]].share
+        levels = self.levels.get(share)
+        if levels is None:
+            levels = self.levels[share] = self.state.queues[share].priority_levels()
+        before = levels.get(key[0], (float("-inf"), 0))
         holder = max(before, (key[1], key[2]))
         return (holder[0], holder[1], key)
 
@@ -186,7 +187,7 @@ class _Borrowing(WalkPolicy):
 
     def _room(self, instance_type: str, share: str) -> float:
         ledger = self.state.types[instance_type]
-        cap = holding_cap(self.state.shares[share], ledger.limit_of(share))
+        cap = ledger.cap_of(share)
         physical = ledger.capacity - ledger.used - ledger.draining
         return physical if cap is None else min(physical, cap - ledger.usage_of(share))
 
@@ -227,9 +228,9 @@ def preemption(life: Lifecycle, now: float, work: CycleWork) -> bool:
     preempted: set[int] = set()
     victims = 0
     for name in share_order(state, list(state.queues)):
-        if name in work.changed_keys or _may_preempt_in(state, name, work.improved, now):
+        if _still_waits(state, work, name) or _may_preempt_in(state, name, work.improved, now):
             policy = _Preemption(life, name, now, work, preempted)
-            walk(life, policy, _changed_of([name], work), work.improved & policy.queue.counts.keys())
+            walk(life, policy, _changed_of(state, [name], work), work.improved & policy.queue.counts.keys())
             victims += policy.victims
     return victims > 0
 
@@ -338,7 +339,7 @@ def room_or_reclaim(state: QuotaState, share: str, instance_type: str, count: in
     ledger = state.types[instance_type]
     room = ledger.capacity - ledger.used - ledger.draining
     usage, limit = ledger.usage_of(share), ledger.limit_of(share)
-    cap = holding_cap(state.shares[share], limit)
+    cap = ledger.cap_of(share)
     if room >= count and (cap is None or usage + count <= cap):
         if usage + count <= limit:
             return True
@@ -354,7 +355,7 @@ def reclaim_bound(state: QuotaState, share: str, instance_type: str, now: float)
     grows), worked out once instead of once per count: ``room_or_reclaim(c)`` is ``c <= bound``."""
     ledger = state.types[instance_type]
     usage, limit = ledger.usage_of(share), ledger.limit_of(share)
-    cap = holding_cap(state.shares[share], limit)
+    cap = ledger.cap_of(share)
     placeable = min(ledger.capacity - ledger.used - ledger.draining, float("inf") if cap is None else cap - usage)
     within = limit - usage
     if placeable > within:  # counts above the limit need slack no lender protects
@@ -410,10 +411,26 @@ def group_by_share(state: QuotaState, seqs: set[int]) -> KeysByShare:
 
 
 def candidate_shares(state: QuotaState, improved: set[str], changed_shares: Collection[str]) -> list[str]:
-    """Shares with a new or changed job, or a queue on a type that got easier."""
+    """Shares with a new or changed job, or below their limit on a type that got easier and
+    with a queue on it (only room under the limit lets a job in within quota)."""
+    below = state.below_limit(improved)
     return [
-        name for name, queue in state.queues.items() if name in changed_shares or not improved.isdisjoint(queue.counts)
+        name
+        for name, queue in state.queues.items()
+        if name in changed_shares or (name in below and not improved.isdisjoint(queue.counts))
     ]
+
+
+def _still_waits(state: QuotaState, work: CycleWork, share: str) -> bool:
+    """Whether a job of the share new or changed since the last cycle is still queued: most
+    were placed by steps 2 and 3, and a walk of jobs all placed would try none."""
+    keys = work.changed_keys.get(share)
+    if keys:
+        jobs = state.jobs
+        for key in keys:
+            if queued(jobs[key[2]]):
+                return True
+    return False
 
 
 def _may_preempt_in(state: QuotaState, share: str, improved: set[str], now: float) -> bool:
@@ -435,9 +452,10 @@ def _may_preempt_in(state: QuotaState, share: str, improved: set[str], now: floa
     return False
 
 
-def _changed_of(shares: Iterable[str], work: CycleWork) -> list[tuple[str, SortedList]]:
-    """(share, keys) of the jobs a placing step tries whatever their types, for these shares."""
-    return [(name, work.changed_keys[name]) for name in shares if name in work.changed_keys]
+def _changed_of(state: QuotaState, shares: Iterable[str], work: CycleWork) -> list[tuple[str, SortedList]]:
+    """(share, keys) of the jobs a placing step tries whatever their types, for the shares one
+    of whose jobs is still queued (a stream of jobs all placed already would try none)."""
+    return [(name, work.changed_keys[name]) for name in shares if _still_waits(state, work, name)]
 
 
 def _within_quota_room(state: QuotaState, share: str, instance_type: str) -> int:

@@ -12,7 +12,6 @@ from itertools import takewhile
 
 from airflow_quota.core.model import Entry, Job, PreemptionKind
 from airflow_quota.core.queues import victim_key
-from airflow_quota.core.quota import holding_cap
 from airflow_quota.core.state import Mode, QuotaState
 
 
@@ -91,7 +90,7 @@ def find_victims(state: QuotaState, job: Job, entry: Entry, now: float) -> list[
     on ``entry``; then a reverse pass drops every victim whose removal is not needed.
     None when no set works (nothing is preempted then)."""
     ledger = state.types[entry.instance_type]
-    cap = holding_cap(state.shares[job.share], ledger.limit_of(job.share))
+    cap = ledger.cap_of(job.share)
     if cap is not None and ledger.usage_of(job.share) - _in_share_freeable(state, job, entry, now) + entry.count > cap:
         return None  # no victim set brings the share under what it may hold (victims of other shares free none of it)
     idle = state.protected_idle(ledger, now)  # the same for every victim set: nothing changes here

@@ -51,6 +51,11 @@ def holding_cap(share: Share, limit: int) -> int | None:
     return limit * (100 + share.effective_borrow_limit) // 100
 
 
+def holding_caps(config: QuotaConfig, instance_type: str) -> dict[str, int | None]:
+    """Every share's ``holding_cap`` of the type under ``config``."""
+    return {s.name: holding_cap(s, s.capacity_limits.get(instance_type, 0)) for s in config.shares}
+
+
 @dataclass(slots=True)
 class Plan:
     """A training plan's window and use, on the scheduler's clock."""
@@ -77,11 +82,16 @@ class TypeLedger:
     price: float
     limits: dict[str, int]
     lends: dict[str, bool]
+    caps: dict[str, int | None] = field(default_factory=dict)
+    """Each share's ``holding_cap`` of the type, worked out when the configuration loads."""
     usage: dict[str, int] = field(default_factory=dict)
     pressure: int = 0
     used: int = 0
     borrowed_total: int = 0
     """Σ_s max(0, U_s − L_s), kept up to date like ``pressure``."""
+    below_limit: set[str] = field(default_factory=set)
+    """The shares using less of the type than their limit, kept up to date like ``pressure``:
+    only they leave any of their limit idle (to lend or to protect)."""
     draining: int = 0
     """Instances of stopping victims beyond what their preemptor holds: busy, owned by no share."""
     on_demand_used: int = 0
@@ -98,6 +108,7 @@ class TypeLedger:
             price=0.0,
             limits={s.name: s.capacity_limits[name] for s in config.shares if name in s.capacity_limits},
             lends={s.name: s.lends for s in config.shares},
+            caps=holding_caps(config, name),
             usage=dict(usage),
         )
         ledger.recompute()
@@ -109,6 +120,10 @@ class TypeLedger:
     def limit_of(self, share: str) -> int:
         return self.limits.get(share, 0)
 
+    def cap_of(self, share: str) -> int | None:
+        """The most instances of the type ``share`` may hold (``holding_cap``); None: unbounded."""
+        return self.caps[share]
+
     def term(self, share: str, usage: int, protected: bool = False) -> int:
         lends = self.lends.get(share, True) and not protected
         return share_term(usage, self.limits.get(share, 0), lends)
@@ -117,6 +132,7 @@ class TypeLedger:
         """Rebuild the running sums (after a configuration change)."""
         self.used = sum(self.usage.values())
         self.borrowed_total = self.borrowed()
+        self.below_limit = {s for s, limit in self.limits.items() if self.usage_of(s) < limit}
         shares = set(self.limits) | set(self.usage)
         self.pressure = sum(self.term(s, self.usage_of(s)) for s in shares)
 
@@ -128,6 +144,10 @@ class TypeLedger:
         self.borrowed_total += max(0, after - limit) - max(0, before - limit)
         self.used += delta
         self.usage[share] = after
+        if after < limit:
+            self.below_limit.add(share)
+        else:
+            self.below_limit.discard(share)
 
     def borrowed(self) -> int:
         """Σ_s max(0, U_s − L_s)."""

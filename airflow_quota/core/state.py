@@ -16,7 +16,7 @@ from airflow_quota.core.measures import Meter, charge
 from airflow_quota.core.model import Entry, Job, Placement
 from airflow_quota.core.overtaking import OvertakeLog
 from airflow_quota.core.queues import ShareQueue
-from airflow_quota.core.quota import Block, Plan, TypeLedger, holding_cap
+from airflow_quota.core.quota import Block, Plan, TypeLedger, holding_caps
 
 
 class Mode(Enum):
@@ -118,6 +118,7 @@ class QuotaState:
             ledger.price = spec.hourly_price if spec else 0.0
             ledger.limits = {s.name: s.capacity_limits[name] for s in config.shares if name in s.capacity_limits}
             ledger.lends = {s.name: s.lends for s in config.shares}
+            ledger.caps = holding_caps(config, name)
             ledger.recompute()
         old_plans = self.plans
         self.plans = {}
@@ -148,7 +149,9 @@ class QuotaState:
         ``usage`` when the caller has it already: then only the shares in ``usage`` are looked
         at again, not every share with a limit."""
         if not usage:
-            return sum(self._protected_idle_of(share, ledger, ledger.usage_of(share), now) for share in ledger.limits)
+            return sum(
+                self._protected_idle_of(share, ledger, ledger.usage_of(share), now) for share in ledger.below_limit
+            )
         total = self.protected_idle(ledger, now) if base is None else base
         for share, used in usage.items():
             now_used = ledger.usage_of(share)
@@ -156,6 +159,15 @@ class QuotaState:
                 share, ledger, now_used, now
             )
         return total
+
+    def below_limit(self, types: Iterable[str]) -> set[str]:
+        """The shares using less than their limit of one of the types (``TypeLedger.below_limit``)."""
+        below: set[str] = set()
+        for name in types:
+            ledger = self.types.get(name)
+            if ledger is not None:
+                below |= ledger.below_limit
+        return below
 
     def _protected_idle_of(self, share: str, ledger: TypeLedger, used: int, now: float) -> int:
         """What one share keeps idle of the type by protecting it, at ``used``: its idle
@@ -271,7 +283,7 @@ class QuotaState:
             if own + n > limit:
                 return Block.SHARE_LIMIT
         else:
-            cap = holding_cap(share, limit)
+            cap = ledger.cap_of(job.share)
             if cap is not None and own + n > cap:
                 return Block.BORROW_LIMIT if share.borrows else Block.SHARE_LIMIT
             if own + n > limit and self.borrowing_held(name, job):

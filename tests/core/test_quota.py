@@ -188,6 +188,7 @@ def test_change_usage_keeps_running_sums_equal_to_recompute(case: tuple[TypeLedg
         assert ledger.pressure == sum(
             share_term(ledger.usage_of(s), ledger.limit_of(s), ledger.lends.get(s, True)) for s in names
         )
+        assert ledger.below_limit == {s for s in names if ledger.usage_of(s) < ledger.limit_of(s)}
 
 
 def test_change_usage_by_hand() -> None:
