@@ -441,7 +441,9 @@ def _may_preempt_in(state: QuotaState, share: str, improved: set[str], now: floa
     the share running on the type."""
     queue = state.queues[share]
     in_share = state.shares[share].in_share_preemption
-    for instance_type in improved & queue.counts.keys():
+    for instance_type in improved:
+        if instance_type not in queue.counts:
+            continue
         smallest = queue.smallest(instance_type)
         if smallest is None:
             continue
@@ -469,7 +471,9 @@ def _fits_within_quota(state: QuotaState, share: str, improved: set[str]) -> boo
     """Whether some waiting job of the share asks for an improved type in a count that fits
     within quota now: otherwise step 2 has nothing to look at in this share."""
     queue = state.queues[share]
-    for instance_type in improved & queue.counts.keys():
+    for instance_type in improved:
+        if instance_type not in queue.counts:
+            continue
         smallest = queue.smallest(instance_type)
         if smallest is not None and smallest <= _within_quota_room(state, share, instance_type):
             return True

@@ -148,10 +148,11 @@ class QuotaState:
         where given (a placement being checked), else as it is. ``base`` is the figure without
         ``usage`` when the caller has it already: then only the shares in ``usage`` are looked
         at again, not every share with a limit."""
-        if not usage:
-            return sum(
-                self._protected_idle_of(share, ledger, ledger.usage_of(share), now) for share in ledger.below_limit
-            )
+        if not usage:  # only shares below their limit leave any of it idle
+            total = 0
+            for share in ledger.below_limit:
+                total += self._protected_idle_of(share, ledger, ledger.usage_of(share), now)
+            return total
         total = self.protected_idle(ledger, now) if base is None else base
         for share, used in usage.items():
             now_used = ledger.usage_of(share)
