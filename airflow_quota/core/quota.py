@@ -169,10 +169,9 @@ def lent_by(ledger: TypeLedger) -> dict[str, float]:
     if from_lenders <= 0:
         return {}
     idle: dict[str, int] = {}
-    for share, limit in ledger.limits.items():
-        used = ledger.usage.get(share, 0)
-        if limit > used and ledger.lends.get(share, True):
-            idle[share] = limit - used
+    for share in ledger.below_limit:
+        if ledger.lends.get(share, True):
+            idle[share] = ledger.limits[share] - ledger.usage.get(share, 0)
     total_idle = sum(idle.values())
     if total_idle <= 0:
         return {}
