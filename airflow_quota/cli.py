@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow_quota.core.explain import describe
 from airflow_quota.exceptions import DatabaseUnavailable, InvalidInput, Problem, Refused
+from airflow_quota.sim.gc_tuning import fewer_collections
 
 if TYPE_CHECKING:
     from airflow_quota.core.model import Decision
@@ -60,6 +61,7 @@ def _validated(raw: dict[str, Any], path: Path) -> tuple[list[str], list[Problem
     return [f"{path}: valid", config_summary(config)], warnings
 
 
+@fewer_collections()
 def _simulate(args: argparse.Namespace) -> int:
     from airflow_quota.sim.report import build_report, to_json, to_text
     from airflow_quota.sim.simulator import Simulator

@@ -36,6 +36,7 @@ from airflow_quota.core.explain import number
 from airflow_quota.core.measures import percentile
 from airflow_quota.core.model import Decision, Failed, Placed, Preempted, Rejected, Requeued, Submitted, Succeeded
 from airflow_quota.exceptions import InvalidInput, Problem
+from airflow_quota.sim.gc_tuning import fewer_collections
 from airflow_quota.sim.report import build_report
 from airflow_quota.sim.simulator import Simulator
 from airflow_quota.sim.traces import Trace, TraceJobs, listed, map_rows, trace_scenario
@@ -189,6 +190,7 @@ def _share_of(policy: Policy) -> Callable[[str], str] | None:
     return (lambda _tenant: OPEN_SHARE) if policy.open_pool else None
 
 
+@fewer_collections()
 def run_policy(
     policy: Policy,
     trace: Trace,

@@ -30,6 +30,7 @@ from airflow_quota.core.inputs import (
     handle,
 )
 from airflow_quota.core.model import Decision, Job, Placed, Preempted, Rejected
+from airflow_quota.sim.gc_tuning import fewer_collections
 from airflow_quota.sim.scenario import (
     Event,
     LoadedScenario,
@@ -80,6 +81,7 @@ class Simulator:
         for name, count in scenario.provider.available.items():
             self._handle(ProviderAvailability(name, count), 0.0)
 
+    @fewer_collections()
     def run(self) -> SimulationResult:
         events = self.scenario.events
         next_event = 0

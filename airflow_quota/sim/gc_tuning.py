@@ -1,0 +1,31 @@
+"""Garbage collection for a batch run: a simulation, a trace's mapping, a comparison.
+
+A run keeps every job and decision for its report, so the heap grows with the run. With
+CPython's default thresholds (700, 10, 10) the collector runs a full collection every time
+the long-lived objects grow by a quarter, and each one walks the whole heap: on the 100k-job
+full load that was 12 full collections and a fifth of the CPU time, and the cost per job grew
+with the run (BENCHMARKS.md, "Garbage collection in a batch run"). The simulator makes no
+reference cycles (a collection after a whole run with the collector off finds nothing to
+free: ``tests/sim/test_gc_tuning.py``), so collecting less often frees the same memory, by
+reference counting, and costs none. The thresholds are mypy's for its builds.
+"""
+
+from __future__ import annotations
+
+import gc
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+BATCH_THRESHOLDS = (200_000, 30, 30)
+"""Allocations before a young collection, then young collections before the next generation's."""
+
+
+@contextmanager
+def fewer_collections() -> Iterator[None]:
+    """Run the block with ``BATCH_THRESHOLDS``, then put the caller's thresholds back."""
+    before = gc.get_threshold()
+    gc.set_threshold(*BATCH_THRESHOLDS)
+    try:
+        yield
+    finally:
+        gc.set_threshold(*before)
