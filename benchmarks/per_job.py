@@ -4,6 +4,7 @@ load (issue 15: flat from 1k to 100k jobs), each size in its own process as a us
     python benchmarks/per_job.py                     # 1k, 10k, 100k
     python benchmarks/per_job.py --sizes 1000,10000
     python benchmarks/per_job.py --sizes 1000,10000,100000,300000 --repeat 1
+    python benchmarks/per_job.py --load 0.8          # a load the pool carries: the backlog stays bounded
 
 Each size after the first also gets the cost of each job it adds to the size before it
 (marginal cost): that leaves out the fixed cost and the first jobs, which meet an empty pool.
@@ -48,12 +49,15 @@ def main() -> None:
     parser.add_argument(
         "--repeat", type=int, default=3, help="runs of each size under 100k (and of the fixed cost): the least CPU"
     )
+    parser.add_argument(
+        "--load", type=float, default=1.0, help="demand over capacity (workload.py's load; 1.0: the full load)"
+    )
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as scratch:
         paths = {}
         for jobs in [10, *map(int, args.sizes.split(","))]:
             paths[jobs] = Path(scratch) / f"full-load-{jobs}.json"
-            paths[jobs].write_text(json.dumps(workload.scenario(jobs)))
+            paths[jobs].write_text(json.dumps(workload.scenario(jobs, args.load)))
         fixed_path = paths.pop(10)
         fixed = min(run(fixed_path)[1] for _ in range(args.repeat))
         print(f"fixed cost (10 jobs, least of {args.repeat}): CPU {fixed:.2f} s")

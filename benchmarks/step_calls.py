@@ -44,6 +44,9 @@ def counting(calls: Counter[str], name: str, function: Callable[..., Any]) -> Ca
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", default="1000,10000")
+    parser.add_argument(
+        "--load", type=float, default=1.0, help="demand over capacity (workload.py's load; 1.0: the full load)"
+    )
     args = parser.parse_args()
     calls: Counter[str] = Counter()
     for name in COUNTED:
@@ -63,7 +66,7 @@ def main() -> None:
     for size in (int(text) for text in args.sizes.split(",")):
         calls.clear()
         backlog.clear()
-        simulator = Simulator(parse_scenario(workload.scenario(size), Path(".")))
+        simulator = Simulator(parse_scenario(workload.scenario(size, args.load), Path(".")))
         simulator.run()
         cycles = simulator.scheduler.cycles
         print(
