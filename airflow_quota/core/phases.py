@@ -228,9 +228,11 @@ def preemption(life: Lifecycle, now: float, work: CycleWork) -> bool:
     preempted: set[int] = set()
     victims = 0
     for name in share_order(state, list(state.queues)):
-        if _still_waits(state, work, name) or _may_preempt_in(state, name, work.improved, now):
+        waits = _still_waits(state, work, name)
+        if waits or _may_preempt_in(state, name, work.improved, now):
             policy = _Preemption(life, name, now, work, preempted)
-            walk(life, policy, _changed_of(state, [name], work), work.improved & policy.queue.counts.keys())
+            new_jobs = [(name, work.changed_keys[name])] if waits else []
+            walk(life, policy, new_jobs, work.improved & policy.queue.counts.keys())
             victims += policy.victims
     return victims > 0
 
