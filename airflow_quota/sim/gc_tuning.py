@@ -22,7 +22,8 @@ BATCH_THRESHOLDS = (200_000, 30, 30)
 
 @contextmanager
 def fewer_collections() -> Iterator[None]:
-    """Run the block with ``BATCH_THRESHOLDS``, then put the caller's thresholds back."""
+    """Run the block with ``BATCH_THRESHOLDS``, then put the caller's thresholds back. The
+    thresholds are the process's: runs in several threads at once may leave them raised."""
     before = gc.get_threshold()
     gc.set_threshold(*BATCH_THRESHOLDS)
     try:
