@@ -7,7 +7,8 @@ fails the CPU-only lists the provider cannot serve.
 
 A job is only looked at when it is new or changed, or when one of its instance types got easier
 since the last cycle (capacity freed, a limit raised, a lender no longer protecting, a new
-victim): a job that could not fit before and whose types did not change still cannot.
+victim): a job that could not fit before and whose types did not change still cannot. While
+every instance of the pool is in use (``QuotaState.full``), steps 2 and 3 look at nothing.
 """
 
 from __future__ import annotations
@@ -78,7 +79,11 @@ def within_quota(life: Lifecycle, now: float, work: CycleWork) -> None:
     """Step 2: share by share (lowest usage/limit first), each job in order takes the first
     entry that fits under its share's limit with the invariant holding. It borrows nothing."""
     state = life.state
+    if state.full():
+        return
     for name in share_order(state, candidate_shares(state, work.improved, work.changed_keys.keys())):
+        if state.full():
+            return
         if name in work.changed_keys or _fits_within_quota(state, name, work.improved):
             policy = _WithinQuota(life, name, now, work)
             walk(life, policy, _changed_of(state, [name], work), policy.active)
@@ -109,6 +114,9 @@ class _WithinQuota(WalkPolicy):
     def attempt(self, job: Job) -> bool:
         return _try_place(self.life, job, Mode.WITHIN_QUOTA, self.now, self.work.waits)
 
+    def exhausted(self) -> bool:
+        return self.state.full()
+
     def look_again(self) -> Iterable[str]:
         # a starving job placed lifts its reservation for the jobs behind it
         fresh = (self.work.changes.improved & self.queue.counts.keys()) - self.active
@@ -122,6 +130,8 @@ class _WithinQuota(WalkPolicy):
 def borrowing(life: Lifecycle, now: float, work: CycleWork) -> None:
     """Step 3: LEND_AND_BORROW shares' remaining jobs, FIFO by first submission across
     shares, a job only after the jobs ahead of it in its own share."""
+    if life.state.full():
+        return
     policy = _Borrowing(life, now, work)
     walk(life, policy, _changed_of(life.state, policy.shares, work), work.improved)
 
@@ -178,6 +188,9 @@ class _Borrowing(WalkPolicy):
         known = self.checked[1:] if self.checked is not None and self.checked[0] == job.seq else None
         self.checked = None
         return _try_place(self.life, job, Mode.BORROW, self.now, self.work.waits, known)
+
+    def exhausted(self) -> bool:
+        return self.state.full()
 
     def look_again(self) -> Iterable[str]:
         # every improved type, not only new ones: a placement that lifts a lender's protection

@@ -79,6 +79,11 @@ class WalkPolicy(ABC):
     def look_again(self) -> Iterable[str]:
         """After a success: the types whose buckets may fit now, walked from that job on."""
 
+    def exhausted(self) -> bool:
+        """After a success: whether no later job can succeed in this walk, which then ends.
+        Never by default."""
+        return False
+
 
 def walk(life: Lifecycle, policy: WalkPolicy, new_jobs: Iterable[tuple[str, SortedList]], types: Iterable[str]) -> None:
     """Try, in the policy's order, the ``new_jobs`` (share, keys) and the jobs of the buckets of
@@ -98,6 +103,8 @@ def walk(life: Lifecycle, policy: WalkPolicy, new_jobs: Iterable[tuple[str, Sort
             continue
         streams.seen.add(job.seq)
         if queued(job) and policy.attempt(job):
+            if policy.exhausted():
+                return
             for instance_type in policy.look_again():
                 _add_buckets(life, policy, streams, instance_type, position)
 

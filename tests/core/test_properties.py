@@ -5,7 +5,9 @@
 - every preemption is followed by the placement it was for;
 - the cycle only skips jobs that could not fit: a scheduler that rescans every job and type
   each cycle (the spec taken literally) makes exactly the same decisions;
-- the same input gives the same output.
+- the same input gives the same output;
+- while the pool is full no queued job's entry fits without victims (steps 2 and 3 then
+  look at nothing).
 """
 
 from __future__ import annotations
@@ -228,3 +230,84 @@ def test_step_4s_bound_is_room_or_reclaim_for_every_count(loaded: LoadedScenario
     simulator.run()
     assert compared > 0
     assert not mismatches, mismatches[:5]
+
+
+def _full_pool_premise(loaded: LoadedScenario) -> tuple[int, list[str]]:
+    """Run the scenario; each time a step asks whether the pool is full and it is
+    (``QuotaState.full``), check every entry of every queued job in the modes of steps 2 and 3.
+    Returns how many full answers were checked and the entries that would have fitted."""
+    from unittest.mock import patch
+
+    from airflow_quota.core.lifecycle import queued
+    from airflow_quota.core.state import Mode, QuotaState
+
+    simulator = Simulator(loaded)
+    scheduler = simulator.scheduler
+    fitted: list[str] = []
+    full_answers = 0
+    cycle_at = [0.0]
+    run_cycle, full = scheduler.run_cycle, QuotaState.full
+
+    def timed_cycle(now: float) -> list[Decision]:
+        cycle_at[0] = now
+        return run_cycle(now)
+
+    def checked_full(self: QuotaState) -> bool:
+        nonlocal full_answers
+        if not full(self):
+            return False
+        full_answers += 1
+        now = cycle_at[0]
+        for job in self.jobs.values():
+            if queued(job):
+                for entry in job.entries:
+                    for mode in (Mode.WITHIN_QUOTA, Mode.BORROW):
+                        if self.check(job, entry, mode, now) is None:
+                            fitted.append(f"t={now:g} {job.name} {entry} in {mode.name}")
+        return True
+
+    scheduler.run_cycle = timed_cycle  # type: ignore[method-assign]
+    with patch.object(QuotaState, "full", checked_full):
+        simulator.run()
+    return full_answers, fitted
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(scenarios())
+def test_a_full_pool_fits_no_entry_without_victims(loaded: LoadedScenario) -> None:
+    """Steps 2 and 3 look at nothing while the pool is full: that is only sound if no
+    queued job's entry then passes the check of either step."""
+    _, fitted = _full_pool_premise(loaded)
+    assert not fitted, fitted[:5]
+
+
+def test_a_full_pool_fits_no_entry_without_victims_on_one_busy_type() -> None:
+    """The same on a congested pool of one type (as a GPU cluster trace is), where the pool is
+    full after most cycles: 400 jobs of four shares, one of them reserving, on 16 instances."""
+    import random
+
+    from tests.builders import job, quota, share
+
+    rng = random.Random(5)
+    t = TYPES[0]
+    config = quota(
+        {t: 16},
+        share("a", {t: 4}),
+        share("b", {t: 4}),
+        share("c", {t: 4}, strategy="LEND"),
+        share("d", {t: 3}, strategy="RESERVE", in_share_preemption=True),
+    )
+    events = [
+        job(
+            f"j{i}",
+            rng.choice("abcd"),
+            (t, rng.randint(1, 4)),
+            at=i * 120,
+            duration=rng.choice([600, 1800, 5400]),
+            priority=rng.randint(0, 3),
+        )
+        for i in range(400)
+    ]
+    full_answers, fitted = _full_pool_premise(scenario(config, *events))
+    assert full_answers > 100
+    assert not fitted, fitted[:5]
