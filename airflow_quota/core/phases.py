@@ -241,7 +241,7 @@ def preemption(life: Lifecycle, now: float, work: CycleWork) -> bool:
     preempted: set[int] = set()
     victims = 0
     for name in share_order(state, list(state.queues)):
-        waits = _still_waits(state, work, name)
+        waits = name in work.changed_keys and _still_waits(state, work, name)
         if waits or _may_preempt_in(state, name, work.improved, now):
             policy = _Preemption(life, name, now, work, preempted)
             new_jobs = [(name, work.changed_keys[name])] if waits else []

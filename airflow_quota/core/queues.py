@@ -40,6 +40,7 @@ class ShareQueue:
         "_levels",
         "buckets",
         "counts",
+        "least",
         "reserving",
         "runnable",
         "running",
@@ -60,6 +61,8 @@ class ShareQueue:
         self.sizes: defaultdict[str, SortedList] = defaultdict(SortedList)
         """instance type → the counts RUNNABLE jobs ask of it, one per job (lender protection
         holds while the smallest fits under the share's limit)."""
+        self.least: dict[str, int] = {}
+        """instance type → the smallest of its ``sizes``, asked for on every cycle (``smallest``)."""
         self.running: dict[str, SortedList] = {}
         """instance type → victim keys of jobs holding it that may be preempted."""
         self.reserving = False
@@ -83,6 +86,9 @@ class ShareQueue:
                 self.counts.setdefault(entry.instance_type, set()).add(entry.count)
             bucket.add(key)
             self.sizes[entry.instance_type].add(entry.count)
+            least = self.least.get(entry.instance_type)
+            if least is None or entry.count < least:
+                self.least[entry.instance_type] = entry.count
         if job.starving:
             self.add_starving(job)
 
@@ -98,7 +104,12 @@ class ShareQueue:
             bucket.remove(key)
             if not bucket:
                 self._forget_count(entry.instance_type, entry.count)
-            self.sizes[entry.instance_type].remove(entry.count)
+            sizes = self.sizes[entry.instance_type]
+            sizes.remove(entry.count)
+            if not sizes:
+                del self.least[entry.instance_type]
+            elif entry.count == self.least[entry.instance_type]:
+                self.least[entry.instance_type] = sizes[0]
             released.append(entry.instance_type)
         if job.starving:
             self.remove_starving(job)
@@ -137,8 +148,7 @@ class ShareQueue:
 
     def smallest(self, instance_type: str) -> int | None:
         """The smallest count a RUNNABLE job of the share asks of the type, if any asks."""
-        sizes = self.sizes.get(instance_type)
-        return sizes[0] if sizes else None
+        return self.least.get(instance_type)
 
     def add_starving(self, job: Job) -> None:
         if self.reserving:
