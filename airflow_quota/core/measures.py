@@ -48,6 +48,7 @@ class Meter:
     pool_gpu_seconds: float = 0.0
     capacity_gpu_seconds: float = 0.0
     _last: dict[str, float] = field(default_factory=dict)
+    _limits: dict[str, tuple[dict[str, int], int, list[tuple[ShareTotals, int]]]] = field(default_factory=dict)
 
     def totals(self, share: str) -> ShareTotals:
         totals = self.shares.get(share)
@@ -63,23 +64,32 @@ class Meter:
         dt = now - last
         gpus = ledger.gpus
         self.capacity_gpu_seconds += ledger.capacity * gpus * dt
-        shares = self.shares
-        for share, limit in ledger.limits.items():
-            (shares.get(share) or self.totals(share)).limit_gpu_seconds += limit * gpus * dt
+        for totals, limit_gpus in self._limits_of(ledger):
+            totals.limit_gpu_seconds += limit_gpus * dt
         if gpus == 0 or (ledger.used == 0):
             return
         self.pool_gpu_seconds += ledger.used * gpus * dt
         borrowed = 0
+        shares, limits = self.shares, ledger.limits
         for share, usage in ledger.usage.items():
             if usage:
-                totals = self.totals(share)
+                totals = shares.get(share) or self.totals(share)
                 totals.gpu_seconds += usage * gpus * dt
-                over = usage - ledger.limit_of(share)
+                over = usage - limits.get(share, 0)
                 if over > 0:
                     totals.borrowed_gpu_seconds += over * gpus * dt
                     borrowed += over
         if borrowed:
             self._credit_lenders(ledger, gpus * dt)
+
+    def _limits_of(self, ledger: TypeLedger) -> list[tuple[ShareTotals, int]]:
+        """Each share's totals with its limit of the type in GPUs, kept until the type's limits
+        or GPUs change (a configuration loads new ``limits``): ``touch`` adds them up each time."""
+        kept = self._limits.get(ledger.name)
+        if kept is None or kept[0] is not ledger.limits or kept[1] != ledger.gpus:
+            rows = [(self.totals(share), limit * ledger.gpus) for share, limit in ledger.limits.items()]
+            kept = self._limits[ledger.name] = (ledger.limits, ledger.gpus, rows)
+        return kept[2]
 
     def _credit_lenders(self, ledger: TypeLedger, weight: float) -> None:
         shares = self.shares
