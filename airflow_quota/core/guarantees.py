@@ -48,10 +48,8 @@ class GuaranteeWatch:
         on a type in ``types``. A share none of whose waiting jobs asks a type in a count under
         its limit has none (the smallest count it asks decides)."""
         suspects = {seq: (instance_type, count) for seq, (instance_type, count, _) in self.violating.items()}
-        below = state.below_limit(types)
-        for name, queue in state.queues.items():
-            if name not in below:
-                continue
+        for name in state.below_limit(types):
+            queue = state.queues[name]
             for instance_type in types & queue.counts.keys():
                 ledger = state.types[instance_type]
                 headroom = ledger.limit_of(name) - ledger.usage_of(name)

@@ -242,7 +242,7 @@ def preemption(life: Lifecycle, now: float, work: CycleWork) -> bool:
     victims = 0
     for name in share_order(state, list(state.queues)):
         waits = name in work.changed_keys and _still_waits(state, work, name)
-        if waits or _may_preempt_in(state, name, work.improved, now):
+        if waits or (work.improved and _may_preempt_in(state, name, work.improved, now)):
             policy = _Preemption(life, name, now, work, preempted)
             new_jobs = [(name, work.changed_keys[name])] if waits else []
             walk(life, policy, new_jobs, work.improved & policy.queue.counts.keys())
