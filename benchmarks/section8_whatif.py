@@ -7,7 +7,7 @@ some share fields changed, and the wait-time figures the quota model is judged b
         --set preemption_protection_seconds=1800 --label 'starve 1 d, protect 30 min'
     python benchmarks/section8_whatif.py --what-if no-lender-protection --json
 
-The quota is ``itp_replay.itp_quota(starvation_after_seconds=None)``: 10 LEND_AND_BORROW shares
+The quota is ``itp_replay.itp_quota()``: 10 LEND_AND_BORROW shares
 over 1,200 V100 GPUs, limits proportional to each cluster's GPU-hours in the whole trace, and
 every other share field at the quota model's default (so starvation reservations after 3600 s)
 unless ``--set FIELD=VALUE`` gives it, on every share (VALUE is read as a YAML scalar). The
@@ -83,7 +83,7 @@ def parse_sets(items: list[str]) -> dict[str, Any]:
 
 def quota(fields: dict[str, Any]) -> QuotaConfig:
     """The ITP quota at the model's defaults, with ``fields`` set on every share."""
-    raw = itp_quota(starvation_after_seconds=None)
+    raw = itp_quota()
     for share in raw["shares"]:
         share.update(fields)
     try:

@@ -121,7 +121,7 @@ def main() -> None:
     parser.add_argument("--open", action="store_true", help="also replay the open pool: each share's peak use")
     args = parser.parse_args()
     trace = read_trace(f"itp:{TRACE}")
-    raw = itp_quota(starvation_after_seconds=None)
+    raw = itp_quota()
     limits = {s["name"]: s["capacity_limits"][INSTANCE_TYPE] for s in raw["shares"]}
     start, end = args.from_day * DAY, args.to_day * DAY
     rows = bursts(trace.rows, limits, start, end, args.max_wait)
