@@ -9,7 +9,7 @@ some share fields changed, and the wait-time figures the quota model is judged b
 
 The quota is ``itp_replay.itp_quota()``: 10 LEND_AND_BORROW shares
 over 1,200 V100 GPUs, limits proportional to each cluster's GPU-hours in the whole trace, and
-every other share field at the quota model's default (so starvation reservations after 3600 s)
+every other share field at the quota model's default (STARVING after 48 h, no reservation)
 unless ``--set FIELD=VALUE`` gives it, on every share (VALUE is read as a YAML scalar). The
 policy is replayed with ``compare.run_policy``, as ``airflow-quota compare`` does; ``--what-if``
 goes to ``itp_replay.what_if`` before that run (``measure-idle`` attaches nothing here).
