@@ -273,9 +273,12 @@ class _Preemption(WalkPolicy):
 
     def most(self, share: str, instance_type: str) -> float:
         bound = reclaim_bound(self.state, share, instance_type, self.now)
-        self.bound = (instance_type, bound, lowest_running_priority(self.state, share, instance_type))
-        # with in-share preemption any count may find lower-priority victims of its own share
-        return float("inf") if self.state.shares[share].in_share_preemption else bound
+        lowest = lowest_running_priority(self.state, share, instance_type)
+        self.bound = (instance_type, bound, lowest)
+        # any count may find victims of its own share, for a job of higher priority than theirs
+        if lowest is not None and lowest < -self.queue.runnable[0][0]:
+            return float("inf")
+        return bound
 
     def admits(self, bucket: Bucket, first: JobKey) -> bool:
         # may_preempt, read off the bounds ``most`` has just worked out for the type
