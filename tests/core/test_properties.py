@@ -311,3 +311,56 @@ def test_a_full_pool_fits_no_entry_without_victims_on_one_busy_type() -> None:
     full_answers, fitted = _full_pool_premise(scenario(config, *events))
     assert full_answers > 100
     assert not fitted, fitted[:5]
+
+
+def _step_4_left_out(loaded: LoadedScenario) -> tuple[int, list[str]]:
+    """Run the scenario; after every cycle, for every share and type with waiting jobs, the
+    jobs of the buckets above step 4's ``most`` for the share and type (which never join its
+    walk): how many there were, and those that may preempt all the same."""
+    from airflow_quota.core.phases import _Preemption, may_preempt
+
+    simulator = Simulator(loaded)
+    scheduler = simulator.scheduler
+    state = scheduler.state
+    wrongly_left_out: list[str] = []
+    left_out = 0
+
+    def compare(now: float, cycles: int, finished: int) -> None:
+        nonlocal left_out
+        for share, queue in state.queues.items():
+            policy = _Preemption(scheduler.lifecycle, share, now, None, set())  # type: ignore[arg-type]
+            for name, counts in queue.counts.items():
+                most = policy.most(share, name)
+                for count in counts:
+                    if count <= most:
+                        continue
+                    for key in queue.buckets[(name, count)]:
+                        left_out += 1
+                        if may_preempt(state, share, name, count, state.jobs[key[2]], now):
+                            wrongly_left_out.append(f"t={now:g} {share} {count}x {name} job {key[2]}")
+
+    simulator._progress = compare
+    simulator.run()
+    return left_out, wrongly_left_out
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(scenarios())
+def test_step_4_leaves_out_only_buckets_that_may_not_preempt(loaded: LoadedScenario) -> None:
+    """Step 4 lets a share's buckets above ``reclaim_bound`` join its walk only when one of its
+    waiting jobs has a higher priority than its lowest running job (``_Preemption.most``):
+    no job of a bucket it leaves out may preempt."""
+    _, wrongly_left_out = _step_4_left_out(loaded)
+    assert not wrongly_left_out, wrongly_left_out[:5]
+
+
+def test_step_4_leaves_out_only_buckets_that_may_not_preempt_at_full_load() -> None:
+    """The same on the benchmark's busy pool (in-share preemption in some shares)."""
+    from pathlib import Path
+
+    from airflow_quota.sim.scenario import parse_scenario
+    from benchmarks import workload
+
+    left_out, wrongly_left_out = _step_4_left_out(parse_scenario(workload.scenario(1000), Path(".")))
+    assert left_out > 1000
+    assert not wrongly_left_out, wrongly_left_out[:5]
