@@ -82,11 +82,10 @@ def within_quota(life: Lifecycle, now: float, work: CycleWork) -> None:
     if state.full():
         return
     for name in share_order(state, candidate_shares(state, work.improved, work.changed_keys.keys())):
-        if state.full():
-            return
         if name in work.changed_keys or _fits_within_quota(state, name, work.improved):
             policy = _WithinQuota(life, name, now, work)
-            walk(life, policy, _changed_of(state, [name], work), policy.active)
+            if walk(life, policy, _changed_of(state, [name], work), policy.active):
+                return
 
 
 class _WithinQuota(WalkPolicy):

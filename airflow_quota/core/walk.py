@@ -85,9 +85,10 @@ class WalkPolicy(ABC):
         return False
 
 
-def walk(life: Lifecycle, policy: WalkPolicy, new_jobs: Iterable[tuple[str, SortedList]], types: Iterable[str]) -> None:
+def walk(life: Lifecycle, policy: WalkPolicy, new_jobs: Iterable[tuple[str, SortedList]], types: Iterable[str]) -> bool:
     """Try, in the policy's order, the ``new_jobs`` (share, keys) and the jobs of the buckets of
-    ``types`` the policy admits, each job once; drop a bucket once the policy does not keep it."""
+    ``types`` the policy admits, each job once; drop a bucket once the policy does not keep it.
+    True when the walk ended because the policy was ``exhausted``."""
     jobs = life.state.jobs
     streams = MergedStreams(policy.order)
     streams.seen = policy.seen
@@ -104,9 +105,10 @@ def walk(life: Lifecycle, policy: WalkPolicy, new_jobs: Iterable[tuple[str, Sort
         streams.seen.add(job.seq)
         if queued(job) and policy.attempt(job):
             if policy.exhausted():
-                return
+                return True
             for instance_type in policy.look_again():
                 _add_buckets(life, policy, streams, instance_type, position)
+    return False
 
 
 def _add_buckets(life: Lifecycle, policy: WalkPolicy, streams: MergedStreams, instance_type: str, after: Any) -> None:
