@@ -239,14 +239,34 @@ def preemption(life: Lifecycle, now: float, work: CycleWork) -> bool:
     state = life.state
     preempted: set[int] = set()
     victims = 0
+    may_act = _shares_that_may_act(state, work.improved)
     for name in share_order(state, list(state.queues)):
         waits = name in work.changed_keys and _still_waits(state, work, name)
-        if waits or (work.improved and _may_preempt_in(state, name, work.improved, now)):
+        if waits or ((may_act is None or name in may_act) and _may_preempt_in(state, name, work.improved, now)):
             policy = _Preemption(life, name, now, work, preempted)
             new_jobs = [(name, work.changed_keys[name])] if waits else []
             walk(life, policy, new_jobs, work.improved & policy.queue.counts.keys())
             victims += policy.victims
+            may_act = _shares_that_may_act(state, work.improved)  # the walk changed the state
     return victims > 0
+
+
+def _shares_that_may_act(state: QuotaState, improved: set[str]) -> set[str] | frozenset[str] | None:
+    """The shares for which ``_may_preempt_in`` might hold, worked out per type rather than
+    per share; None for every share. On a type with no instance free, ``room_or_reclaim``
+    needs room under the share's limit (only the shares below it have any), and in-share
+    preemption a share that allows it."""
+    if not improved:
+        return frozenset()
+    shares: set[str] = set(state.in_share_shares)
+    for name in improved:
+        ledger = state.types.get(name)
+        if ledger is None:
+            continue
+        if ledger.used + ledger.draining < ledger.capacity:
+            return None
+        shares |= ledger.below_limit
+    return shares
 
 
 class _Preemption(WalkPolicy):

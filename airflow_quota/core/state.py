@@ -78,6 +78,8 @@ class QuotaState:
     share_limit: dict[str, int] = field(default_factory=dict)
     borrowing_shares: tuple[str, ...] = ()
     """LEND_AND_BORROW shares, in configuration order: the shares step 3 walks."""
+    in_share_shares: frozenset[str] = frozenset()
+    """The shares with ``in_share_preemption``."""
     reserving_shares: tuple[str, ...] = ()
     """LEND_AND_BORROW shares whose starving jobs hold reservations: only they can hold
     borrowing pool-wide (none under the defaults, so the check costs nothing then)."""
@@ -101,6 +103,7 @@ class QuotaState:
             self.share_usage.setdefault(name, 0)
             self.share_limit[name] = sum(share.capacity_limits.values())
         self.borrowing_shares = tuple(name for name, share in self.shares.items() if share.borrows)
+        self.in_share_shares = frozenset(name for name, share in self.shares.items() if share.in_share_preemption)
         self.reserving_shares = tuple(s.name for s in config.shares if s.starvation_reservation and s.borrows)
         names = set(config.pool.capacity) | set(self.types)
         for share in config.shares:

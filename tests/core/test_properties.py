@@ -281,9 +281,9 @@ def test_a_full_pool_fits_no_entry_without_victims(loaded: LoadedScenario) -> No
     assert not fitted, fitted[:5]
 
 
-def test_a_full_pool_fits_no_entry_without_victims_on_one_busy_type() -> None:
-    """The same on a congested pool of one type (as a GPU cluster trace is), where the pool is
-    full after most cycles: 400 jobs of four shares, one of them reserving, on 16 instances."""
+def _one_busy_type() -> LoadedScenario:
+    """A congested pool of one type (as a GPU cluster trace is), full after most cycles: 400
+    jobs of four shares on 16 instances, one share reserving with in-share preemption."""
     import random
 
     from tests.builders import job, quota, share
@@ -308,7 +308,12 @@ def test_a_full_pool_fits_no_entry_without_victims_on_one_busy_type() -> None:
         )
         for i in range(400)
     ]
-    full_answers, fitted = _full_pool_premise(scenario(config, *events))
+    return scenario(config, *events)
+
+
+def test_a_full_pool_fits_no_entry_without_victims_on_one_busy_type() -> None:
+    """The same on a congested pool of one type, where the pool is full after most cycles."""
+    full_answers, fitted = _full_pool_premise(_one_busy_type())
     assert full_answers > 100
     assert not fitted, fitted[:5]
 
@@ -364,3 +369,45 @@ def test_step_4_leaves_out_only_buckets_that_may_not_preempt_at_full_load() -> N
     left_out, wrongly_left_out = _step_4_left_out(parse_scenario(workload.scenario(1000), Path(".")))
     assert left_out > 1000
     assert not wrongly_left_out, wrongly_left_out[:5]
+
+
+def _may_act_missed(loaded: LoadedScenario) -> tuple[int, list[str]]:
+    """Run the scenario; after every cycle, for every type and for all types together, the
+    shares for which ``_may_preempt_in`` holds: how many, and those ``_shares_that_may_act``
+    leaves out."""
+    from airflow_quota.core.phases import _may_preempt_in, _shares_that_may_act
+
+    simulator = Simulator(loaded)
+    state = simulator.scheduler.state
+    missed: list[str] = []
+    held = 0
+
+    def compare(now: float, cycles: int, finished: int) -> None:
+        nonlocal held
+        for improved in [set(state.types), *({name} for name in state.types)]:
+            may_act = _shares_that_may_act(state, improved)
+            for share in state.queues:
+                if _may_preempt_in(state, share, improved, now):
+                    held += 1
+                    if not (may_act is None or share in may_act):
+                        missed.append(f"t={now:g} {share} on {sorted(improved)}")
+
+    simulator._progress = compare
+    simulator.run()
+    return held, missed
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(scenarios())
+def test_step_4_asks_only_shares_that_may_act_whether_they_may_preempt(loaded: LoadedScenario) -> None:
+    """Step 4 asks ``_may_preempt_in`` only of the shares ``_shares_that_may_act`` gives (a
+    set worked out per type): none for which it holds is left out."""
+    _, missed = _may_act_missed(loaded)
+    assert not missed, missed[:5]
+
+
+def test_step_4_asks_only_shares_that_may_act_on_one_busy_type() -> None:
+    """The same on a congested pool of one type, with in-share preemption in one share."""
+    held, missed = _may_act_missed(_one_busy_type())
+    assert held > 50
+    assert not missed, missed[:5]
