@@ -173,11 +173,11 @@ class ShareQueue:
 
     def reserves(self, instance_type: str) -> bool:
         """Whether the share's reservation asks for the type (its share lends none of it)."""
-        return bool(self.starving) and instance_type in self.starving_types[self.starving[0]]
+        return self.reserving and bool(self.starving) and instance_type in self.starving_types[self.starving[0]]
 
     def held_back(self, key: JobKey, instance_type: str) -> bool:
         """Whether the share's reservation, held by a job ahead of ``key``, covers the type."""
-        return bool(self.starving) and self.starving[0] < key and self.reserves(instance_type)
+        return self.reserving and bool(self.starving) and self.starving[0] < key and self.reserves(instance_type)
 
     def add_running(self, job: Job, instance_type: str) -> None:
         self.running.setdefault(instance_type, SortedList()).add(victim_key(job))
