@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from hypothesis import HealthCheck, given, settings
@@ -155,6 +156,13 @@ def run_checked(loaded: LoadedScenario, literal: bool = False) -> list[Decision]
     return simulator.run().decisions
 
 
+def after_every_cycle(loaded: LoadedScenario, look: Callable[[QuotaScheduler, float], None]) -> None:
+    """Run the scenario in the simulator, calling ``look(scheduler, now)`` after every cycle."""
+    simulator = Simulator(loaded)
+    simulator._progress = lambda now, cycles, finished: look(simulator.scheduler, now)
+    simulator.run()
+
+
 def describe(decisions: list[Decision]) -> list[str]:
     return [repr(d) for d in decisions]
 
@@ -211,13 +219,12 @@ def test_step_4s_bound_is_room_or_reclaim_for_every_count(loaded: LoadedScenario
     (a bound that cut one count short would leave a job that could reclaim waiting)."""
     from airflow_quota.core.phases import reclaim_bound, room_or_reclaim
 
-    simulator = Simulator(loaded)
-    state = simulator.scheduler.state
     mismatches: list[str] = []
     compared = 0
 
-    def compare(now: float, cycles: int, finished: int) -> None:
+    def compare(scheduler: QuotaScheduler, now: float) -> None:
         nonlocal compared
+        state = scheduler.state
         for share in state.shares:
             for name, ledger in state.types.items():
                 bound = reclaim_bound(state, share, name, now)
@@ -226,8 +233,7 @@ def test_step_4s_bound_is_room_or_reclaim_for_every_count(loaded: LoadedScenario
                     if room_or_reclaim(state, share, name, count, now) != (count <= bound):
                         mismatches.append(f"t={now:g} {share} {count}x {name}: bound {bound}")
 
-    simulator._progress = compare
-    simulator.run()
+    after_every_cycle(loaded, compare)
     assert compared > 0
     assert not mismatches, mismatches[:5]
 
@@ -324,14 +330,12 @@ def _step_4_left_out(loaded: LoadedScenario) -> tuple[int, list[str]]:
     walk): how many there were, and those that may preempt all the same."""
     from airflow_quota.core.phases import _Preemption, may_preempt
 
-    simulator = Simulator(loaded)
-    scheduler = simulator.scheduler
-    state = scheduler.state
     wrongly_left_out: list[str] = []
     left_out = 0
 
-    def compare(now: float, cycles: int, finished: int) -> None:
+    def compare(scheduler: QuotaScheduler, now: float) -> None:
         nonlocal left_out
+        state = scheduler.state
         for share, queue in state.queues.items():
             policy = _Preemption(scheduler.lifecycle, share, now, None, set())  # type: ignore[arg-type]
             for name, counts in queue.counts.items():
@@ -344,8 +348,7 @@ def _step_4_left_out(loaded: LoadedScenario) -> tuple[int, list[str]]:
                         if may_preempt(state, share, name, count, state.jobs[key[2]], now):
                             wrongly_left_out.append(f"t={now:g} {share} {count}x {name} job {key[2]}")
 
-    simulator._progress = compare
-    simulator.run()
+    after_every_cycle(loaded, compare)
     return left_out, wrongly_left_out
 
 
@@ -377,13 +380,12 @@ def _may_act_missed(loaded: LoadedScenario) -> tuple[int, list[str]]:
     leaves out."""
     from airflow_quota.core.phases import _may_preempt_in, _shares_that_may_act
 
-    simulator = Simulator(loaded)
-    state = simulator.scheduler.state
     missed: list[str] = []
     held = 0
 
-    def compare(now: float, cycles: int, finished: int) -> None:
+    def compare(scheduler: QuotaScheduler, now: float) -> None:
         nonlocal held
+        state = scheduler.state
         for improved in [set(state.types), *({name} for name in state.types)]:
             may_act = _shares_that_may_act(state, improved)
             for share in state.queues:
@@ -392,8 +394,7 @@ def _may_act_missed(loaded: LoadedScenario) -> tuple[int, list[str]]:
                     if not (may_act is None or share in may_act):
                         missed.append(f"t={now:g} {share} on {sorted(improved)}")
 
-    simulator._progress = compare
-    simulator.run()
+    after_every_cycle(loaded, compare)
     return held, missed
 
 
