@@ -581,9 +581,11 @@ def comparison(quota_path: Path) -> dict[str, Any]:
             f"   {name:>7}: util {pool['utilization']:.2%} (while submitting {pool['utilization_during_trace']:.2%}), "
             f"wait mean {pool['wait_mean']:,.0f} s p95 {pool['wait_p95']:,.0f} s, rejected {pool['rejected']:,}, "
             f"preemptions {pool['preemptions']:,}, lost {pool['lost_gpu_hours']:,.0f} GPU-h, "
-            f"GUARANTEE_VIOLATED {policy['alerts']['GUARANTEE_VIOLATED']}, {policy['wall_seconds']:.0f} s",
+            f"GUARANTEE_VIOLATED {policy['alerts']['GUARANTEE_VIOLATED']}, {policy['wall_seconds']:.1f} s",
             flush=True,
         )
+    shares, open_pool = policies["shares"]["wall_seconds"], policies["open"]["wall_seconds"]
+    print(f"   shares / open replay time: {shares / open_pool:.2f}x (issue 15's target: at most 1.5x)", flush=True)
     return document
 
 
