@@ -263,7 +263,7 @@ def _shares_that_may_act(state: QuotaState, improved: set[str]) -> set[str] | fr
         ledger = state.types.get(name)
         if ledger is None:
             continue
-        if ledger.used + ledger.draining < ledger.capacity:
+        if not ledger.full():
             return None
         shares |= ledger.below_limit
     return shares

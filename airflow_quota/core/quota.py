@@ -117,6 +117,10 @@ class TypeLedger:
     def usage_of(self, share: str) -> int:
         return self.usage.get(share, 0)
 
+    def full(self) -> bool:
+        """Whether every instance of the type is in use or stopping."""
+        return self.used + self.draining >= self.capacity
+
     def limit_of(self, share: str) -> int:
         return self.limits.get(share, 0)
 

@@ -168,7 +168,7 @@ class QuotaState:
         """Whether every instance of every type is in use or stopping: then ``check`` finds
         ``POOL_FULL`` (or an earlier block) for every entry without victims, so steps 2 and 3
         can place nothing until something frees."""
-        return all(ledger.used + ledger.draining >= ledger.capacity for ledger in self.types.values())
+        return all(ledger.full() for ledger in self.types.values())
 
     def below_limit(self, types: Iterable[str]) -> set[str]:
         """The shares using less than their limit of one of the types (``TypeLedger.below_limit``)."""
