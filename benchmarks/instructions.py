@@ -46,27 +46,37 @@ def replay(policy_name: str, jobs: int | None) -> None:
         run_policy(policies[policy_name], trace)
 
 
-def count(policy_name: str, jobs: int | None) -> int:
-    """Instructions of a child process replaying one policy under cachegrind."""
-    command = [
-        "valgrind",
-        "--tool=cachegrind",
-        "--cache-sim=no",
-        "--cachegrind-out-file=/dev/null",
-        sys.executable,
-        __file__,
-        "--child",
-        policy_name,
-    ]
-    if jobs is not None:
-        command += ["--jobs", str(jobs)]
+def instructions_of(command: list[str], what: str) -> int:
+    """Instructions a child process running ``command`` executes, counted by cachegrind with
+    the hash seed fixed (so two runs differ only by memory addresses)."""
+    valgrind = ["valgrind", "--tool=cachegrind", "--cache-sim=no", "--cachegrind-out-file=/dev/null"]
     run = subprocess.run(
-        command, capture_output=True, text=True, env={**os.environ, "PYTHONHASHSEED": "0"}, check=False
+        valgrind + command,
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONHASHSEED": "0"},
+        check=False,
     )
     found = re.search(r"I\s+refs:\s+([\d,]+)", run.stderr)
     if run.returncode != 0 or found is None:
-        raise SystemExit(f"the {policy_name} run failed:\n{run.stderr[-2000:]}")
+        raise SystemExit(f"the {what} run failed:\n{run.stderr[-2000:]}")
     return int(found.group(1).replace(",", ""))
+
+
+def count(policy_name: str, jobs: int | None) -> int:
+    """Instructions of a child process replaying one policy under cachegrind."""
+    command = [sys.executable, __file__, "--child", policy_name]
+    if jobs is not None:
+        command += ["--jobs", str(jobs)]
+    return instructions_of(command, policy_name)
+
+
+def need_valgrind() -> None:
+    """Exit with status 2 and the package to install when valgrind is missing."""
+    if shutil.which("valgrind") is None:
+        print("valgrind is not installed (Debian: apt-get install valgrind)", file=sys.stderr)
+        raise SystemExit(2)
 
 
 def main() -> None:
@@ -77,9 +87,7 @@ def main() -> None:
     if args.child:
         replay(args.child, args.jobs)
         return
-    if shutil.which("valgrind") is None:
-        print("valgrind is not installed (Debian: apt-get install valgrind)", file=sys.stderr)
-        raise SystemExit(2)
+    need_valgrind()
     started = time.perf_counter()
     with ThreadPoolExecutor(max_workers=2) as pool:
         shares, open_pool = pool.map(lambda name: count(name, args.jobs), ["shares", "open"])
