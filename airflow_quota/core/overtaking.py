@@ -14,6 +14,10 @@ share's channel and in the borrowing channel, minus the same count when it becam
 A job past its threshold that nobody has overtaken yet is *watched*: the next overtaking
 placement finds it at once (the watched jobs earlier than the placer are a prefix of a sorted
 list) and it starts starving at that moment.
+
+A placement by a job earlier than every job not yet final overtakes no job that can still wait,
+so the log forgets such placements from time to time: it holds the window of live jobs, not the
+whole history (a leader runs for months).
 """
 
 from __future__ import annotations
@@ -27,6 +31,10 @@ from airflow_quota.core.model import Job
 Channel = tuple[str, str] | str
 """(share, type) for placements that borrow nothing; the type alone for placements that borrow."""
 
+PRUNE_AFTER = 1024
+"""Placements recorded between two prunings at least; at most as many as the log then holds,
+so pruning costs a constant per placement."""
+
 
 def _later(placers: SortedList | None, seq: int) -> int:
     """How many placers in the channel are later than ``seq`` in submission order."""
@@ -38,7 +46,7 @@ def _later(placers: SortedList | None, seq: int) -> int:
 class OvertakeLog:
     """Placements by channel, the count each RUNNABLE job started from, and watched jobs."""
 
-    __slots__ = ("_baseline", "_placers", "_watched", "_watching")
+    __slots__ = ("_baseline", "_placers", "_prune_at", "_recorded", "_watched", "_watching")
 
     def __init__(self) -> None:
         self._placers: defaultdict[Channel, SortedList] = defaultdict(SortedList)
@@ -47,6 +55,9 @@ class OvertakeLog:
         self._watched: defaultdict[Channel, SortedList] = defaultdict(SortedList)
         """Channel → seqs of jobs past their threshold and not yet overtaken."""
         self._watching: dict[int, tuple[Channel, ...]] = {}
+        self._recorded = 0
+        """Placements recorded since the log was last pruned."""
+        self._prune_at = PRUNE_AFTER
 
     @staticmethod
     def channels(job: Job) -> tuple[Channel, ...]:
@@ -87,6 +98,9 @@ class OvertakeLog:
         overtakes (earlier jobs of its share, or of any share when it borrows), now unwatched."""
         channel: Channel = instance_type if borrows else (job.share, instance_type)
         self._placers[channel].add(job.seq)
+        self._recorded += 1
+        if self._recorded >= self._prune_at:
+            self._prune()
         watched = self._watched.get(channel)
         if not watched or watched[0] >= job.seq:
             return []
@@ -95,6 +109,22 @@ class OvertakeLog:
             for other in self._watching.pop(seq, ()):
                 self._watched[other].remove(seq)
         return overtaken
+
+    def _prune(self) -> None:
+        """Forget the placements no job that is not final can count: those of jobs no later
+        than the earliest such job (a job counts only placers later than itself; every job not
+        yet final has a baseline, and a new job is later than all)."""
+        earliest = min(self._baseline, default=None)
+        held = 0
+        for placers in self._placers.values():
+            del placers[: len(placers) if earliest is None else placers.bisect_right(earliest)]
+            held += len(placers)
+        self._recorded = 0
+        self._prune_at = max(PRUNE_AFTER, held)
+
+    def held(self) -> int:
+        """Placements the log holds now (what pruning keeps bounded)."""
+        return sum(len(placers) for placers in self._placers.values())
 
     def drop(self, job: Job) -> None:
         """``job`` is final: nothing about it is kept."""
