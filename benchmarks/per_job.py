@@ -31,6 +31,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -82,16 +83,20 @@ def main() -> None:
             _per_job_time(fixed_path, paths, args.repeat)
 
 
+def _each_added(previous: tuple[int, float] | None, jobs: int, cost: float, shown: Callable[[float], str]) -> str:
+    """The cost of each job this size adds to the size before it (``previous``: its jobs and cost)."""
+    if previous is None:
+        return ""
+    return f"; each job after the first {previous[0]:,}: {shown((cost - previous[1]) / (jobs - previous[0]))}"
+
+
 def _per_job_time(fixed_path: Path, paths: dict[int, Path], repeat: int) -> None:
     fixed = min(run(fixed_path)[1] for _ in range(repeat))
     print(f"fixed cost (10 jobs, least of {repeat}): CPU {fixed:.2f} s")
     previous: tuple[int, float] | None = None
     for jobs, path in paths.items():
         wall, cpu = min((run(path) for _ in range(repeat if jobs < 100_000 else 1)), key=lambda r: r[1])
-        marginal = ""
-        if previous is not None:
-            added = (cpu - previous[1]) / (jobs - previous[0])
-            marginal = f"; each job after the first {previous[0]:,}: {added * 1e6:5.0f} us"
+        marginal = _each_added(previous, jobs, cpu, lambda added: f"{added * 1e6:5.0f} us")
         print(
             f"{jobs:>7,} jobs: wall {wall:7.2f} s, CPU {cpu:7.2f} s; per job CPU {cpu / jobs * 1e6:5.0f} us, "
             f"without the fixed cost {(cpu - fixed) / jobs * 1e6:5.0f} us{marginal}",
@@ -103,13 +108,10 @@ def _per_job_time(fixed_path: Path, paths: dict[int, Path], repeat: int) -> None
 def _per_job_instructions(fixed_path: Path, paths: dict[int, Path]) -> None:
     fixed = counted(fixed_path)
     print(f"fixed cost (10 jobs): {fixed / 1e9:.3f} G instructions", flush=True)
-    previous: tuple[int, int] | None = None
+    previous: tuple[int, float] | None = None
     for jobs, path in paths.items():
         total = counted(path)
-        marginal = ""
-        if previous is not None:
-            added = (total - previous[1]) / (jobs - previous[0])
-            marginal = f"; each job after the first {previous[0]:,}: {added / 1e6:.3f} M"
+        marginal = _each_added(previous, jobs, total, lambda added: f"{added / 1e6:.3f} M")
         print(
             f"{jobs:>7,} jobs: {total / 1e9:8.3f} G instructions; per job without the fixed cost "
             f"{(total - fixed) / jobs / 1e6:.3f} M{marginal}",

@@ -115,12 +115,10 @@ class OvertakeLog:
         than the earliest such job (a job counts only placers later than itself; every job not
         yet final has a baseline, and a new job is later than all)."""
         earliest = min(self._baseline, default=None)
-        held = 0
         for placers in self._placers.values():
             del placers[: len(placers) if earliest is None else placers.bisect_right(earliest)]
-            held += len(placers)
         self._recorded = 0
-        self._prune_at = max(PRUNE_AFTER, held)
+        self._prune_at = max(PRUNE_AFTER, self.held())
 
     def held(self) -> int:
         """Placements the log holds now (what pruning keeps bounded)."""
