@@ -6,6 +6,7 @@ load (issue 15: flat from 1k to 100k jobs), each size in its own process as a us
     python benchmarks/per_job.py --sizes 1000,10000,100000,300000 --repeat 1
     python benchmarks/per_job.py --load 0.8          # a lighter load (its backlog still grows: see below)
     python benchmarks/per_job.py --instructions      # instructions instead of CPU time (valgrind)
+    python benchmarks/per_job.py --windows 100000    # one run: the CPU of each tenth of its jobs
 
 Each size after the first also gets the cost of each job it adds to the size before it
 (marginal cost): that leaves out the fixed cost and the first jobs, which meet an empty pool.
@@ -20,11 +21,16 @@ not move with the machine's load (on a shared 2-core machine the same run's CPU 
 up to 30%), at about 20 times the run's time (some 25 minutes for 100k jobs). It counts work,
 not cache misses nor stalls, so it tells whether the cycle does more per job as the run grows,
 not whether the machine runs it more slowly.
+
+With ``--windows N`` one run of N jobs (the simulation alone, in this process, the collector
+tuned as ``simulate`` tunes it) reports the CPU time spent while each tenth of its jobs
+finished: whether jobs late in a long run cost more than early ones in the same process.
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import resource
 import subprocess
@@ -68,7 +74,11 @@ def main() -> None:
         "--load", type=float, default=1.0, help="demand over capacity (workload.py's load; 1.0: the full load)"
     )
     parser.add_argument("--instructions", action="store_true", help="count instructions (valgrind), not CPU time")
+    parser.add_argument("--windows", type=int, metavar="N", help="one run of N jobs: the CPU of each tenth")
     args = parser.parse_args()
+    if args.windows:
+        _windows(args.windows, args.load)
+        return
     if args.instructions:
         need_valgrind()
     with tempfile.TemporaryDirectory() as scratch:
@@ -118,6 +128,28 @@ def _per_job_instructions(fixed_path: Path, paths: dict[int, Path]) -> None:
             flush=True,
         )
         previous = (jobs, total)
+
+
+def _windows(jobs: int, load: float) -> None:
+    from airflow_quota.sim.gc_tuning import fewer_collections
+    from airflow_quota.sim.scenario import parse_scenario
+    from airflow_quota.sim.simulator import Simulator
+
+    simulator = Simulator(parse_scenario(workload.scenario(jobs, load), ROOT))
+    tenth = jobs // 10
+    marks: list[float] = []
+
+    def look(now: float, cycles: int, finished: int) -> None:
+        while finished >= (len(marks) + 1) * tenth:
+            marks.append(time.process_time())
+
+    simulator._progress = look
+    with fewer_collections():
+        start = time.process_time()
+        simulator.run()
+    for i, (before, after) in enumerate(itertools.pairwise([start, *marks])):
+        first, last = i * tenth + 1, (i + 1) * tenth
+        print(f"jobs {first:>7,} to {last:>7,} finished: CPU {(after - before) / tenth * 1e6:5.0f} us a job")
 
 
 if __name__ == "__main__":
