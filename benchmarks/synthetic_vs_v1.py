@@ -4,12 +4,20 @@ preemptions and alerts, for issue 13's "no worse than v1" target.
     git worktree add /tmp/v1 e9399f3         # the last commit before model v2
     python benchmarks/synthetic_vs_v1.py --v1 /tmp/v1
     python benchmarks/synthetic_vs_v1.py --only full-load --set preemption_protection_seconds=3600
+    python benchmarks/synthetic_vs_v1.py --only full-load --set preemption_protection_seconds=3600 \
+        --what-if in-share-protection
 
 Workloads: ``benchmarks/workload.py``'s 20,000-job full load, and ``gen_congested.py 2000 SEED``
 for seeds 1-3 (``../shared/tools``). Each runs through ``airflow-quota simulate --json`` in a
 subprocess whose ``PYTHONPATH`` is the checkout's root, so the same workload file meets each
 model's own code. ``--set FIELD=VALUE`` changes a field on every share of every workload (this
 checkout only). One JSON line per run on stdout; the files go to ``benchmarks/results/``.
+
+``--what-if in-share-protection`` (this checkout only; a diagnostic, not an option of the model):
+``preemption_protection_seconds`` protects a job from in-share preemption only, never from a
+reclaim by a lender (the simulation runs in a child process that patches the core). The guarantee
+watchdog still excuses a job waiting for a protected reclaim victim, so its GUARANTEE_VIOLATED
+count may read low under this switch; the decisions do not depend on it.
 """
 
 from __future__ import annotations
@@ -48,11 +56,33 @@ def workloads(only: str | None) -> dict[str, dict[str, Any]]:
     return found
 
 
-def run(root: Path, path: Path) -> dict[str, Any]:
+def in_share_protection_only() -> None:
+    """Patch this process's core: a victim of the preemptor's own share (in-share) is protected
+    as quota-model.md 4 says; a victim of another share (a reclaim) never is."""
+    from airflow_quota.core import phases, preempt
+
+    protected, find_victims = preempt._protected, preempt.find_victims
+    preemptor_share: list[str] = [""]
+
+    def _protected(state: Any, victim: Any, now: float) -> bool:
+        return victim.share == preemptor_share[0] and protected(state, victim, now)
+
+    def _find_victims(state: Any, job: Any, entry: Any, now: float) -> Any:
+        preemptor_share[0] = job.share
+        return find_victims(state, job, entry, now)
+
+    preempt._protected = _protected
+    phases.find_victims = _find_victims  # type: ignore[assignment]
+
+
+def run(root: Path, path: Path, what_if: str | None = None) -> dict[str, Any]:
     """``simulate --json`` of the scenario file with the model at ``root``."""
     env = dict(os.environ, PYTHONPATH=str(root))
+    command = [sys.executable, "-m", "airflow_quota.cli"]
+    if what_if:
+        command = [sys.executable, __file__, "--child", what_if]
     done = subprocess.run(
-        [sys.executable, "-m", "airflow_quota.cli", "simulate", str(path), "--json"],
+        [*command, "simulate", str(path), "--json"],
         capture_output=True,
         text=True,
         cwd=root,
@@ -85,8 +115,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--v1", type=Path, help="a checkout of model v1 (e.g. a worktree of e9399f3)")
     parser.add_argument("--only", choices=["full-load", "congested"])
+    parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE")
-    args = parser.parse_args()
+    parser.add_argument("--what-if", choices=["in-share-protection"], help="a rule changed, this checkout only")
+    args, rest = parser.parse_known_args()
+    if args.child:
+        in_share_protection_only()
+        from airflow_quota.cli import main as cli
+
+        raise SystemExit(cli(rest))
     fields = parse_sets(args.set)
     models = [("v1", args.v1)] if args.v1 else []
     models.append(("this checkout", ROOT))
@@ -99,7 +136,10 @@ def main() -> None:
             path = RESULTS / f"{name}-{label.replace(' ', '-')}.json"
             path.write_text(json.dumps(changed))
             row = {"workload": name, "model": label, **({"set": args.set} if root == ROOT and args.set else {})}
-            print(json.dumps({**row, **figures(run(root.resolve(), path))}), flush=True)
+            what_if = args.what_if if root == ROOT else None
+            if what_if:
+                row["what_if"] = what_if
+            print(json.dumps({**row, **figures(run(root.resolve(), path, what_if))}), flush=True)
 
 
 if __name__ == "__main__":
