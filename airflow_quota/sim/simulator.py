@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from airflow_quota.core.config import QuotaConfig
 from airflow_quota.core.cycle import QuotaScheduler
@@ -48,7 +48,6 @@ class SimulationResult:
     scheduler: QuotaScheduler
     decisions: list[Decision]
     end: float
-    sim_jobs: dict[str, SimJob] = field(default_factory=dict)
     cycles: int = 0
 
 
@@ -69,7 +68,6 @@ class Simulator:
         self._happenings: list[tuple[float, int, int, int, int]] = []
         self._order = 0
         self._sim_jobs: dict[int, SimJob] = {}
-        self._by_name: dict[str, SimJob] = {}
         self._rejected: dict[str, str] = {}
         self._progress = progress
         self.on_decision: Callable[[Decision], None] | None = None
@@ -114,7 +112,7 @@ class Simulator:
                 self._progress(now, scheduler.cycles, len(state.jobs) - len(state.live_names))
             if not self._live_jobs() and next_event >= len(events) and not self._happenings:
                 break
-        return SimulationResult(scheduler, self.decisions, now, dict(self._by_name), scheduler.cycles)
+        return SimulationResult(scheduler, self.decisions, now, scheduler.cycles)
 
     def _live_jobs(self) -> bool:
         return len(self.scheduler.state.live_names) > 0
@@ -176,13 +174,12 @@ class Simulator:
             sim = event.submit
             self._submissions += 1
             ref = self._submissions
-            decisions = self._handle(JobSubmitted(ref, sim.request()), now)
+            decisions = self._handle(JobSubmitted(ref, sim), now)
             if decisions and isinstance(decisions[0], Rejected):
                 self._rejected[sim.name] = sim.share
             else:
                 self._refs[sim.name] = ref
                 self._sim_jobs[self.scheduler.by_ref(ref).seq] = sim
-                self._by_name[sim.name] = sim
             self._record(decisions)
         elif event.set_priority is not None:
             if not self._refuse_unknown(event.set_priority.job, "set_priority", now):
@@ -201,7 +198,7 @@ class Simulator:
 
     def _refuse_unknown(self, name: str, request: str, now: float) -> bool:
         """An event for a job whose submission was rejected: there is no job to change."""
-        if name in self._by_name:
+        if name in self._refs:
             return False
         error = f"job: {name!r} does not exist (its submission was rejected)"
         self._keep(Rejected(now, name, self._rejected.get(name, ""), error, request=request))
