@@ -6,6 +6,7 @@ preemptions and alerts, for issue 13's "no worse than v1" target.
     python benchmarks/synthetic_vs_v1.py --only full-load --set preemption_protection_seconds=3600
     python benchmarks/synthetic_vs_v1.py --only full-load --set preemption_protection_seconds=3600 \
         --what-if in-share-protection
+    python benchmarks/synthetic_vs_v1.py --only full-load --what-if in-share-patience=900
 
 Workloads: ``benchmarks/workload.py``'s 20,000-job full load, and ``gen_congested.py 2000 SEED``
 for seeds 1-3 (``../shared/tools``). Each runs through ``airflow-quota simulate --json`` in a
@@ -18,6 +19,12 @@ checkout only). One JSON line per run on stdout; the files go to ``benchmarks/re
 reclaim by a lender (the simulation runs in a child process that patches the core). The guarantee
 watchdog still excuses a job waiting for a protected reclaim victim, so its GUARANTEE_VIOLATED
 count may read low under this switch; the decisions do not depend on it.
+
+``--what-if in-share-patience=W`` (this checkout only; a diagnostic): a job may preempt lower-priority
+jobs of its own share only once it has waited ``W`` seconds since it last became RUNNABLE (a
+reclaim is never delayed), so capacity its share frees in the meantime serves it without a
+preemption. The child runs a cycle when a job's patience ends and has every cycle look at every
+queued job (the step-4 memos do not know that time alone changes the answer).
 """
 
 from __future__ import annotations
@@ -72,7 +79,49 @@ def in_share_protection_only() -> None:
         return find_victims(state, job, entry, now)
 
     preempt._protected = _protected
-    phases.find_victims = _find_victims  # type: ignore[assignment]
+    phases.find_victims = _find_victims  # type: ignore[attr-defined]
+
+
+def in_share_patience(seconds: float) -> None:
+    """Patch this process's core: in-share victims are offered only to a job that has waited
+    ``seconds`` since it last became RUNNABLE."""
+    from airflow_quota.core import preempt
+    from airflow_quota.core.cycle import QuotaScheduler
+    from airflow_quota.core.lifecycle import queued
+    from airflow_quota.core.model import PreemptionKind
+
+    candidates, next_timer, run_cycle = preempt._candidates, QuotaScheduler.next_timer, QuotaScheduler.run_cycle
+    clock: list[float] = [0.0]
+
+    def _candidates(state: Any, job: Any, entry: Any, now: float) -> Any:
+        patient = now - job.runnable_since < seconds
+        for victim, kind in candidates(state, job, entry, now):
+            if not (patient and kind is PreemptionKind.IN_SHARE):
+                yield victim, kind
+
+    def _ends(self: Any) -> list[float]:
+        """When the patience of each queued job of a share with in-share preemption ends."""
+        jobs, shares = self.state.jobs, self.state.shares
+        return [
+            job.runnable_since + seconds
+            for job in (jobs[seq] for seq in self.state.live_names.values())
+            if queued(job) and shares[job.share].in_share_preemption
+        ]
+
+    def _next_timer(self: Any) -> float | None:
+        ends = [t for t in _ends(self) if t > clock[0]]
+        timers = [t for t in (next_timer(self), min(ends, default=None)) if t is not None]
+        return min(timers, default=None)
+
+    def _run_cycle(self: Any, now: float) -> Any:
+        if any(clock[0] < t <= now for t in _ends(self)):
+            self.rescan_next_cycle()  # time alone made a job patient no more
+        clock[0] = now
+        return run_cycle(self, now)
+
+    preempt._candidates = _candidates
+    QuotaScheduler.next_timer = _next_timer  # type: ignore[method-assign]
+    QuotaScheduler.run_cycle = _run_cycle  # type: ignore[method-assign]
 
 
 def run(root: Path, path: Path, what_if: str | None = None) -> dict[str, Any]:
@@ -94,8 +143,14 @@ def run(root: Path, path: Path, what_if: str | None = None) -> dict[str, Any]:
     return report
 
 
-def figures(report: dict[str, Any]) -> dict[str, Any]:
+def figures(report: dict[str, Any], in_share: set[str]) -> dict[str, Any]:
+    """The run's waits, preemptions and alerts; ``in_share``: the shares with in-share
+    preemption, whose mean wait by priority shows what that preemption buys."""
     waits = sorted(float(j["wait_seconds"]) for j in report["jobs"].values())
+    by_priority: dict[int, list[float]] = {}
+    for job in report["jobs"].values():
+        if job["share"] in in_share:
+            by_priority.setdefault(job["priority"], []).append(float(job["wait_seconds"]))
     alerts: dict[str, int] = {}
     for alert in report["alerts"]:
         alerts[alert["kind"]] = alerts.get(alert["kind"], 0) + 1
@@ -108,6 +163,9 @@ def figures(report: dict[str, Any]) -> dict[str, Any]:
         "alerts": alerts,
         "gpu_hours": report["pool"]["gpu_hours"],
         "end_s": report["pool"]["end"],
+        "in_share_mean_wait_by_priority": {
+            p: round(sum(w) / len(w), 1) for p, w in sorted(by_priority.items(), reverse=True)
+        },
     }
 
 
@@ -117,10 +175,17 @@ def main() -> None:
     parser.add_argument("--only", choices=["full-load", "congested"])
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE")
-    parser.add_argument("--what-if", choices=["in-share-protection"], help="a rule changed, this checkout only")
+    parser.add_argument(
+        "--what-if", help="a rule changed, this checkout only: in-share-protection, or in-share-patience=SECONDS"
+    )
     args, rest = parser.parse_known_args()
     if args.child:
-        in_share_protection_only()
+        if args.child.startswith("in-share-patience="):
+            in_share_patience(float(args.child.split("=", 1)[1]))
+        elif args.child == "in-share-protection":
+            in_share_protection_only()
+        else:
+            raise SystemExit(f"--what-if: unknown rule {args.child!r}")
         from airflow_quota.cli import main as cli
 
         raise SystemExit(cli(rest))
@@ -139,7 +204,8 @@ def main() -> None:
             what_if = args.what_if if root == ROOT else None
             if what_if:
                 row["what_if"] = what_if
-            print(json.dumps({**row, **figures(run(root.resolve(), path, what_if))}), flush=True)
+            in_share = {share["name"] for share in changed["quota"]["shares"] if share.get("in_share_preemption")}
+            print(json.dumps({**row, **figures(run(root.resolve(), path, what_if), in_share)}), flush=True)
 
 
 if __name__ == "__main__":
