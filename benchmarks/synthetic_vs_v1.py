@@ -23,7 +23,7 @@ count may read low under this switch; the decisions do not depend on it.
 ``--what-if in-share-patience=W`` (this checkout only; a diagnostic): a job may preempt lower-priority
 jobs of its own share only once it has waited ``W`` seconds since it last became RUNNABLE (a
 reclaim is never delayed), so capacity its share frees in the meantime serves it without a
-preemption. The child runs a cycle when a job's patience ends and has every cycle look at every
+preemption. The child runs a cycle when a job's patience ends and has that cycle look at every
 queued job (the step-4 memos do not know that time alone changes the answer).
 """
 
