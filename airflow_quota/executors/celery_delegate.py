@@ -28,7 +28,8 @@ waits on it, and dies of it before).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import contextlib
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -38,6 +39,7 @@ from airflow.providers.celery.executors.celery_executor_utils import (
     create_celery_app,
 )
 from airflow.providers.common.compat.sdk import timeout
+from airflow.sdk.exceptions import AirflowTaskTimeout
 from airflow.utils.state import TaskInstanceState
 from celery import states as celery_states
 
@@ -52,6 +54,19 @@ WORKER_CELERY_CONFIG = '{"imports": ["airflow_quota.executors.celery_worker"]}'
 """``[celery] extra_celery_config`` for the workers: Celery imports the worker module at start."""
 CELERY_TASK = "execute_workload"
 """The celery provider's task that runs a workload on a worker (``celery_executor_utils``)."""
+
+
+@contextlib.contextmanager
+def _within_operation_timeout(what: str) -> Iterator[None]:
+    """``[celery] operation_timeout`` around a broker call, its timeout raised as a
+    ``TimeoutError``: Airflow's ``AirflowTaskTimeout`` is a ``BaseException``, which the
+    scheduler's loop would not survive (the first call on a loaded machine may spend the whole
+    timeout loading Celery's result backend)."""
+    try:
+        with timeout(seconds=OPERATION_TIMEOUT):  # type: ignore[no-untyped-call]
+            yield
+    except AirflowTaskTimeout as exc:
+        raise TimeoutError(f"{what} took longer than [celery] operation_timeout ({OPERATION_TIMEOUT:g} s)") from exc
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,10 +98,10 @@ class CeleryDelegate:
         does): a try sent again after a scheduler restart keeps its id, so whichever of its two
         messages a worker takes first runs it, Airflow refuses the other (the task instance is
         no longer QUEUED), and the result followed is the run's. Raises what the broker raises
-        (or ``AirflowTaskTimeout`` after ``[celery] operation_timeout``): the caller keeps the
-        task held and tries again."""
+        (or ``TimeoutError`` after ``[celery] operation_timeout``): the caller keeps the task
+        held and tries again."""
         task = self.app.tasks[CELERY_TASK]
-        with timeout(seconds=OPERATION_TIMEOUT):  # type: ignore[no-untyped-call]
+        with _within_operation_timeout("sending a task"):
             result = task.apply_async(
                 args=(workload.model_dump_json(),),
                 queue=queue,
@@ -99,8 +114,8 @@ class CeleryDelegate:
     def signal(self, ti_id: str) -> None:
         """Ask the workers to send SIGTERM to the task process of try ``ti_id`` (a preemption):
         a broadcast without waiting for replies (the scheduler's loop must not block); the worker
-        running it acts, once, and logs it. Raises what the broker raises."""
-        with timeout(seconds=OPERATION_TIMEOUT):  # type: ignore[no-untyped-call]
+        running it acts, once, and logs it. Raises what the broker raises (or ``TimeoutError``)."""
+        with _within_operation_timeout("broadcasting a SIGTERM"):
             self.app.control.broadcast(SIGNAL_COMMAND, arguments={"ti_id": ti_id, "signal_name": "SIGTERM"})
 
     def ended(self) -> list[CeleryEnd]:

@@ -20,11 +20,12 @@ import pytest
 from airflow.exceptions import AirflowConfigException
 from airflow.executors.base_executor import ExecutorConf
 from airflow.models.taskinstancekey import TaskInstanceKey
+from airflow.sdk.exceptions import AirflowTaskTimeout
 from airflow.utils.state import TaskInstanceState
 from celery.worker.control import Panel
 
 from airflow_quota.executors import celery_worker
-from airflow_quota.executors.celery_delegate import CeleryDelegate, CeleryEnd
+from airflow_quota.executors.celery_delegate import CELERY_TASK, CeleryDelegate, CeleryEnd
 from airflow_quota.executors.celery_worker import PLACEMENT_HEADER, SIGNAL_COMMAND, placement_of
 from airflow_quota.executors.jobs import TaskIdentity
 from airflow_quota.executors.placement import INSTANCE_TYPE, JOB_ID, SHARE, TRAINING_PLAN, Placement
@@ -302,3 +303,21 @@ def test_the_delegate_reports_each_ended_task_once_and_keeps_following_the_other
     assert second == []
     assert set(delegate.sent) == {key("run"), key("queued")}
     assert delegate.fetcher.asked[-1] == {"c-run", "c-queued"}  # type: ignore[attr-defined]
+
+
+def test_a_send_past_the_operation_timeout_is_an_error_the_scheduler_survives(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``AirflowTaskTimeout`` is a ``BaseException``: raised out of ``send`` it killed Airflow's
+    scheduler; the delegate raises a ``TimeoutError``, which the executor logs and retries."""
+    monkeypatch.setenv("AIRFLOW__QUOTA__EXECUTOR_DELEGATE", "celery")
+    executor = QuotaExecutor()
+    assert executor.celery is not None
+    task = executor.celery.app.tasks[CELERY_TASK]
+
+    def apply_async(**_: Any) -> None:
+        raise AirflowTaskTimeout("Timeout, PID: 1")
+
+    monkeypatch.setattr(task, "apply_async", apply_async)
+    key = TaskInstanceKey("dag", "train", "run", 1, -1)
+    workload = SimpleNamespace(model_dump_json=lambda: "{}", ti=SimpleNamespace(external_executor_id="celery-id"))
+    with pytest.raises(TimeoutError, match=r"sending a task took longer than \[celery\] operation_timeout"):
+        executor.celery.send(key, workload, "ml.g5.xlarge", PLACEMENT.environment())  # type: ignore[arg-type]
