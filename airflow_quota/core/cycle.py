@@ -162,6 +162,10 @@ class QuotaScheduler:
         """A new configuration takes effect in the next cycle (quota-model.md 5)."""
         self.state.load_config(config, now)
         self._plan_timers()
+        for seq in self.state.live_names.values():  # a wait shortened or newly asked for
+            job = self.state.jobs[seq]
+            if queued(job):
+                self.lifecycle.await_patience(job, now)
         return self.lifecycle.flush()
 
     def set_provider_available(self, instance_type: str, available: int | None, now: float) -> None:
@@ -244,7 +248,8 @@ class QuotaScheduler:
     def run_cycle(self, now: float) -> list[Decision]:
         """One scheduling cycle at ``now``:
 
-        0. timers that fell due: plan windows, protection ends, back-offs mark their type;
+        0. timers that fell due: plan windows, protection ends, back-offs mark their type,
+           a job's wait before in-share preemption ends marks the job;
            preemptors whose victims have all stopped are placed;
         1. expire: RUNNABLE jobs past max_pending_seconds fail with PENDING_TIMEOUT;
            jobs RUNNABLE for starvation_after_seconds start starving (alert and reservation);

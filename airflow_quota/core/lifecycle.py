@@ -26,7 +26,7 @@ from airflow_quota.core.model import (
 from airflow_quota.core.state import QuotaState
 
 # timer kinds
-DEADLINE, STARVE, TYPE = 0, 1, 2
+DEADLINE, STARVE, TYPE, PATIENCE = 0, 1, 2, 3
 
 
 def queued(job: Job) -> bool:
@@ -64,7 +64,9 @@ class Lifecycle:
         job = self.state.jobs[seq]
         if not queued(job) or job.runnable_since != since:
             return True
-        return job.pending_deadline != at if kind == DEADLINE else job.starving
+        if kind == DEADLINE:
+            return job.pending_deadline != at
+        return job.starving if kind == STARVE else False
 
     def timer(self, at: float, kind: int, payload: Any) -> None:
         self._timer_seq += 1
@@ -96,6 +98,18 @@ class Lifecycle:
                     self.start_starving(job, now)
                 else:
                     state.overtakes.watch(job)  # queueing, not starving, until someone overtakes it
+            elif kind == PATIENCE:
+                due = patience_ends(state, job)
+                if due is not None and due > now:
+                    self.timer(due, PATIENCE, payload)  # the wait was lengthened meanwhile
+                else:
+                    state.changes.jobs.add(job.seq)  # it may preempt in its share from now on
+
+    def await_patience(self, job: Job, now: float) -> None:
+        """A cycle when the queued job may start to preempt in its share, if that is still to come."""
+        due = patience_ends(self.state, job)
+        if due is not None and due > now:
+            self.timer(due, PATIENCE, (job.seq, job.runnable_since))
 
     def start_ready(self, now: float) -> None:
         """Step 0 of the cycle: preemptors whose victims have all stopped are placed."""
@@ -125,6 +139,7 @@ class Lifecycle:
         if job.pending_deadline is not None:
             self.timer(job.pending_deadline, DEADLINE, (job.seq, now))
         self.timer(now + state.shares[job.share].starvation_after_seconds, STARVE, (job.seq, now))
+        self.await_patience(job, now)
         state.enqueue(job)
         state.overtakes.became_runnable(job)
         state.changes.jobs.add(job.seq)
@@ -290,6 +305,15 @@ class Lifecycle:
     def flush(self) -> list[Decision]:
         out, self._out = self._out, []
         return out
+
+
+def patience_ends(state: QuotaState, job: Job) -> float | None:
+    """When the job, RUNNABLE since ``job.runnable_since``, may preempt lower-priority jobs of
+    its own share (``in_share_preemption_after_seconds``); None without in-share preemption."""
+    share = state.shares[job.share]
+    if not share.in_share_preemption:
+        return None
+    return job.runnable_since + share.in_share_preemption_after_seconds
 
 
 def saved_progress(job: Job, done: float, lost: float) -> float:

@@ -20,7 +20,7 @@ from sortedcontainers import SortedList
 
 from airflow_quota.core.lifecycle import Lifecycle, queued
 from airflow_quota.core.model import Entry, FailureReason, Job
-from airflow_quota.core.preempt import find_victims
+from airflow_quota.core.preempt import find_victims, may_preempt_in_share_now
 from airflow_quota.core.queues import JobKey
 from airflow_quota.core.quota import Block
 from airflow_quota.core.state import Changes, Mode, QuotaState
@@ -282,9 +282,10 @@ class _Preemption(WalkPolicy):
         """Preemptors and victims of the whole step: none is visited again in it."""
         self.victims = 0
         self.no_victims: set[tuple[str, int]] = set()
-        """Entries (type, count) for which a job found no victim set since the state last
-        changed: a later job of the share asking the same has no higher priority, so no more
-        candidates, and fails too. Only without reservations, whose holds depend on the job."""
+        """Entries (type, count) for which a job offered every candidate found no victim set
+        since the state last changed: a later job of the share asking the same has no higher
+        priority, so no more candidates, and fails too. Only without reservations, whose holds
+        depend on the job."""
         self.remembers = not self.queue.reserving and not self.state.reserving_shares
         self.bound: tuple[str, float, int | None] = ("", float("-inf"), None)
         """(type, ``reclaim_bound``, ``lowest_running_priority``) of the share's last ``most``:
@@ -326,7 +327,7 @@ class _Preemption(WalkPolicy):
                 continue
             victims = find_victims(self.state, job, entry, self.now)
             if victims is None:
-                if self.remembers:
+                if self.remembers and self._offered_every_candidate(job):
                     self.no_victims.add(asked)
                 continue
             self.seen.update(v.seq for v, _ in victims)
@@ -334,6 +335,13 @@ class _Preemption(WalkPolicy):
             self.life.preempt(job, entry, victims, self.now)
             return True
         return False
+
+    def _offered_every_candidate(self, job: Job) -> bool:
+        """Whether the job was offered every victim a later job of the share could be: not so
+        for a job still waiting to preempt in its share, when a later one may have waited enough."""
+        return not self.state.shares[self.share].in_share_preemption or may_preempt_in_share_now(
+            self.state, job, self.now
+        )
 
     def look_again(self) -> Iterable[str]:
         # buckets passed over before may fit now
@@ -356,7 +364,9 @@ def may_preempt(state: QuotaState, share: str, instance_type: str, count: int, j
 
 def may_preempt_in_share(state: QuotaState, share: str, instance_type: str, job: Job) -> bool:
     """In-share preemption could find a victim for the job: a job of the share with lower
-    priority runs on the type."""
+    priority runs on the type. Whether the job has waited long enough to take it is left to
+    ``find_victims``: a later job of the bucket may have waited longer, so that is no reason
+    to drop the bucket."""
     lowest = lowest_running_priority(state, share, instance_type)
     return lowest is not None and lowest < job.priority
 

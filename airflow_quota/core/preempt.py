@@ -10,6 +10,7 @@ import heapq
 from collections.abc import Iterator
 from itertools import takewhile
 
+from airflow_quota.core.lifecycle import patience_ends
 from airflow_quota.core.model import Entry, Job, PreemptionKind
 from airflow_quota.core.queues import victim_key
 from airflow_quota.core.state import Mode, QuotaState
@@ -17,12 +18,12 @@ from airflow_quota.core.state import Mode, QuotaState
 
 def _candidates(state: QuotaState, job: Job, entry: Entry, now: float) -> Iterator[tuple[Job, PreemptionKind]]:
     """Victim candidates in order: reclaim candidates (other shares above their limit on the
-    type, whatever their priority), then in-share candidates (strictly lower priority).
+    type, whatever their priority), then in-share candidates (strictly lower priority, once
+    the job has waited long enough).
     Within each group, the order of ``victim_key``, with ties of priority and placement
     time broken by the least work since the last checkpoint. Protected jobs are left out."""
     name, n = entry.instance_type, entry.count
     ledger = state.types[name]
-    share = state.shares[job.share]
     groups: list[tuple[PreemptionKind, list[Iterator[tuple[int, float, float, int]]]]] = []
     if ledger.usage_of(job.share) + n <= ledger.limit_of(job.share):
         sources = [
@@ -31,7 +32,7 @@ def _candidates(state: QuotaState, job: Job, entry: Entry, now: float) -> Iterat
             if other != job.share and usage > ledger.limit_of(other)
         ]
         groups.append((PreemptionKind.CROSS_SHARE, sources))
-    if share.in_share_preemption:
+    if may_preempt_in_share_now(state, job, now):
         groups.append((PreemptionKind.IN_SHARE, [_lower_priority(state, job, name)]))
     for kind, sources in groups:
         pending: list[Job] = []
@@ -59,10 +60,17 @@ def _lower_priority(state: QuotaState, job: Job, instance_type: str) -> Iterator
     return takewhile(lambda key: key[0] < job.priority, state.queues[job.share].running.get(instance_type, ()))
 
 
+def may_preempt_in_share_now(state: QuotaState, job: Job, now: float) -> bool:
+    """Its share has in-share preemption and the job has waited, RUNNABLE, for the share's
+    ``in_share_preemption_after_seconds`` (a deviation from quota-model v2: README)."""
+    ends = patience_ends(state, job)
+    return ends is not None and now >= ends
+
+
 def _in_share_freeable(state: QuotaState, job: Job, entry: Entry, now: float) -> int:
     """The most instances of the type in-share preemption could take from the job's own share:
     those of its candidates there."""
-    if not state.shares[job.share].in_share_preemption:
+    if not may_preempt_in_share_now(state, job, now):
         return 0
     freeable = 0
     for key in _lower_priority(state, job, entry.instance_type):

@@ -69,6 +69,7 @@ class ShareUpdate(_Model):
     strategy: Strategy | None = None
     borrow_limit: int | None = None
     in_share_preemption: bool | None = None
+    in_share_preemption_after_seconds: float | None = None
     state: ShareState | None = None
     preemption_protection_seconds: float | None = None
     preemption_grace_seconds: float | None = None

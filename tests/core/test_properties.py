@@ -64,6 +64,7 @@ def configurations(draw: st.DrawFn) -> dict[str, Any]:
             "capacity_limits": limits,
             "strategy": strategy,
             "in_share_preemption": draw(st.booleans()),
+            "in_share_preemption_after_seconds": draw(st.sampled_from([0, 600, 600, 1000])),
             "preemption_grace_seconds": draw(st.sampled_from([0, 0, 60])),
             "preemption_protection_seconds": draw(st.sampled_from([0, 0, 300])),
             "starvation_after_seconds": draw(st.sampled_from([900, 3600])),

@@ -468,7 +468,12 @@ def test_starving_only_after_an_overtaking_placement_by_a_preemptor_with_grace()
     its victim has stopped (t=1060, quota-model.md 6), but J's STARVING alert says it was
     overtaken at t=1000, when X only began to hold capacity for its victim."""
     a = builders.share(
-        "A", {"ml.g5.xlarge": 2}, in_share_preemption=True, preemption_grace_seconds=60, starvation_after_seconds=900
+        "A",
+        {"ml.g5.xlarge": 2},
+        in_share_preemption=True,
+        in_share_preemption_after_seconds=0,
+        preemption_grace_seconds=60,
+        starvation_after_seconds=900,
     )
     loaded = builders.scenario(
         builders.quota({"ml.g5.xlarge": 2}, a),
@@ -486,7 +491,12 @@ def test_a_starving_preemptor_waiting_for_its_victims_is_no_longer_starving() ->
     """Hypothesis found it for property 3: a starving job that preempts in-share with a grace
     leaves its queue while its victims stop; it no longer starves (nor reserves) then."""
     a = builders.share(
-        "A", {"ml.g5.xlarge": 2}, in_share_preemption=True, preemption_grace_seconds=60, starvation_after_seconds=900
+        "A",
+        {"ml.g5.xlarge": 2},
+        in_share_preemption=True,
+        in_share_preemption_after_seconds=0,
+        preemption_grace_seconds=60,
+        starvation_after_seconds=900,
     )
     loaded = builders.scenario(
         builders.quota({"ml.g5.xlarge": 4}, a),

@@ -42,7 +42,14 @@ def make_scheduler() -> QuotaScheduler:
         parse_config(
             quota(
                 {G5: 4},
-                share("borrower", {G5: 1}, "LEND_AND_BORROW", in_share_preemption=True, max_priority=5),
+                share(
+                    "borrower",
+                    {G5: 1},
+                    "LEND_AND_BORROW",
+                    in_share_preemption=True,
+                    in_share_preemption_after_seconds=0,
+                    max_priority=5,
+                ),
                 share("lender", {G5: 1}, "LEND"),
                 share("reserved", {G5: 1}, "RESERVE"),
                 share("closed", {G5: 1}, "RESERVE", state="DISABLED"),
@@ -261,7 +268,19 @@ def test_find_victims_gives_up_at_once_when_no_set_brings_the_share_under_what_i
     lower ones (2 instances): 4 - 2 + 4 > 4, so no victim set works, and the check agrees even
     with every candidate gone. Asking 2, it takes exactly those two."""
     scheduler = QuotaScheduler(
-        parse_config(quota({G5: 6}, share("team", {G5: 4}, "RESERVE", in_share_preemption=True, max_priority=9)))
+        parse_config(
+            quota(
+                {G5: 6},
+                share(
+                    "team",
+                    {G5: 4},
+                    "RESERVE",
+                    in_share_preemption=True,
+                    in_share_preemption_after_seconds=0,
+                    max_priority=9,
+                ),
+            )
+        )
     )
     sizes = {"low-a": (1, 1), "low-b": (1, 1), "mid": (5, 2)}
     for name, (priority, count) in sizes.items():
@@ -326,3 +345,70 @@ def test_find_victims_and_check_do_not_change_the_snapshot() -> None:
         in decisions
     )
     assert ledger_state(scheduler) != before
+
+
+# -- in-share preemption waits (README, "In-share preemption waits") ---------------------------
+
+
+def waiting_team(after: float) -> Any:
+    """One RESERVE share of one g5.xlarge with in-share preemption after ``after`` seconds."""
+    return parse_config(quota({G5: 1}, share("team", {G5: 1}, "RESERVE", in_share_preemption=True, **waits(after))))
+
+
+def waits(after: float) -> dict[str, Any]:
+    return {"in_share_preemption_after_seconds": after, "max_priority": 9}
+
+
+def urgent_behind_low() -> QuotaScheduler:
+    """``low`` (priority 1) runs on the only instance from t=0; ``urgent`` (9) arrives at 100."""
+    scheduler = QuotaScheduler(waiting_team(600))
+    scheduler.submit(request("low", "team", 1), 0)
+    scheduler.run_cycle(0)
+    scheduler.job_running(scheduler.job("low"), 0)
+    scheduler.submit(request("urgent", "team", 9), 100)
+    return scheduler
+
+
+def preempted_by(decisions: list[Any], name: str) -> list[str]:
+    return [d.job for d in decisions if isinstance(d, Preempted) and d.by == name]
+
+
+def test_a_job_finds_in_share_victims_only_once_it_has_waited() -> None:
+    scheduler = urgent_behind_low()
+    state, urgent = scheduler.state, scheduler.job("urgent")
+    assert find_victims(state, urgent, ONE, 699) is None
+    assert find_victims(state, urgent, ONE, 700) == [(scheduler.job("low"), PreemptionKind.IN_SHARE)]
+    assert preempted_by(scheduler.run_cycle(100), "urgent") == []
+    assert scheduler.next_timer() == 700  # a cycle when the wait ends, with nothing else happening
+    assert preempted_by(scheduler.run_cycle(700), "urgent") == ["low"]
+
+
+def test_a_wait_shortened_by_a_new_configuration_ends_at_its_new_time() -> None:
+    scheduler = urgent_behind_low()
+    scheduler.run_cycle(100)
+    scheduler.apply_config(waiting_team(300), 200)
+    assert preempted_by(scheduler.run_cycle(200), "urgent") == []
+    assert scheduler.next_timer() == 400
+    assert preempted_by(scheduler.run_cycle(400), "urgent") == ["low"]
+
+
+def test_a_wait_lengthened_by_a_new_configuration_is_kept() -> None:
+    scheduler = urgent_behind_low()
+    scheduler.run_cycle(100)
+    scheduler.apply_config(waiting_team(1000), 200)
+    assert scheduler.next_timer() == 700  # the first wait's end: nothing happens then
+    assert preempted_by(scheduler.run_cycle(700), "urgent") == []
+    assert scheduler.next_timer() == 1100
+    assert preempted_by(scheduler.run_cycle(1100), "urgent") == ["low"]
+
+
+def test_a_requeued_job_waits_again_from_when_it_became_runnable() -> None:
+    """A preempted job's wait counts from its requeue, not from its first submission."""
+    scheduler = urgent_behind_low()
+    scheduler.run_cycle(700)  # urgent preempts low (grace 0): low is RUNNABLE again at 700
+    low = scheduler.job("low")
+    assert low.runnable_since == 700
+    scheduler.set_priority(low, 9, 710)
+    scheduler.set_priority(scheduler.job("urgent"), 0, 720)  # urgent is now low's candidate
+    assert find_victims(scheduler.state, low, ONE, 1299) is None
+    assert find_victims(scheduler.state, low, ONE, 1300) == [(scheduler.job("urgent"), PreemptionKind.IN_SHARE)]
