@@ -34,6 +34,7 @@ QUOTA = {
             "strategy": "LEND_AND_BORROW",
             "borrow_limit": 100,
             "in_share_preemption": True,
+            "in_share_preemption_after_seconds": 0,  # preempts at once: these tests are about preemption
             "max_priority": 10,
             "preempted_alert_after": 1,
         },

@@ -65,6 +65,7 @@ POOL: dict[str, Any] = {
             "strategy": "LEND_AND_BORROW",
             "borrow_limit": 200,
             "in_share_preemption": True,
+            "in_share_preemption_after_seconds": 0,  # preempts at once: these tests are about preemption
         },
         {"name": "prod", "capacity_limits": {"ml.g5.xlarge": 4, "ml.g5.2xlarge": 2}, "strategy": "LEND"},
         {"name": "critical", "capacity_limits": {"ml.g5.xlarge": 2, "ml.g5.2xlarge": 2}, "strategy": "RESERVE"},

@@ -25,6 +25,7 @@ QUOTA = {
             "capacity_limits": {"ml.g5.xlarge": 1},
             "strategy": "RESERVE",
             "in_share_preemption": True,
+            "in_share_preemption_after_seconds": 0,  # preempts at once: these tests are about preemption
             "preemption_grace_seconds": 5,
         }
     ],
