@@ -12,7 +12,7 @@ It expects the quota of ``examples/quota.yaml`` plus one ``ml.g4dn.xlarge`` for 
       capacity: {ml.g5.xlarge: 3, ml.g4dn.xlarge: 1}
     shares:
       - {name: qs1, capacity_limits: {ml.g5.xlarge: 1}, strategy: LEND_AND_BORROW,
-         borrow_limit: 200, in_share_preemption: true}
+         borrow_limit: 200, in_share_preemption: true, in_share_preemption_after_seconds: 0}
       - {name: qs2, capacity_limits: {ml.g5.xlarge: 1}, strategy: LEND}
       - {name: qs3, capacity_limits: {ml.g5.xlarge: 1, ml.g4dn.xlarge: 1}, strategy: RESERVE}
 
@@ -71,6 +71,7 @@ QUOTA: dict[str, Any] = {
             "strategy": "LEND_AND_BORROW",
             "borrow_limit": 200,
             "in_share_preemption": True,
+            "in_share_preemption_after_seconds": 0,
         },
         {"name": "qs2", "capacity_limits": {"ml.g5.xlarge": 1}, "strategy": "LEND"},
         {"name": "qs3", "capacity_limits": {"ml.g5.xlarge": 1, "ml.g4dn.xlarge": 1}, "strategy": "RESERVE"},

@@ -1,8 +1,8 @@
 """The AWS quota-management walkthrough as an Airflow DAG: three shares, five training tasks.
 
 It expects the quota of ``examples/quota.yaml`` (a pool of three ``ml.g5.xlarge``; shares
-``qs1`` LEND_AND_BORROW with in-share preemption, ``qs2`` LEND, ``qs3`` RESERVE, one instance
-each) and the quota scheduler running with the local backend::
+``qs1`` LEND_AND_BORROW with in-share preemption at once, ``qs2`` LEND, ``qs3`` RESERVE, one
+instance each) and the quota scheduler running with the local backend::
 
     airflow-quota apply examples/quota.yaml
     airflow-quota scheduler
