@@ -6,7 +6,7 @@ preemptions and alerts, for issue 13's "no worse than v1" target.
     python benchmarks/synthetic_vs_v1.py --only full-load --set preemption_protection_seconds=3600
     python benchmarks/synthetic_vs_v1.py --only full-load --set preemption_protection_seconds=3600 \
         --what-if in-share-protection
-    python benchmarks/synthetic_vs_v1.py --only full-load --what-if in-share-patience=900
+    python benchmarks/synthetic_vs_v1.py --only full-load --set in_share_preemption_after_seconds=0
 
 Workloads: ``benchmarks/workload.py``'s 20,000-job full load, and ``gen_congested.py 2000 SEED``
 for seeds 1-3 (``../shared/tools``). Each runs through ``airflow-quota simulate --json`` in a
@@ -20,11 +20,10 @@ reclaim by a lender (the simulation runs in a child process that patches the cor
 watchdog still excuses a job waiting for a protected reclaim victim, so its GUARANTEE_VIOLATED
 count may read low under this switch; the decisions do not depend on it.
 
-``--what-if in-share-patience=W`` (this checkout only; a diagnostic): a job may preempt lower-priority
-jobs of its own share only once it has waited ``W`` seconds since it last became RUNNABLE (a
-reclaim is never delayed), so capacity its share frees in the meantime serves it without a
-preemption. The child runs a cycle when a job's patience ends and has that cycle look at every
-queued job (the step-4 memos do not know that time alone changes the answer).
+The wait before in-share preemption (``in_share_preemption_after_seconds``, default 600 s) is a
+field like any other: ``--set in_share_preemption_after_seconds=0`` runs quota-model v2's
+preemption at once (the diagnostic ``--what-if in-share-patience`` of the tenth session became
+this field).
 """
 
 from __future__ import annotations
@@ -82,48 +81,6 @@ def in_share_protection_only() -> None:
     phases.find_victims = _find_victims  # type: ignore[attr-defined]
 
 
-def in_share_patience(seconds: float) -> None:
-    """Patch this process's core: in-share victims are offered only to a job that has waited
-    ``seconds`` since it last became RUNNABLE."""
-    from airflow_quota.core import preempt
-    from airflow_quota.core.cycle import QuotaScheduler
-    from airflow_quota.core.lifecycle import queued
-    from airflow_quota.core.model import PreemptionKind
-
-    candidates, next_timer, run_cycle = preempt._candidates, QuotaScheduler.next_timer, QuotaScheduler.run_cycle
-    clock: list[float] = [0.0]
-
-    def _candidates(state: Any, job: Any, entry: Any, now: float) -> Any:
-        patient = now - job.runnable_since < seconds
-        for victim, kind in candidates(state, job, entry, now):
-            if not (patient and kind is PreemptionKind.IN_SHARE):
-                yield victim, kind
-
-    def _ends(self: Any) -> list[float]:
-        """When the patience of each queued job of a share with in-share preemption ends."""
-        jobs, shares = self.state.jobs, self.state.shares
-        return [
-            job.runnable_since + seconds
-            for job in (jobs[seq] for seq in self.state.live_names.values())
-            if queued(job) and shares[job.share].in_share_preemption
-        ]
-
-    def _next_timer(self: Any) -> float | None:
-        ends = [t for t in _ends(self) if t > clock[0]]
-        timers = [t for t in (next_timer(self), min(ends, default=None)) if t is not None]
-        return min(timers, default=None)
-
-    def _run_cycle(self: Any, now: float) -> Any:
-        if any(clock[0] < t <= now for t in _ends(self)):
-            self.rescan_next_cycle()  # time alone made a job patient no more
-        clock[0] = now
-        return run_cycle(self, now)
-
-    preempt._candidates = _candidates
-    QuotaScheduler.next_timer = _next_timer  # type: ignore[method-assign]
-    QuotaScheduler.run_cycle = _run_cycle  # type: ignore[method-assign]
-
-
 def run(root: Path, path: Path, what_if: str | None = None) -> dict[str, Any]:
     """``simulate --json`` of the scenario file with the model at ``root``."""
     env = dict(os.environ, PYTHONPATH=str(root))
@@ -175,14 +132,10 @@ def main() -> None:
     parser.add_argument("--only", choices=["full-load", "congested"])
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE")
-    parser.add_argument(
-        "--what-if", help="a rule changed, this checkout only: in-share-protection, or in-share-patience=SECONDS"
-    )
+    parser.add_argument("--what-if", help="a rule changed, this checkout only: in-share-protection")
     args, rest = parser.parse_known_args()
     if args.child:
-        if args.child.startswith("in-share-patience="):
-            in_share_patience(float(args.child.split("=", 1)[1]))
-        elif args.child == "in-share-protection":
+        if args.child == "in-share-protection":
             in_share_protection_only()
         else:
             raise SystemExit(f"--what-if: unknown rule {args.child!r}")

@@ -99,17 +99,17 @@ class Lifecycle:
                 else:
                     state.overtakes.watch(job)  # queueing, not starving, until someone overtakes it
             elif kind == PATIENCE:
-                due = patience_ends(state, job)
-                if due is not None and due > now:
-                    self.timer(due, PATIENCE, payload)  # the wait was lengthened meanwhile
+                ends = patience_ends(state, job)
+                if ends is not None and ends > now:
+                    self.timer(ends, PATIENCE, payload)  # the wait was lengthened meanwhile
                 else:
                     state.changes.jobs.add(job.seq)  # it may preempt in its share from now on
 
     def await_patience(self, job: Job, now: float) -> None:
         """A cycle when the queued job may start to preempt in its share, if that is still to come."""
-        due = patience_ends(self.state, job)
-        if due is not None and due > now:
-            self.timer(due, PATIENCE, (job.seq, job.runnable_since))
+        ends = patience_ends(self.state, job)
+        if ends is not None and ends > now:
+            self.timer(ends, PATIENCE, (job.seq, job.runnable_since))
 
     def start_ready(self, now: float) -> None:
         """Step 0 of the cycle: preemptors whose victims have all stopped are placed."""
