@@ -100,6 +100,11 @@ class ShareSummary:
     state: str
     borrow_limit: int | None
     in_share_preemption: bool
+    in_share_preemption_after_seconds: Annotated[
+        float | None,
+        Field(description="how long a job waits before it may preempt lower-priority jobs of the share; None without"),
+    ]
+    in_share_preemption_after_text: Annotated[str | None, Field(description="the same in words")]
     max_priority: int
     types: tuple[TypeUsage, ...]
     running: Annotated[int, Field(description="jobs holding capacity")]
@@ -178,6 +183,8 @@ def share_summaries(store: QuotaStore, now: float) -> tuple[float | None, list[S
                 state=share.state,
                 borrow_limit=share.borrow_limit,
                 in_share_preemption=share.in_share_preemption,
+                in_share_preemption_after_seconds=share.in_share_preemption_after_seconds,
+                in_share_preemption_after_text=words(share.in_share_preemption_after_seconds),
                 max_priority=share.max_priority,
                 types=tuple(_type_usage(t, now) for t in share.types),
                 running=share.running,

@@ -270,6 +270,7 @@ class ShareViewRow(Base):
     state: Mapped[str] = mapped_column(String(20))
     borrow_limit: Mapped[int | None] = mapped_column(Integer)
     in_share_preemption: Mapped[bool] = mapped_column(Boolean)
+    in_share_preemption_after_seconds: Mapped[float | None] = mapped_column(Float)
     max_priority: Mapped[int] = mapped_column(Integer)
     running: Mapped[int] = mapped_column(Integer)
     runnable: Mapped[int] = mapped_column(Integer)

@@ -59,6 +59,8 @@ class ShareView:
     state: str
     borrow_limit: int | None
     in_share_preemption: bool
+    in_share_preemption_after_seconds: float | None
+    """How long a job waits before it may preempt in the share; None without in-share preemption."""
     max_priority: int
     running: int
     runnable: int
@@ -124,6 +126,9 @@ class ViewBuilder:
                     state=share.state.value,
                     borrow_limit=share.borrow_limit,
                     in_share_preemption=share.in_share_preemption,
+                    in_share_preemption_after_seconds=(
+                        share.in_share_preemption_after_seconds if share.in_share_preemption else None
+                    ),
                     max_priority=share.max_priority,
                     running=figures["running"],
                     runnable=figures["runnable"],
@@ -188,6 +193,7 @@ def write_view(session: Session, view: QuotaView) -> None:
                 state=share.state,
                 borrow_limit=share.borrow_limit,
                 in_share_preemption=share.in_share_preemption,
+                in_share_preemption_after_seconds=share.in_share_preemption_after_seconds,
                 max_priority=share.max_priority,
                 running=share.running,
                 runnable=share.runnable,
@@ -212,6 +218,7 @@ def read_view(session: Session) -> QuotaView:
             state=row.state,
             borrow_limit=row.borrow_limit,
             in_share_preemption=row.in_share_preemption,
+            in_share_preemption_after_seconds=row.in_share_preemption_after_seconds,
             max_priority=row.max_priority,
             running=row.running,
             runnable=row.runnable,

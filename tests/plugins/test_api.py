@@ -157,7 +157,7 @@ def test_shares_report_use_borrowing_lending_and_the_queue(viewer: Any) -> None:
     assert answer["config_version"] == 1
     assert for_people(scheduler, answer["now"]).keys() == {"silent_text"}
     for share in answer["shares"]:
-        assert for_people(share, answer["now"]).keys() == {"oldest_pending_text"}
+        assert for_people(share, answer["now"]).keys() == {"oldest_pending_text", "in_share_preemption_after_text"}
         for usage in share["types"]:
             assert for_people(usage, answer["now"]).keys() == {"oldest_pending_text"}
             usage.pop("oldest_pending_text")
@@ -177,6 +177,8 @@ def test_shares_report_use_borrowing_lending_and_the_queue(viewer: Any) -> None:
     assert (shares["qs1"]["running"], shares["qs1"]["runnable"], shares["qs1"]["preemptions"]) == (2, 1, 2)
     assert shares["qs1"]["max_priority"] == MAX_PRIORITY
     assert shares["qs1"]["strategy"] == "LEND_AND_BORROW" and shares["qs1"]["borrow_limit"] == 200
+    assert shares["qs1"]["in_share_preemption_after_seconds"] == 0  # examples/quota.yaml
+    assert shares["qs2"]["in_share_preemption_after_seconds"] is None
     assert shares["qs2"]["cost"] > 0 and shares["qs2"]["running"] == 0
     assert shares["qs3"]["cost"] > 0  # qs3-job still runs: its attempt so far
 

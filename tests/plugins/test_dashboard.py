@@ -91,3 +91,18 @@ def test_running_jobs_cost_what_they_have_run_so_far(world: World) -> None:
     summary = {s.name: s for s in dashboard.share_summaries(world.store, world.clock.now())[1]}
     assert summary["qs3"].cost == pytest.approx(6950 / 3600 * price, abs=1e-4)
     assert summary["qs2"].cost == pytest.approx(2 * price, abs=1e-4)  # qs2-job: 7200 s, ended
+
+
+def test_a_share_says_how_long_its_jobs_wait_before_in_share_preemption(world: World) -> None:
+    """The read model carries each share's wait (the leader writes it with the configuration it
+    applies): qs1 of examples/quota.yaml preempts at once; given the default, it waits 600 s."""
+    summary = {s.name: s for s in dashboard.share_summaries(world.store, world.clock.now())[1]}
+    assert summary["qs1"].in_share_preemption_after_seconds == 0
+    raw: dict[str, Any] = read_yaml(QUOTA)
+    del raw["shares"][0]["in_share_preemption_after_seconds"]
+    world.store.apply_config(raw)
+    world.step()
+    summary = {s.name: s for s in dashboard.share_summaries(world.store, world.clock.now())[1]}
+    assert summary["qs1"].in_share_preemption_after_seconds == 600
+    assert summary["qs1"].in_share_preemption_after_text == "10 minutes"
+    assert summary["qs2"].in_share_preemption_after_seconds is None

@@ -257,6 +257,9 @@ def test_running_jobs_show_their_instances_and_a_borrowing_badge(browser: WebDri
     assert [b.text for b in badges] == ["borrowing 1"]
     assert [row[0] for row in rows(browser, "qs3", "running")] == ["qs3-job"]
     assert "Nothing runs." in card(browser, "qs2").text
+    in_share = card(browser, "qs1").find_elements(By.CSS_SELECTOR, '[data-role="in-share"]')
+    assert [b.text for b in in_share] == ["in-share preemption at once"]  # examples/quota.yaml
+    assert card(browser, "qs2").find_elements(By.CSS_SELECTOR, '[data-role="in-share"]') == []
 
 
 def test_preemption_history_and_open_alerts(browser: WebDriver) -> None:

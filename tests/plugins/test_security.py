@@ -166,9 +166,9 @@ def test_preemptors_in_dags_a_user_may_not_read_are_another_job(names_world: Wor
     assert not any("hidden-" in line for line in seen["story"])
     assert any("CROSS_SHARE by another job" in line for line in seen["story"]), seen["story"]
     low_story = alice.get(f"/api/jobs/{low}").json()["story"]
-    assert any(
-        "IN_SHARE by another job" in line and "another job (qs1, priority 9)" in line for line in low_story
-    ), low_story
+    assert any("IN_SHARE by another job" in line and "another job (qs1, priority 9)" in line for line in low_story), (
+        low_story
+    )
     assert not any("hidden-" in line for line in low_story)
 
     history = alice.get("/api/preemptions").json()["preemptions"]

@@ -4,6 +4,8 @@ SQLite and on PostgreSQL. On any error nothing is stored."""
 from __future__ import annotations
 
 import pytest
+from alembic.autogenerate import compare_metadata
+from alembic.migration import MigrationContext
 from sqlalchemy import Engine, func, select
 
 from airflow_quota.core.model import JobRequest
@@ -12,7 +14,7 @@ from airflow_quota.service.backends.fake import FakeBackend
 from airflow_quota.service.clock import ManualClock
 from airflow_quota.service.scheduler import QuotaService
 from airflow_quota.store.engine import DatabaseUnavailable, current_revision, head_revision, make_engine, migrate
-from airflow_quota.store.models import ConfigVersion, Input, JobRow, Request
+from airflow_quota.store.models import Base, ConfigVersion, Input, JobRow, Request
 from airflow_quota.store.repository import QuotaStore
 from airflow_quota.store.settings import ENV_URL, database_url
 
@@ -41,6 +43,13 @@ def test_migrate_creates_then_finds_nothing_to_do(engine: Engine) -> None:
     assert current_revision(engine) == head_revision(engine)
     before, after = migrate(engine)
     assert before == after == head_revision(engine)
+
+
+def test_the_migrations_build_the_schema_the_models_describe(engine: Engine) -> None:
+    """A column added to a model without its migration (or the other way round) shows here."""
+    with engine.connect() as connection:
+        differences = compare_metadata(MigrationContext.configure(connection), Base.metadata)
+    assert differences == []
 
 
 def test_an_invalid_configuration_stores_nothing(engine: Engine) -> None:
