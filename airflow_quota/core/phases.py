@@ -240,15 +240,23 @@ def preemption(life: Lifecycle, now: float, work: CycleWork) -> bool:
     preempted: set[int] = set()
     victims = 0
     may_act = _shares_that_may_act(state, work.improved)
+    if not any(_acts(state, work, name, may_act, now) for name in state.queues):
+        return False  # most cycles: no share may act, so none needs ordering
     for name in share_order(state, list(state.queues)):
-        waits = name in work.changed_keys and _still_waits(state, work, name)
-        if waits or ((may_act is None or name in may_act) and _may_preempt_in(state, name, work.improved, now)):
+        if _acts(state, work, name, may_act, now):
             policy = _Preemption(life, name, now, work, preempted)
-            new_jobs = [(name, work.changed_keys[name])] if waits else []
-            walk(life, policy, new_jobs, work.improved & policy.queue.counts.keys())
+            walk(life, policy, _changed_of(state, [name], work), work.improved & policy.queue.counts.keys())
             victims += policy.victims
             may_act = _shares_that_may_act(state, work.improved)  # the walk changed the state
     return victims > 0
+
+
+def _acts(state: QuotaState, work: CycleWork, name: str, may_act: Collection[str] | None, now: float) -> bool:
+    """Whether step 4 walks the share now: a new or changed job of it still waits, or it may
+    preempt on a type that got easier."""
+    if name in work.changed_keys and _still_waits(state, work, name):
+        return True
+    return (may_act is None or name in may_act) and _may_preempt_in(state, name, work.improved, now)
 
 
 def _shares_that_may_act(state: QuotaState, improved: set[str]) -> set[str] | frozenset[str] | None:
@@ -286,6 +294,9 @@ class _Preemption(WalkPolicy):
         since the state last changed: a later job of the share asking the same has no higher
         priority, so no more candidates, and fails too. Only without reservations, whose holds
         depend on the job."""
+        self.no_reclaim: set[tuple[str, int]] = set()
+        """The same for jobs still waiting to preempt in the share, offered only the reclaim
+        candidates, which are the same for every job of the share: every such job fails too."""
         self.remembers = not self.queue.reserving and not self.state.reserving_shares
         self.bound: tuple[str, float, int | None] = ("", float("-inf"), None)
         """(type, ``reclaim_bound``, ``lowest_running_priority``) of the share's last ``most``:
@@ -319,16 +330,18 @@ class _Preemption(WalkPolicy):
         return may_preempt(self.state, self.share, bucket.instance_type, bucket.instances, job, self.now)
 
     def attempt(self, job: Job) -> bool:
+        every = self._offered_every_candidate(job)
+        failed = self.no_victims if every else self.no_reclaim
         for entry in job.entries:
             if not may_preempt(self.state, self.share, entry.instance_type, entry.count, job, self.now):
                 continue
             asked = (entry.instance_type, entry.count)
-            if asked in self.no_victims:
+            if asked in self.no_victims or asked in failed:
                 continue
             victims = find_victims(self.state, job, entry, self.now)
             if victims is None:
-                if self.remembers and self._offered_every_candidate(job):
-                    self.no_victims.add(asked)
+                if self.remembers:
+                    failed.add(asked)
                 continue
             self.seen.update(v.seq for v, _ in victims)
             self.victims += len(victims)
@@ -346,6 +359,7 @@ class _Preemption(WalkPolicy):
     def look_again(self) -> Iterable[str]:
         # buckets passed over before may fit now
         self.no_victims.clear()
+        self.no_reclaim.clear()
         changes = self.work.changes
         self.work.improved |= changes.improved | changes.placed
         return changes.improved & self.queue.counts.keys()
