@@ -193,7 +193,10 @@ class Lifecycle:
             victim.stopping = True
             victim.stop_lost = lost
             victim.preemptions.append(PreemptionRecord(now, kind, job.name, lost))
-            what = "reclaims lent capacity" if kind is PreemptionKind.CROSS_SHARE else "has higher priority"
+            what = "reclaims lent capacity on " + entry.instance_type
+            if kind is PreemptionKind.IN_SHARE:
+                waited = now - job.runnable_since
+                what = f"has higher priority on {entry.instance_type} and has waited {waited:g} s"
             self.emit(
                 Preempted(
                     now,
@@ -203,7 +206,7 @@ class Lifecycle:
                     job.name,
                     lost,
                     grace,
-                    f"{job.name} ({job.share}, priority {job.priority}) {what} on {entry.instance_type}",
+                    f"{job.name} ({job.share}, priority {job.priority}) {what}",
                 )
             )
             if len(victim.preemptions) == state.shares[victim.share].preempted_alert_after:
