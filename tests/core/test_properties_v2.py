@@ -25,6 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from itertools import islice
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -462,12 +463,10 @@ def test_no_cycle_when_nothing_happened(loaded: LoadedScenario) -> None:
     assert not idle, f"cycles at t={idle} when nothing happened\n" + lines(trace.decisions)
 
 
-def test_starving_only_after_an_overtaking_placement_by_a_preemptor_with_grace() -> None:
-    """The smallest counterexample found for property 2 (hypothesis finds the same shape, given
-    ~2000 examples): X preempts ``low`` in-share at t=1000 with a 60 s grace; X is placed when
-    its victim has stopped (t=1060, quota-model.md 6), but J's STARVING alert says it was
-    overtaken at t=1000, when X only began to hold capacity for its victim."""
-    a = builders.share(
+def preempting_at_once_with_grace() -> dict[str, Any]:
+    """Share A of two g5.xlarge: in-share preemption at once (as found), a 60 s grace, a 900 s
+    starvation threshold."""
+    return builders.share(
         "A",
         {"ml.g5.xlarge": 2},
         in_share_preemption=True,
@@ -475,6 +474,14 @@ def test_starving_only_after_an_overtaking_placement_by_a_preemptor_with_grace()
         preemption_grace_seconds=60,
         starvation_after_seconds=900,
     )
+
+
+def test_starving_only_after_an_overtaking_placement_by_a_preemptor_with_grace() -> None:
+    """The smallest counterexample found for property 2 (hypothesis finds the same shape, given
+    ~2000 examples): X preempts ``low`` in-share at t=1000 with a 60 s grace; X is placed when
+    its victim has stopped (t=1060, quota-model.md 6), but J's STARVING alert says it was
+    overtaken at t=1000, when X only began to hold capacity for its victim."""
+    a = preempting_at_once_with_grace()
     loaded = builders.scenario(
         builders.quota({"ml.g5.xlarge": 2}, a),
         builders.job("low", "A", ("ml.g5.xlarge", 2), at=0, duration=10000, priority=0),
@@ -490,14 +497,7 @@ def test_starving_only_after_an_overtaking_placement_by_a_preemptor_with_grace()
 def test_a_starving_preemptor_waiting_for_its_victims_is_no_longer_starving() -> None:
     """Hypothesis found it for property 3: a starving job that preempts in-share with a grace
     leaves its queue while its victims stop; it no longer starves (nor reserves) then."""
-    a = builders.share(
-        "A",
-        {"ml.g5.xlarge": 2},
-        in_share_preemption=True,
-        in_share_preemption_after_seconds=0,
-        preemption_grace_seconds=60,
-        starvation_after_seconds=900,
-    )
+    a = preempting_at_once_with_grace()
     loaded = builders.scenario(
         builders.quota({"ml.g5.xlarge": 4}, a),
         builders.job("long", "A", ("ml.g5.xlarge", 1), at=0, duration=1900, priority=1),
