@@ -112,7 +112,7 @@ class Share(_Model):
     """How long a job waits, RUNNABLE, before it may preempt lower-priority jobs of its own
     share (a reclaim of lent capacity is never delayed). 0 preempts at once, as AWS does; the
     default lets the share's own finishes serve a job first, which on the synthetic workload
-    halves in-share preemptions (README, "In-share preemption waits: a deviation from
+    cuts the preemptions by 45% (docs/concepts.md, "In-share preemption waits: a deviation from
     quota-model v2")."""
     state: ShareState = ShareState.ENABLED
     preemption_protection_seconds: float = Field(default=0, ge=0)
