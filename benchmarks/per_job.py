@@ -7,6 +7,7 @@ load (issue 15: flat from 1k to 100k jobs), each size in its own process as a us
     python benchmarks/per_job.py --load 0.8          # a lighter load (its backlog still grows: see below)
     python benchmarks/per_job.py --instructions      # instructions instead of CPU time (valgrind)
     python benchmarks/per_job.py --windows 100000    # one run: the CPU of each tenth of its jobs
+    python benchmarks/per_job.py --phases            # each size: CPU a job and peak memory by phase
 
 Each size after the first also gets the cost of each job it adds to the size before it
 (marginal cost): that leaves out the fixed cost and the first jobs, which meet an empty pool.
@@ -25,6 +26,10 @@ not whether the machine runs it more slowly.
 With ``--windows N`` one run of N jobs (the simulation alone, in this process, the collector
 tuned as ``simulate`` tunes it) reports the CPU time spent while each tenth of its jobs
 finished: whether jobs late in a long run cost more than early ones in the same process.
+
+With ``--phases`` each size runs once in its own process, as ``simulate --json`` runs it, and
+reports the CPU per job and the peak resident memory after each of its phases: reading the
+scenario, the simulation, the report, its JSON. Which of them grows with the run.
 """
 
 from __future__ import annotations
@@ -75,7 +80,12 @@ def main() -> None:
     )
     parser.add_argument("--instructions", action="store_true", help="count instructions (valgrind), not CPU time")
     parser.add_argument("--windows", type=int, metavar="N", help="one run of N jobs: the CPU of each tenth")
+    parser.add_argument("--phases", action="store_true", help="CPU a job and peak memory by phase")
+    parser.add_argument("--phases-of", type=Path, help=argparse.SUPPRESS)  # one run, in the child process
     args = parser.parse_args()
+    if args.phases_of:
+        _phases_of(args.phases_of)
+        return
     if args.windows:
         _windows(args.windows, args.load)
         return
@@ -87,7 +97,10 @@ def main() -> None:
             paths[jobs] = Path(scratch) / f"full-load-{jobs}.json"
             paths[jobs].write_text(json.dumps(workload.scenario(jobs, args.load)))
         fixed_path = paths.pop(10)
-        if args.instructions:
+        if args.phases:
+            for path in paths.values():
+                subprocess.run([sys.executable, __file__, "--phases-of", str(path)], check=True)
+        elif args.instructions:
             _per_job_instructions(fixed_path, paths)
         else:
             _per_job_time(fixed_path, paths, args.repeat)
@@ -150,6 +163,37 @@ def _windows(jobs: int, load: float) -> None:
     for i, (before, after) in enumerate(itertools.pairwise([start, *marks])):
         first, last = i * tenth + 1, (i + 1) * tenth
         print(f"jobs {first:>7,} to {last:>7,} finished: CPU {(after - before) / tenth * 1e6:5.0f} us a job")
+
+
+def _phases_of(path: Path) -> None:
+    """One ``simulate --json`` run of the scenario, phase by phase, in this process."""
+    from airflow_quota.sim.gc_tuning import fewer_collections
+    from airflow_quota.sim.report import build_report, to_json
+    from airflow_quota.sim.scenario import load_scenario
+    from airflow_quota.sim.simulator import Simulator
+
+    def peak_mb() -> int:
+        # VmHWM starts again at exec; ru_maxrss keeps the parent's peak from before it
+        status = Path("/proc/self/status").read_text()
+        return int(status.split("VmHWM:")[1].split()[0]) // 1024
+
+    marks = [("start", time.process_time(), peak_mb())]
+    with fewer_collections():
+        scenario = load_scenario(path)
+        marks.append(("read", time.process_time(), peak_mb()))
+        result = Simulator(scenario).run()
+        marks.append(("simulate", time.process_time(), peak_mb()))
+        report = build_report(result)
+        marks.append(("report", time.process_time(), peak_mb()))
+        text = to_json(report)
+        marks.append(("json", time.process_time(), peak_mb()))
+    jobs = len(result.scheduler.state.jobs)
+    phases = ", ".join(
+        f"{name} {(after - before) / jobs * 1e6:5.1f} us ({peak:,} MB)"
+        for (_, before, _), (name, after, peak) in itertools.pairwise(marks)
+    )
+    total = (marks[-1][1] - marks[0][1]) / jobs * 1e6
+    print(f"{jobs:>7,} jobs: CPU a job (peak memory after it): {phases}; all {total:5.1f} us; {len(text):,} bytes")
 
 
 if __name__ == "__main__":
