@@ -24,7 +24,7 @@ from airflow_quota.core.preempt import find_victims, may_preempt_in_share_now
 from airflow_quota.core.queues import JobKey
 from airflow_quota.core.quota import Block
 from airflow_quota.core.state import Changes, Mode, QuotaState
-from airflow_quota.core.walk import Bucket, WalkPolicy, walk
+from airflow_quota.core.walk import Bucket, Waited, WalkPolicy, walk
 
 CAPACITY_BLOCKS = (Block.NO_PROVIDER_CAPACITY, Block.PLAN_FULL, Block.BACKING_OFF)
 BUCKET_BLOCKS = frozenset(
@@ -278,13 +278,17 @@ def _shares_that_may_act(state: QuotaState, improved: set[str]) -> set[str] | fr
 
 
 class _Preemption(WalkPolicy):
-    """Step 4 in one share: queue order; a bucket while ``may_preempt`` holds for its next job."""
+    """Step 4 in one share: queue order; a bucket while room or reclaim could serve its entry,
+    and beside the buckets the share's jobs that have waited to preempt in it (``Waited``),
+    while the next has a higher priority than the share's lowest running job on the type.
+    A job that has not yet waited could only take room or reclaim, so comes only in a bucket."""
 
     def __init__(self, life: Lifecycle, share: str, now: float, work: CycleWork, preempted: set[int]) -> None:
         self.life, self.now, self.work = life, now, work
         self.state = life.state
         self.share = share
         self.queue = self.state.queues[share]
+        self.queue.take_patient(now)
         self.shares = (share,)
         self.seen = preempted
         """Preemptors and victims of the whole step: none is visited again in it."""
@@ -303,31 +307,41 @@ class _Preemption(WalkPolicy):
         the walk asks ``admits`` for that type's buckets right after, nothing changing in between."""
 
     def most(self, share: str, instance_type: str) -> float:
+        # buckets for room and reclaim only: jobs that may find victims in their own share
+        # come in the ``Waited`` stream
         bound = reclaim_bound(self.state, share, instance_type, self.now)
         lowest = lowest_running_priority(self.state, share, instance_type)
         self.bound = (instance_type, bound, lowest)
-        # any count may find victims of its own share, for a job of higher priority than theirs
-        if lowest is not None and lowest < -self.queue.runnable[0][0]:
-            return float("inf")
         return bound
 
     def admits(self, bucket: Bucket, first: JobKey) -> bool:
-        # may_preempt, read off the bounds ``most`` has just worked out for the type
+        # room_or_reclaim, read off the bound ``most`` has just worked out for the type
         instance_type = bucket.instance_type
         if self.queue.held_back(first, instance_type):
             return False
         if self.bound[0] != instance_type:
-            job = self.state.jobs[first[2]]
-            return may_preempt(self.state, self.share, instance_type, bucket.instances, job, self.now)
-        lowest = self.bound[2]
-        return bucket.instances <= self.bound[1] or (lowest is not None and lowest < -first[0])
+            return room_or_reclaim(self.state, self.share, instance_type, bucket.instances, self.now)
+        return bucket.instances <= self.bound[1]
 
     def keeps(self, bucket: Bucket, job: Job) -> bool:
         # the jobs further down the bucket have no higher priority: none finds victims for the
-        # bucket's entry once one has not (``no_victims``), nor may preempt once one may not
+        # bucket's entry once one has not (``no_victims``); room and reclaim are the same for all
         if (bucket.instance_type, bucket.instances) in self.no_victims:
             return False
-        return may_preempt(self.state, self.share, bucket.instance_type, bucket.instances, job, self.now)
+        if self.queue.held_back(job.key, bucket.instance_type):
+            return False
+        return room_or_reclaim(self.state, self.share, bucket.instance_type, bucket.instances, self.now)
+
+    def waited(self, share: str, instance_type: str) -> SortedList | None:
+        if self.bound[0] != instance_type or self.bound[2] is None:
+            return None
+        return self.queue.patient.get(instance_type)
+
+    def keeps_waited(self, tag: Waited, job: Job) -> bool:
+        # the jobs further down have no higher priority, and are behind the same starving jobs
+        if self.queue.held_back(job.key, tag.instance_type):
+            return False
+        return may_preempt_in_share(self.state, self.share, tag.instance_type, job)
 
     def attempt(self, job: Job) -> bool:
         every = self._offered_every_candidate(job)
@@ -378,9 +392,8 @@ def may_preempt(state: QuotaState, share: str, instance_type: str, count: int, j
 
 def may_preempt_in_share(state: QuotaState, share: str, instance_type: str, job: Job) -> bool:
     """In-share preemption could find a victim for the job: a job of the share with lower
-    priority runs on the type. Whether the job has waited long enough to take it is left to
-    ``find_victims``: a later job of the bucket may have waited longer, so that is no reason
-    to drop the bucket."""
+    priority runs on the type. Whether the job has waited long enough to take it is asked
+    apart (``may_preempt_in_share_now``; step 4's ``Waited`` stream holds only jobs that have)."""
     lowest = lowest_running_priority(state, share, instance_type)
     return lowest is not None and lowest < job.priority
 
@@ -499,19 +512,24 @@ def _may_preempt_in(state: QuotaState, share: str, improved: set[str], now: floa
     ``may_preempt`` might hold: otherwise step 4 would admit none of the share's buckets and
     has nothing to look at in it. ``room_or_reclaim`` only gets harder as the count grows, so
     the smallest count the share asks of the type decides; in-share preemption needs a job of
-    the share running on the type."""
+    the share that has waited for it (in the ``Waited`` stream) and a job of lower priority
+    running on the type."""
     queue = state.queues[share]
     in_share = state.shares[share].in_share_preemption
+    if in_share:
+        queue.take_patient(now)
     for instance_type in improved:
         if instance_type not in queue.counts:
             continue
         smallest = queue.smallest(instance_type)
         if smallest is None:
             continue
-        if room_or_reclaim(state, share, instance_type, smallest, now) or (
-            in_share and queue.running.get(instance_type)
-        ):
+        if room_or_reclaim(state, share, instance_type, smallest, now):
             return True
+        if in_share and (patient := queue.patient.get(instance_type)):
+            lowest = lowest_running_priority(state, share, instance_type)
+            if lowest is not None and lowest < -patient[0][0]:
+                return True
     return False
 
 

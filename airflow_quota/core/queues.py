@@ -38,9 +38,13 @@ class ShareQueue:
 
     __slots__ = (
         "_levels",
+        "_patience_ends",
+        "_waiting",
         "buckets",
         "counts",
         "least",
+        "patience",
+        "patient",
         "reserving",
         "runnable",
         "running",
@@ -73,6 +77,16 @@ class ShareQueue:
         self.version = 0
         """Bumped whenever the RUNNABLE jobs change: what is derived from them is kept until then."""
         self._levels: tuple[int, dict[int, tuple[float, int]]] | None = None
+        self.patience: float | None = None
+        """With in-share preemption, how long a RUNNABLE job waits before it may preempt in
+        its share (``in_share_preemption_after_seconds``); None without."""
+        self.patient: dict[str, SortedList] = {}
+        """instance type → keys of the RUNNABLE jobs asking for it that have waited
+        ``patience``, as of the last ``take_patient``."""
+        self._waiting: list[tuple[float, JobKey, frozenset[str]]] = []
+        """(when its wait ends, key, types) of RUNNABLE jobs still waiting; some are stale."""
+        self._patience_ends: dict[JobKey, float] = {}
+        """key → when its wait ends, for the entries of ``_waiting`` that are not stale."""
 
     def add_runnable(self, job: Job) -> None:
         key = job.key
@@ -91,6 +105,8 @@ class ShareQueue:
                 self.least[entry.instance_type] = entry.count
         if job.starving:
             self.add_starving(job)
+        if self.patience is not None:
+            self._await(key, job.runnable_since + self.patience, job.instance_types)
 
     def remove_runnable(self, job: Job) -> list[str]:
         """Drop a job from the RUNNABLE indexes; returns the types it asked for (the share may
@@ -113,7 +129,38 @@ class ShareQueue:
             released.append(entry.instance_type)
         if job.starving:
             self.remove_starving(job)
+        if self._patience_ends.pop(key, None) is None:
+            for instance_type in job.instance_types:
+                patient = self.patient.get(instance_type)
+                if patient is not None and key in patient:
+                    patient.remove(key)
         return released
+
+    def set_patience(self, patience: float | None, runnable: list[Job]) -> None:
+        """The share's wait before in-share preemption changed (None: no in-share preemption);
+        ``runnable`` are its RUNNABLE jobs, whose waits count from ``runnable_since``."""
+        self.patience = patience
+        self.patient = {}
+        self._waiting = []
+        self._patience_ends = {}
+        if patience is not None:
+            for job in runnable:
+                self._await(job.key, job.runnable_since + patience, job.instance_types)
+
+    def take_patient(self, now: float) -> None:
+        """Move the jobs whose wait has ended by ``now`` into ``patient``."""
+        waiting = self._waiting
+        while waiting and waiting[0][0] <= now:
+            ends, key, types = heapq.heappop(waiting)
+            if self._patience_ends.get(key) != ends:
+                continue  # the job left the queue, or came back with a wait of its own
+            del self._patience_ends[key]
+            for instance_type in types:
+                self.patient.setdefault(instance_type, SortedList()).add(key)
+
+    def _await(self, key: JobKey, ends: float, types: frozenset[str]) -> None:
+        self._patience_ends[key] = ends
+        heapq.heappush(self._waiting, (ends, key, types))
 
     def _forget_count(self, instance_type: str, count: int) -> None:
         """The bucket (type, count) emptied: its count leaves ``counts``, and the type too

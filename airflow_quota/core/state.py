@@ -99,7 +99,11 @@ class QuotaState:
         self.catalogue = config.catalogue()
         self.shares = {s.name: s for s in config.shares}
         for name, share in self.shares.items():
-            self.queues.setdefault(name, ShareQueue()).set_reserving(share.starvation_reservation)
+            queue = self.queues.setdefault(name, ShareQueue())
+            queue.set_reserving(share.starvation_reservation)
+            patience = share.in_share_preemption_after_seconds if share.in_share_preemption else None
+            if patience != queue.patience:
+                queue.set_patience(patience, [self.jobs[key[2]] for key in queue.runnable])
             self.share_usage.setdefault(name, 0)
             self.share_limit[name] = sum(share.capacity_limits.values())
         self.borrowing_shares = tuple(name for name, share in self.shares.items() if share.borrows)

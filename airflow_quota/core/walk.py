@@ -9,6 +9,8 @@ The jobs come from sorted streams of job keys, merged lazily (``MergedStreams``)
 - ``Bucket(share, instance_type, instances)``: the share's queued jobs with an entry asking
   that many instances of the type. A type's buckets join the walk only when something got
   easier on the type, and only those the step's bound lets fit.
+- ``Waited(share, instance_type)``: the share's queued jobs asking for the type that have
+  waited long enough to preempt in their share (step 4 only), beside the type's buckets.
 
 What differs from step to step is a ``WalkPolicy``: the order, the bound, what to keep, what to
 try, and which types to look at again after a success.
@@ -43,6 +45,14 @@ class Bucket(NamedTuple):
     """How many instances of the type each job of the bucket asks for."""
 
 
+class Waited(NamedTuple):
+    """The tag of a stream of a share's queued jobs asking for ``instance_type`` that have waited
+    ``in_share_preemption_after_seconds``."""
+
+    share: str
+    instance_type: str
+
+
 class WalkPolicy(ABC):
     """What one step's walk does differently: the order, the bound, what to keep and what to try."""
 
@@ -70,6 +80,16 @@ class WalkPolicy(ABC):
     def keeps(self, bucket: Bucket, job: Job) -> bool:
         """Whether ``job``, next in the bucket, and every job after it may still fit:
         otherwise the bucket is dropped until something gets easier on its type."""
+
+    def waited(self, share: str, instance_type: str) -> SortedList | None:
+        """Keys of jobs of ``share`` asking for the type to walk beside its buckets, tagged
+        ``Waited``, once ``most`` has been asked for the type. None by default."""
+        return None
+
+    def keeps_waited(self, tag: Waited, job: Job) -> bool:
+        """Whether ``job``, next in the ``Waited`` stream, and every job after it may still
+        succeed on the tag's type; otherwise the stream is dropped."""
+        return True
 
     @abstractmethod
     def attempt(self, job: Job) -> bool:
@@ -99,7 +119,11 @@ def walk(life: Lifecycle, policy: WalkPolicy, new_jobs: Iterable[tuple[str, Sort
     while (item := streams.pop()) is not None:
         key, tag, position = item
         job = jobs[key[2]]
-        if type(tag) is Bucket and not policy.keeps(tag, job):
+        if type(tag) is Bucket:
+            if not policy.keeps(tag, job):
+                streams.drop(tag)
+                continue
+        elif type(tag) is Waited and not policy.keeps_waited(tag, job):
             streams.drop(tag)
             continue
         streams.seen.add(job.seq)
@@ -126,3 +150,6 @@ def _add_buckets(life: Lifecycle, policy: WalkPolicy, streams: MergedStreams, in
                 bucket = Bucket(share, instance_type, count)
                 if policy.admits(bucket, keys[0]):
                     streams.add(keys, bucket, after)
+        waited = policy.waited(share, instance_type)
+        if waited:
+            streams.add(waited, Waited(share, instance_type), after)

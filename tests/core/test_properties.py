@@ -328,8 +328,10 @@ def test_a_full_pool_fits_no_entry_without_victims_on_one_busy_type() -> None:
 def _step_4_left_out(loaded: LoadedScenario) -> tuple[int, list[str]]:
     """Run the scenario; after every cycle, for every share and type with waiting jobs, the
     jobs of the buckets above step 4's ``most`` for the share and type (which never join its
-    walk): how many there were, and those that may preempt all the same."""
+    walk): how many there were, and those that may preempt now all the same (by reclaim, or
+    in their share once they have waited) without being in the share's ``Waited`` stream."""
     from airflow_quota.core.phases import _Preemption, may_preempt
+    from airflow_quota.core.preempt import may_preempt_in_share_now
 
     wrongly_left_out: list[str] = []
     left_out = 0
@@ -344,9 +346,15 @@ def _step_4_left_out(loaded: LoadedScenario) -> tuple[int, list[str]]:
                 for count in counts:
                     if count <= most:
                         continue
+                    waited = policy.waited(share, name)
                     for key in queue.buckets[(name, count)]:
                         left_out += 1
-                        if may_preempt(state, share, name, count, state.jobs[key[2]], now):
+                        job = state.jobs[key[2]]
+                        if not may_preempt(state, share, name, count, job, now):
+                            continue
+                        if not may_preempt_in_share_now(state, job, now):
+                            continue  # offered reclaim candidates only, and count is over the bound
+                        if waited is None or key not in waited:
                             wrongly_left_out.append(f"t={now:g} {share} {count}x {name} job {key[2]}")
 
     after_every_cycle(loaded, compare)
@@ -356,9 +364,9 @@ def _step_4_left_out(loaded: LoadedScenario) -> tuple[int, list[str]]:
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(scenarios())
 def test_step_4_leaves_out_only_buckets_that_may_not_preempt(loaded: LoadedScenario) -> None:
-    """Step 4 lets a share's buckets above ``reclaim_bound`` join its walk only when one of its
-    waiting jobs has a higher priority than its lowest running job (``_Preemption.most``):
-    no job of a bucket it leaves out may preempt."""
+    """Step 4 lets only a share's buckets within ``reclaim_bound`` join its walk
+    (``_Preemption.most``), and its jobs that have waited to preempt in their share come in the
+    ``Waited`` stream: no job it leaves out may preempt now."""
     _, wrongly_left_out = _step_4_left_out(loaded)
     assert not wrongly_left_out, wrongly_left_out[:5]
 
@@ -373,6 +381,57 @@ def test_step_4_leaves_out_only_buckets_that_may_not_preempt_at_full_load() -> N
     left_out, wrongly_left_out = _step_4_left_out(parse_scenario(workload.scenario(1000), Path(".")))
     assert left_out > 1000
     assert not wrongly_left_out, wrongly_left_out[:5]
+
+
+def _waited_disagreements(loaded: LoadedScenario) -> tuple[int, list[str]]:
+    """Run the scenario; after every cycle, each share's ``Waited`` jobs per type (its
+    ``patient`` index, caught up to now) against its RUNNABLE jobs that may preempt in their
+    share now, worked out from scratch: how many such jobs there were, and every difference."""
+    from airflow_quota.core.lifecycle import queued
+    from airflow_quota.core.preempt import may_preempt_in_share_now
+
+    differences: list[str] = []
+    patient = 0
+
+    def compare(scheduler: QuotaScheduler, now: float) -> None:
+        nonlocal patient
+        state = scheduler.state
+        for share, queue in state.queues.items():
+            queue.take_patient(now)
+            expected: dict[str, set[tuple[int, float, int]]] = {}
+            for key in queue.runnable:
+                job = state.jobs[key[2]]
+                if queued(job) and may_preempt_in_share_now(state, job, now):
+                    patient += 1
+                    for name in job.instance_types:
+                        expected.setdefault(name, set()).add(key)
+            indexed = {name: set(keys) for name, keys in queue.patient.items() if keys}
+            if indexed != expected:
+                differences.append(f"t={now:g} {share}: indexed {indexed}, expected {expected}")
+
+    after_every_cycle(loaded, compare)
+    return patient, differences
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(scenarios())
+def test_the_waited_index_holds_exactly_the_jobs_that_may_preempt_in_their_share(loaded: LoadedScenario) -> None:
+    """The ``Waited`` stream step 4 walks (``ShareQueue.patient``) is kept up to date through
+    submissions, placements, requeues, priority changes and changes of the share's wait."""
+    _, differences = _waited_disagreements(loaded)
+    assert not differences, differences[:3]
+
+
+def test_the_waited_index_at_full_load() -> None:
+    """The same on the benchmark's busy pool, where many jobs wait past the share's wait."""
+    from pathlib import Path
+
+    from airflow_quota.sim.scenario import parse_scenario
+    from benchmarks import workload
+
+    patient, differences = _waited_disagreements(parse_scenario(workload.scenario(1000), Path(".")))
+    assert patient > 1000
+    assert not differences, differences[:3]
 
 
 def _may_act_missed(loaded: LoadedScenario) -> tuple[int, list[str]]:

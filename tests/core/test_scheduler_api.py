@@ -412,3 +412,34 @@ def test_a_requeued_job_waits_again_from_when_it_became_runnable() -> None:
     scheduler.set_priority(scheduler.job("urgent"), 0, 720)  # urgent is now low's candidate
     assert find_victims(scheduler.state, low, ONE, 1299) is None
     assert find_victims(scheduler.state, low, ONE, 1300) == [(scheduler.job("urgent"), PreemptionKind.IN_SHARE)]
+
+
+def test_a_wait_shortened_below_the_time_already_waited_preempts_at_the_next_cycle() -> None:
+    scheduler = urgent_behind_low()
+    scheduler.run_cycle(100)
+    scheduler.apply_config(waiting_team(300), 500)  # urgent has waited 400 s
+    assert preempted_by(scheduler.run_cycle(500), "urgent") == ["low"]
+
+
+def test_the_jobs_that_have_waited_follow_the_configuration() -> None:
+    """Step 4 walks a share's jobs that have waited (``ShareQueue.patient``) beside its buckets:
+    the index follows the wait as configurations lengthen, end and bring it back."""
+    scheduler = urgent_behind_low()
+    queue, urgent = scheduler.state.queues["team"], scheduler.job("urgent")
+
+    def waited(now: float) -> list[Any]:
+        queue.take_patient(now)
+        return list(queue.patient.get(G5, []))
+
+    assert waited(699) == []
+    assert waited(700) == [urgent.key]
+    scheduler.apply_config(waiting_team(1000), 800)
+    assert waited(1099) == []
+    assert waited(1100) == [urgent.key]
+    no_wait = parse_config(quota({G5: 1}, share("team", {G5: 1}, "RESERVE", max_priority=9)))
+    scheduler.apply_config(no_wait, 1200)
+    assert queue.patience is None and waited(1200) == []
+    scheduler.apply_config(waiting_team(600), 1300)
+    assert waited(1300) == [urgent.key]
+    scheduler.set_priority(urgent, 5, 1400)  # a new key, the same wait
+    assert waited(1400) == [urgent.key]
