@@ -30,6 +30,8 @@ from airflow_quota.sim.simulator import Simulator  # noqa: E402
 from benchmarks import workload  # noqa: E402
 
 COUNTED = ("may_preempt", "room_or_reclaim", "reclaim_bound", "find_victims", "_try_place")
+POLICY_METHODS = ("most", "admits", "keeps", "keeps_waited", "attempt")
+"""Each walk policy's own methods, counted as Policy.method."""
 
 
 def counting(calls: Counter[str], name: str, function: Callable[..., Any]) -> Callable[..., Any]:
@@ -51,6 +53,11 @@ def main() -> None:
     calls: Counter[str] = Counter()
     for name in COUNTED:
         setattr(phases, name, counting(calls, name, getattr(phases, name)))
+    for policy in (phases._WithinQuota, phases._Borrowing, phases._Preemption):
+        for method in POLICY_METHODS:
+            if method in vars(policy):
+                counted = counting(calls, f"{policy.__name__}.{method}", getattr(policy, method))
+                setattr(policy, method, counted)
     pop = MergedStreams.pop
     MergedStreams.pop = counting(calls, "walk pops", pop)  # type: ignore[method-assign]
     backlog: Counter[str] = Counter()
