@@ -136,7 +136,8 @@ def walk(life: Lifecycle, policy: WalkPolicy, new_jobs: Iterable[tuple[str, Sort
 
 
 def _add_buckets(life: Lifecycle, policy: WalkPolicy, streams: MergedStreams, instance_type: str, after: Any) -> None:
-    """Merge in the buckets of the type that the policy admits, from ``after`` on if given."""
+    """Merge in the buckets of the type that the policy admits, and its ``Waited`` stream if it
+    has one, from ``after`` on if given."""
     queues = life.state.queues
     for share in policy.shares:
         queue = queues[share]
