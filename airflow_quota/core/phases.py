@@ -240,14 +240,23 @@ def preemption(life: Lifecycle, now: float, work: CycleWork) -> bool:
     preempted: set[int] = set()
     victims = 0
     may_act = _shares_that_may_act(state, work.improved)
-    if not any(_acts(state, work, name, may_act, now) for name in state.queues):
+    acts: dict[str, bool] = {}  # whether each share acts, as worked out since the last walk
+
+    def share_acts(name: str) -> bool:
+        if name not in acts:
+            acts[name] = _acts(state, work, name, may_act, now)
+        return acts[name]
+
+    if not any(share_acts(name) for name in state.queues):
         return False  # most cycles: no share may act, so none needs ordering
     for name in share_order(state, list(state.queues)):
-        if _acts(state, work, name, may_act, now):
+        if share_acts(name):
             policy = _Preemption(life, name, now, work, preempted)
             walk(life, policy, _changed_of(state, [name], work), work.improved & policy.queue.counts.keys())
             victims += policy.victims
-            may_act = _shares_that_may_act(state, work.improved)  # the walk changed the state
+            if policy.preemptors:  # the walk changed the state
+                may_act = _shares_that_may_act(state, work.improved)
+                acts.clear()
     return victims > 0
 
 
@@ -293,6 +302,8 @@ class _Preemption(WalkPolicy):
         self.seen = preempted
         """Preemptors and victims of the whole step: none is visited again in it."""
         self.victims = 0
+        self.preemptors = 0
+        """Jobs that got capacity in this walk: with none, the walk changed nothing."""
         self.no_victims: set[tuple[str, int]] = set()
         """Entries (type, count) for which a job offered every candidate found no victim set
         since the state last changed: a later job of the share asking the same has no higher
@@ -359,6 +370,7 @@ class _Preemption(WalkPolicy):
                 continue
             self.seen.update(v.seq for v, _ in victims)
             self.victims += len(victims)
+            self.preemptors += 1
             self.life.preempt(job, entry, victims, self.now)
             return True
         return False
