@@ -156,7 +156,10 @@ class ShareQueue:
                 continue  # the job left the queue, or came back with a wait of its own
             del self._patience_ends[key]
             for instance_type in types:
-                self.patient.setdefault(instance_type, SortedList()).add(key)
+                patient = self.patient.get(instance_type)
+                if patient is None:
+                    patient = self.patient[instance_type] = SortedList()
+                patient.add(key)
 
     def _await(self, key: JobKey, ends: float, types: frozenset[str]) -> None:
         self._patience_ends[key] = ends
