@@ -157,6 +157,17 @@ def run_checked(loaded: LoadedScenario, literal: bool = False) -> list[Decision]
     return simulator.run().decisions
 
 
+def full_load(jobs: int) -> LoadedScenario:
+    """The benchmark's busy pool (``benchmarks/workload.py``): 20 shares x 5 types, queues,
+    borrowing and preemption all happening, some shares with in-share preemption."""
+    from pathlib import Path
+
+    from airflow_quota.sim.scenario import parse_scenario
+    from benchmarks import workload
+
+    return parse_scenario(workload.scenario(jobs), Path("."))
+
+
 def after_every_cycle(loaded: LoadedScenario, look: Callable[[QuotaScheduler, float], None]) -> None:
     """Run the scenario in the simulator, calling ``look(scheduler, now)`` after every cycle."""
     simulator = Simulator(loaded)
@@ -200,12 +211,7 @@ def test_same_input_same_output(loaded: LoadedScenario) -> None:
 def test_incremental_cycle_decides_as_a_full_rescan_at_full_load() -> None:
     """The same check on a busy pool: 2,500 jobs, 20 shares x 5 types, queues, borrowing and
     preemption all happening (the benchmark's workload)."""
-    from pathlib import Path
-
-    from airflow_quota.sim.scenario import parse_scenario
-    from benchmarks import workload
-
-    loaded = parse_scenario(workload.scenario(2500), Path("."))
+    loaded = full_load(2500)
     incremental = describe(run_checked(loaded))
     assert sum(1 for d in incremental if d.startswith("Preempted")) > 50
     assert not [d for d in incremental if "GUARANTEE_VIOLATED" in d]
@@ -373,12 +379,7 @@ def test_step_4_leaves_out_only_buckets_that_may_not_preempt(loaded: LoadedScena
 
 def test_step_4_leaves_out_only_buckets_that_may_not_preempt_at_full_load() -> None:
     """The same on the benchmark's busy pool (in-share preemption in some shares)."""
-    from pathlib import Path
-
-    from airflow_quota.sim.scenario import parse_scenario
-    from benchmarks import workload
-
-    left_out, wrongly_left_out = _step_4_left_out(parse_scenario(workload.scenario(1000), Path(".")))
+    left_out, wrongly_left_out = _step_4_left_out(full_load(1000))
     assert left_out > 1000
     assert not wrongly_left_out, wrongly_left_out[:5]
 
@@ -424,12 +425,7 @@ def test_the_waited_index_holds_exactly_the_jobs_that_may_preempt_in_their_share
 
 def test_the_waited_index_at_full_load() -> None:
     """The same on the benchmark's busy pool, where many jobs wait past the share's wait."""
-    from pathlib import Path
-
-    from airflow_quota.sim.scenario import parse_scenario
-    from benchmarks import workload
-
-    patient, differences = _waited_disagreements(parse_scenario(workload.scenario(1000), Path(".")))
+    patient, differences = _waited_disagreements(full_load(1000))
     assert patient > 1000
     assert not differences, differences[:3]
 
