@@ -20,7 +20,7 @@ from sortedcontainers import SortedList
 
 from airflow_quota.core.lifecycle import Lifecycle, queued
 from airflow_quota.core.model import Entry, FailureReason, Job
-from airflow_quota.core.preempt import find_victims, may_preempt_in_share_now
+from airflow_quota.core.preempt import find_victims, may_preempt_in_share_now, most_under_cap, within_cap_with_victims
 from airflow_quota.core.queues import JobKey
 from airflow_quota.core.quota import Block
 from airflow_quota.core.state import Changes, Mode, QuotaState
@@ -343,16 +343,30 @@ class _Preemption(WalkPolicy):
             return False
         return room_or_reclaim(self.state, self.share, bucket.instance_type, bucket.instances, self.now)
 
-    def waited(self, share: str, instance_type: str) -> SortedList | None:
-        if self.bound[0] != instance_type or self.bound[2] is None:
-            return None
-        return self.queue.patient.get(instance_type)
+    def waited(self, share: str, instance_type: str) -> Iterable[tuple[int, SortedList]]:
+        # a stream whose first job fails ``keeps_waited`` would be dropped at once: every job
+        # after it fails too
+        lowest = self.bound[2]
+        if self.bound[0] != instance_type or lowest is None:
+            return ()
+        streams = []
+        for count, keys in self.queue.patient_counts(instance_type):
+            priority = -keys[0][0]
+            if lowest < priority and count <= most_under_cap(self.state, share, instance_type, priority, self.now):
+                streams.append((count, keys))
+        return streams
 
     def keeps_waited(self, tag: Waited, job: Job) -> bool:
         # the jobs further down have no higher priority, and are behind the same starving jobs
         if self.queue.held_back(job.key, tag.instance_type):
             return False
-        return may_preempt_in_share(self.state, self.share, tag.instance_type, job)
+        if not may_preempt_in_share(self.state, self.share, tag.instance_type, job):
+            return False
+        entry = Entry(tag.instance_type, tag.instances)
+        if within_cap_with_victims(self.state, job, entry, self.now):
+            return True
+        self.no_victims.add((tag.instance_type, tag.instances))  # no later job of the walk fits it either
+        return False
 
     def attempt(self, job: Job) -> bool:
         every = self._offered_every_candidate(job)

@@ -57,7 +57,13 @@ def _by_unsaved_work(tied: list[Job], now: float, kind: PreemptionKind) -> Itera
 def _lower_priority(state: QuotaState, job: Job, instance_type: str) -> Iterator[tuple[int, float, float, int]]:
     """Victim keys of the jobs of ``job``'s own share on the type with strictly lower priority
     than it, in candidate order."""
-    return takewhile(lambda key: key[0] < job.priority, state.queues[job.share].running.get(instance_type, ()))
+    return _below(state, job.share, instance_type, job.priority)
+
+
+def _below(state: QuotaState, share: str, instance_type: str, priority: int) -> Iterator[tuple[int, float, float, int]]:
+    """Victim keys of the share's jobs on the type with a priority below ``priority``, in
+    candidate order."""
+    return takewhile(lambda key: key[0] < priority, state.queues[share].running.get(instance_type, ()))
 
 
 def may_preempt_in_share_now(state: QuotaState, job: Job, now: float) -> bool:
@@ -67,18 +73,32 @@ def may_preempt_in_share_now(state: QuotaState, job: Job, now: float) -> bool:
     return ends is not None and now >= ends
 
 
-def _in_share_freeable(state: QuotaState, job: Job, entry: Entry, now: float) -> int:
-    """The most instances of the type in-share preemption could take from the job's own share:
-    those of its candidates there."""
-    if not may_preempt_in_share_now(state, job, now):
-        return 0
+def within_cap_with_victims(state: QuotaState, job: Job, entry: Entry, now: float) -> bool:
+    """Whether the job's share could hold the entry once every candidate in the share is gone
+    (victims of other shares free none of its own usage): without, no victim set lets the job
+    start on it. A job that has waited to preempt in its share is offered every candidate there;
+    for such a job, every job after it in the share's queue (of no higher priority, so offered
+    no more candidates) cannot start on the same entry either."""
+    priority = job.priority if may_preempt_in_share_now(state, job, now) else None
+    return entry.count <= most_under_cap(state, job.share, entry.instance_type, priority, now)
+
+
+def most_under_cap(state: QuotaState, share: str, instance_type: str, priority: int | None, now: float) -> float:
+    """The most instances of the type a job of ``share`` could hold under the share's cap once
+    every candidate in the share below ``priority`` is gone (None: a job that may not preempt
+    in its share yet, offered none); unbounded for a share without a cap."""
+    ledger = state.types[instance_type]
+    cap = ledger.cap_of(share)
+    if cap is None:
+        return float("inf")
     freeable = 0
-    for key in _lower_priority(state, job, entry.instance_type):
-        victim = state.jobs[-key[3]]
-        if _preemptible(state, victim, now):
-            assert victim.placement is not None
-            freeable += victim.placement.entry.count
-    return freeable
+    if priority is not None:
+        for key in _below(state, share, instance_type, priority):
+            victim = state.jobs[-key[3]]
+            if _preemptible(state, victim, now):
+                assert victim.placement is not None
+                freeable += victim.placement.entry.count
+    return cap - ledger.usage_of(share) + freeable
 
 
 def _preemptible(state: QuotaState, victim: Job, now: float) -> bool:
@@ -97,10 +117,9 @@ def find_victims(state: QuotaState, job: Job, entry: Entry, now: float) -> list[
     """The smallest set of victims, taken greedily in candidate order, that lets ``job`` start
     on ``entry``; then a reverse pass drops every victim whose removal is not needed.
     None when no set works (nothing is preempted then)."""
+    if not within_cap_with_victims(state, job, entry, now):
+        return None
     ledger = state.types[entry.instance_type]
-    cap = ledger.cap_of(job.share)
-    if cap is not None and ledger.usage_of(job.share) - _in_share_freeable(state, job, entry, now) + entry.count > cap:
-        return None  # no victim set brings the share under what it may hold (victims of other shares free none of it)
     idle = state.protected_idle(ledger, now)  # the same for every victim set: nothing changes here
     if state.check(job, entry, Mode.PREEMPT, now, idle=idle) is None:
         return []

@@ -13,7 +13,7 @@ from typing import Any
 
 from sortedcontainers import SortedList
 
-from airflow_quota.core.model import Job
+from airflow_quota.core.model import Entry, Job
 
 JobKey = tuple[int, float, int]
 """(−priority, first submission, seq): the order inside a share (quota-model.md 4)."""
@@ -45,6 +45,7 @@ class ShareQueue:
         "least",
         "patience",
         "patient",
+        "patient_buckets",
         "reserving",
         "runnable",
         "running",
@@ -83,10 +84,14 @@ class ShareQueue:
         self.patient: dict[str, SortedList] = {}
         """instance type → keys of the RUNNABLE jobs asking for it that have waited
         ``patience``, as of the last ``take_patient``."""
-        self._waiting: list[tuple[float, JobKey, frozenset[str]]] = []
-        """(when its wait ends, key, types) of RUNNABLE jobs still waiting; some are stale."""
-        self._patience_ends: dict[JobKey, float] = {}
-        """key → when its wait ends, for the entries of ``_waiting`` that are not stale."""
+        self.patient_buckets: dict[tuple[str, int], SortedList] = {}
+        """(instance type, count) → the keys of ``patient`` with that entry, as ``buckets`` are
+        of ``runnable`` (a list is kept when it empties: a walk in progress may still hold it)."""
+        self._waiting: list[tuple[float, JobKey]] = []
+        """(when its wait ends, key) of RUNNABLE jobs still waiting; some are stale."""
+        self._patience_ends: dict[JobKey, tuple[float, tuple[Entry, ...]]] = {}
+        """key → (when its wait ends, the job's entries), for the items of ``_waiting`` that are
+        not stale."""
 
     def add_runnable(self, job: Job) -> None:
         key = job.key
@@ -106,7 +111,7 @@ class ShareQueue:
         if job.starving:
             self.add_starving(job)
         if self.patience is not None:
-            self._await(key, job.runnable_since + self.patience, job.instance_types)
+            self._await(key, job.runnable_since + self.patience, job.entries)
 
     def remove_runnable(self, job: Job) -> list[str]:
         """Drop a job from the RUNNABLE indexes; returns the types it asked for (the share may
@@ -130,10 +135,11 @@ class ShareQueue:
         if job.starving:
             self.remove_starving(job)
         if self._patience_ends.pop(key, None) is None:
-            for instance_type in job.instance_types:
-                patient = self.patient.get(instance_type)
+            for entry in job.entries:
+                patient = self.patient.get(entry.instance_type)
                 if patient is not None and key in patient:
                     patient.remove(key)
+                    self.patient_buckets[(entry.instance_type, entry.count)].remove(key)
         return released
 
     def set_patience(self, patience: float | None, runnable: list[Job]) -> None:
@@ -141,29 +147,37 @@ class ShareQueue:
         ``runnable`` are its RUNNABLE jobs, whose waits count from ``runnable_since``."""
         self.patience = patience
         self.patient = {}
+        self.patient_buckets = {}
         self._waiting = []
         self._patience_ends = {}
         if patience is not None:
             for job in runnable:
-                self._await(job.key, job.runnable_since + patience, job.instance_types)
+                self._await(job.key, job.runnable_since + patience, job.entries)
 
     def take_patient(self, now: float) -> None:
-        """Move the jobs whose wait has ended by ``now`` into ``patient``."""
+        """Move the jobs whose wait has ended by ``now`` into ``patient`` and ``patient_buckets``."""
         waiting = self._waiting
         while waiting and waiting[0][0] <= now:
-            ends, key, types = heapq.heappop(waiting)
-            if self._patience_ends.get(key) != ends:
+            ends, key = heapq.heappop(waiting)
+            awaited = self._patience_ends.get(key)
+            if awaited is None or awaited[0] != ends:
                 continue  # the job left the queue, or came back with a wait of its own
             del self._patience_ends[key]
-            for instance_type in types:
-                patient = self.patient.get(instance_type)
-                if patient is None:
-                    patient = self.patient[instance_type] = SortedList()
-                patient.add(key)
+            for entry in awaited[1]:
+                _index(self.patient, entry.instance_type, key)
+                _index(self.patient_buckets, (entry.instance_type, entry.count), key)
 
-    def _await(self, key: JobKey, ends: float, types: frozenset[str]) -> None:
-        self._patience_ends[key] = ends
-        heapq.heappush(self._waiting, (ends, key, types))
+    def patient_counts(self, instance_type: str) -> list[tuple[int, SortedList]]:
+        """(count, keys) of the non-empty ``patient_buckets`` of the type."""
+        return [
+            (count, keys)
+            for count in self.counts.get(instance_type, ())
+            if (keys := self.patient_buckets.get((instance_type, count)))
+        ]
+
+    def _await(self, key: JobKey, ends: float, entries: tuple[Entry, ...]) -> None:
+        self._patience_ends[key] = (ends, entries)
+        heapq.heappush(self._waiting, (ends, key))
 
     def _forget_count(self, instance_type: str, count: int) -> None:
         """The bucket (type, count) emptied: its count leaves ``counts``, and the type too
@@ -238,6 +252,14 @@ class ShareQueue:
     def position(self, key: JobKey) -> int:
         """1-based position among the share's RUNNABLE jobs."""
         return int(self.runnable.bisect_left(key)) + 1
+
+
+def _index(index: dict[Any, SortedList], at: Any, key: JobKey) -> None:
+    """Add ``key`` to the list of ``index`` at ``at``, made when it has none."""
+    keys = index.get(at)
+    if keys is None:
+        keys = index[at] = SortedList()
+    keys.add(key)
 
 
 class MergedStreams:

@@ -9,8 +9,8 @@ The jobs come from sorted streams of job keys, merged lazily (``MergedStreams``)
 - ``Bucket(share, instance_type, instances)``: the share's queued jobs with an entry asking
   that many instances of the type. A type's buckets join the walk only when something got
   easier on the type, and only those the step's bound lets fit.
-- ``Waited(share, instance_type)``: the share's queued jobs asking for the type that have
-  waited long enough to preempt in their share (step 4 only), beside the type's buckets.
+- ``Waited(share, instance_type, instances)``: those of the bucket that have waited long
+  enough to preempt in their share (step 4 only), beside the type's buckets.
 
 What differs from step to step is a ``WalkPolicy``: the order, the bound, what to keep, what to
 try, and which types to look at again after a success.
@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from sortedcontainers import SortedList
@@ -45,12 +46,15 @@ class Bucket(NamedTuple):
     """How many instances of the type each job of the bucket asks for."""
 
 
-class Waited(NamedTuple):
-    """The tag of a stream of a share's queued jobs asking for ``instance_type`` that have waited
-    ``in_share_preemption_after_seconds``."""
+@dataclass(frozen=True, slots=True)
+class Waited:
+    """The tag of a stream of a share's queued jobs with an entry asking ``instances`` of
+    ``instance_type`` that have waited ``in_share_preemption_after_seconds``. Not a tuple: it
+    has a ``Bucket``'s fields, and the two must never compare equal as tags of one walk."""
 
     share: str
     instance_type: str
+    instances: int
 
 
 class WalkPolicy(ABC):
@@ -81,14 +85,14 @@ class WalkPolicy(ABC):
         """Whether ``job``, next in the bucket, and every job after it may still fit:
         otherwise the bucket is dropped until something gets easier on its type."""
 
-    def waited(self, share: str, instance_type: str) -> SortedList | None:
-        """Keys of jobs of ``share`` asking for the type to walk beside its buckets, tagged
-        ``Waited``, once ``most`` has been asked for the type. None by default."""
-        return None
+    def waited(self, share: str, instance_type: str) -> Iterable[tuple[int, SortedList]]:
+        """(count, keys) of jobs of ``share`` asking that count of the type, to walk beside its
+        buckets, tagged ``Waited``, once ``most`` has been asked for the type. Nothing by default."""
+        return ()
 
     def keeps_waited(self, tag: Waited, job: Job) -> bool:
         """Whether ``job``, next in the ``Waited`` stream, and every job after it may still
-        succeed on the tag's type; otherwise the stream is dropped."""
+        succeed on the tag's entry; otherwise the stream is dropped."""
         return True
 
     @abstractmethod
@@ -151,6 +155,5 @@ def _add_buckets(life: Lifecycle, policy: WalkPolicy, streams: MergedStreams, in
                 bucket = Bucket(share, instance_type, count)
                 if policy.admits(bucket, keys[0]):
                     streams.add(keys, bucket, after)
-        waited = policy.waited(share, instance_type)
-        if waited:
-            streams.add(waited, Waited(share, instance_type), after)
+        for count, keys in policy.waited(share, instance_type):
+            streams.add(keys, Waited(share, instance_type, count), after)

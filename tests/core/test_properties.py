@@ -23,6 +23,7 @@ from airflow_quota.core.model import (
     Alert,
     AlertKind,
     Decision,
+    Entry,
     FailureReason,
     JobState,
     PendingReason,
@@ -335,9 +336,10 @@ def _step_4_left_out(loaded: LoadedScenario) -> tuple[int, list[str]]:
     """Run the scenario; after every cycle, for every share and type with waiting jobs, the
     jobs of the buckets above step 4's ``most`` for the share and type (which never join its
     walk): how many there were, and those that may preempt now all the same (by reclaim, or
-    in their share once they have waited) without being in the share's ``Waited`` stream."""
+    in their share once they have waited, with a victim set that fits them under the share's
+    cap) without being in the share's ``Waited`` stream for their count."""
     from airflow_quota.core.phases import _Preemption, may_preempt
-    from airflow_quota.core.preempt import may_preempt_in_share_now
+    from airflow_quota.core.preempt import may_preempt_in_share_now, within_cap_with_victims
 
     wrongly_left_out: list[str] = []
     left_out = 0
@@ -352,7 +354,7 @@ def _step_4_left_out(loaded: LoadedScenario) -> tuple[int, list[str]]:
                 for count in counts:
                     if count <= most:
                         continue
-                    waited = policy.waited(share, name)
+                    waited = dict(policy.waited(share, name)).get(count, ())
                     for key in queue.buckets[(name, count)]:
                         left_out += 1
                         job = state.jobs[key[2]]
@@ -360,7 +362,9 @@ def _step_4_left_out(loaded: LoadedScenario) -> tuple[int, list[str]]:
                             continue
                         if not may_preempt_in_share_now(state, job, now):
                             continue  # offered reclaim candidates only, and count is over the bound
-                        if waited is None or key not in waited:
+                        if not within_cap_with_victims(state, job, Entry(name, count), now):
+                            continue  # no victim set fits it under its share's cap
+                        if key not in waited:
                             wrongly_left_out.append(f"t={now:g} {share} {count}x {name} job {key[2]}")
 
     after_every_cycle(loaded, compare)
@@ -385,9 +389,10 @@ def test_step_4_leaves_out_only_buckets_that_may_not_preempt_at_full_load() -> N
 
 
 def _waited_disagreements(loaded: LoadedScenario) -> tuple[int, list[str]]:
-    """Run the scenario; after every cycle, each share's ``Waited`` jobs per type (its
-    ``patient`` index, caught up to now) against its RUNNABLE jobs that may preempt in their
-    share now, worked out from scratch: how many such jobs there were, and every difference."""
+    """Run the scenario; after every cycle, each share's ``Waited`` jobs per type and per entry
+    (its ``patient`` and ``patient_buckets`` indexes, caught up to now) against its RUNNABLE
+    jobs that may preempt in their share now, worked out from scratch: how many such jobs there
+    were, and every difference."""
     from airflow_quota.core.lifecycle import queued
     from airflow_quota.core.preempt import may_preempt_in_share_now
 
@@ -399,14 +404,17 @@ def _waited_disagreements(loaded: LoadedScenario) -> tuple[int, list[str]]:
         state = scheduler.state
         for share, queue in state.queues.items():
             queue.take_patient(now)
-            expected: dict[str, set[tuple[int, float, int]]] = {}
+            expected: dict[Any, set[tuple[int, float, int]]] = {}
             for key in queue.runnable:
                 job = state.jobs[key[2]]
                 if queued(job) and may_preempt_in_share_now(state, job, now):
                     patient += 1
-                    for name in job.instance_types:
-                        expected.setdefault(name, set()).add(key)
-            indexed = {name: set(keys) for name, keys in queue.patient.items() if keys}
+                    for entry in job.entries:
+                        expected.setdefault(entry.instance_type, set()).add(key)
+                        expected.setdefault((entry.instance_type, entry.count), set()).add(key)
+            indexed = {
+                at: set(keys) for index in (queue.patient, queue.patient_buckets) for at, keys in index.items() if keys
+            }
             if indexed != expected:
                 differences.append(f"t={now:g} {share}: indexed {indexed}, expected {expected}")
 

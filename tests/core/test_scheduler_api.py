@@ -422,14 +422,17 @@ def test_a_wait_shortened_below_the_time_already_waited_preempts_at_the_next_cyc
 
 
 def test_the_jobs_that_have_waited_follow_the_configuration() -> None:
-    """Step 4 walks a share's jobs that have waited (``ShareQueue.patient``) beside its buckets:
+    """Step 4 walks a share's jobs that have waited (``ShareQueue.patient``, by count
+    ``patient_buckets``) beside its buckets:
     the index follows the wait as configurations lengthen, end and bring it back."""
     scheduler = urgent_behind_low()
     queue, urgent = scheduler.state.queues["team"], scheduler.job("urgent")
 
     def waited(now: float) -> list[Any]:
         queue.take_patient(now)
-        return list(queue.patient.get(G5, []))
+        by_count = [key for _, keys in queue.patient_counts(G5) for key in keys]
+        assert by_count == list(queue.patient.get(G5, []))  # one count asked: the same jobs
+        return by_count
 
     assert waited(699) == []
     assert waited(700) == [urgent.key]
