@@ -344,17 +344,10 @@ class _Preemption(WalkPolicy):
         return room_or_reclaim(self.state, self.share, bucket.instance_type, bucket.instances, self.now)
 
     def waited(self, share: str, instance_type: str) -> Iterable[tuple[int, SortedList]]:
-        # a stream whose first job fails ``keeps_waited`` would be dropped at once: every job
-        # after it fails too
         lowest = self.bound[2]
         if self.bound[0] != instance_type or lowest is None:
             return ()
-        streams = []
-        for count, keys in self.queue.patient_counts(instance_type):
-            priority = -keys[0][0]
-            if lowest < priority and count <= most_under_cap(self.state, share, instance_type, priority, self.now):
-                streams.append((count, keys))
-        return streams
+        return waited_streams(self.state, share, instance_type, lowest, self.now)
 
     def keeps_waited(self, tag: Waited, job: Job) -> bool:
         # the jobs further down have no higher priority, and are behind the same starving jobs
@@ -431,6 +424,22 @@ def lowest_running_priority(state: QuotaState, share: str, instance_type: str) -
         return None
     running = state.queues[share].running.get(instance_type)
     return running[0][0] if running else None
+
+
+def waited_streams(
+    state: QuotaState, share: str, instance_type: str, lowest: int, now: float
+) -> list[tuple[int, SortedList]]:
+    """(count, keys) of the share's jobs that have waited to preempt in it, one stream per count
+    of the type, whose first job outranks ``lowest`` (the lowest priority of the share's jobs
+    running on the type) and could hold the count under the share's cap with every job it
+    outranks there gone. A stream whose first job fails either would be dropped at once
+    (``keeps_waited``): every job after it fails too."""
+    streams = []
+    for count, keys in state.queues[share].patient_counts(instance_type):
+        priority = -keys[0][0]
+        if lowest < priority and count <= most_under_cap(state, share, instance_type, priority, now):
+            streams.append((count, keys))
+    return streams
 
 
 def room_or_reclaim(state: QuotaState, share: str, instance_type: str, count: int, now: float) -> bool:
@@ -537,9 +546,8 @@ def _may_preempt_in(state: QuotaState, share: str, improved: set[str], now: floa
     """Whether some waiting job of the share asks for an improved type in a count for which
     ``may_preempt`` might hold: otherwise step 4 would admit none of the share's buckets and
     has nothing to look at in it. ``room_or_reclaim`` only gets harder as the count grows, so
-    the smallest count the share asks of the type decides; in-share preemption needs a job of
-    the share that has waited for it (in the ``Waited`` stream) and a job of lower priority
-    running on the type."""
+    the smallest count the share asks of the type decides; in-share preemption needs a
+    ``Waited`` stream that step 4 would walk (``waited_streams``)."""
     queue = state.queues[share]
     in_share = state.shares[share].in_share_preemption
     if in_share:
@@ -554,7 +562,11 @@ def _may_preempt_in(state: QuotaState, share: str, improved: set[str], now: floa
             return True
         if in_share and (patient := queue.patient.get(instance_type)):
             lowest = lowest_running_priority(state, share, instance_type)
-            if lowest is not None and lowest < -patient[0][0]:
+            if (
+                lowest is not None
+                and lowest < -patient[0][0]
+                and waited_streams(state, share, instance_type, lowest, now)
+            ):
                 return True
     return False
 

@@ -306,10 +306,10 @@ def _one_busy_type() -> LoadedScenario:
     t = TYPES[0]
     config = quota(
         {t: 16},
-        share("a", {t: 4}),
-        share("b", {t: 4}),
+        share("a", {t: 3}),
+        share("b", {t: 3}),
         share("c", {t: 4}, strategy="LEND"),
-        share("d", {t: 3}, strategy="RESERVE", in_share_preemption=True),
+        share("d", {t: 6}, strategy="RESERVE", in_share_preemption=True),
     )
     events = [
         job(
