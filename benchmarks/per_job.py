@@ -8,6 +8,7 @@ load (issue 15: flat from 1k to 100k jobs), each size in its own process as a us
     python benchmarks/per_job.py --instructions      # instructions instead of CPU time (valgrind)
     python benchmarks/per_job.py --windows 100000    # one run: the CPU of each tenth of its jobs
     python benchmarks/per_job.py --phases            # each size: CPU a job and peak memory by phase
+    python benchmarks/per_job.py --cycles            # each size: cycles a job, by what started them
 
 Each size after the first also gets the cost of each job it adds to the size before it
 (marginal cost): that leaves out the fixed cost and the first jobs, which meet an empty pool.
@@ -30,7 +31,15 @@ finished: whether jobs late in a long run cost more than early ones in the same 
 With ``--phases`` each size runs ``--repeat`` times, each in its own process as ``simulate
 --json`` runs it, and the run of least CPU reports the CPU per job and the peak resident memory
 after each of its phases: reading the scenario, the simulation, the report, its JSON. Which of
-them grows with the run.
+them grows with the run; and the CPU a cycle of the simulation.
+
+With ``--cycles`` each size runs once in this process and reports the cycles a job, by what
+started each cycle (an arrival, a start, finish or stop on the simulated backend, or only a timer:
+a job's wait reaching its share's ``in_share_preemption_after_seconds`` or
+``starvation_after_seconds``), with how long the jobs waited. The full load's backlog grows
+with the run, so its jobs wait longer and more of them reach those thresholds: the workload
+asks for more cycles a job the longer it is. The cost *a cycle* is what the scheduler controls.
+Instructions (``--instructions``) are also given a cycle, the cycles counted by such a run.
 """
 
 from __future__ import annotations
@@ -39,12 +48,16 @@ import argparse
 import itertools
 import json
 import resource
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -82,6 +95,7 @@ def main() -> None:
     parser.add_argument("--instructions", action="store_true", help="count instructions (valgrind), not CPU time")
     parser.add_argument("--windows", type=int, metavar="N", help="one run of N jobs: the CPU of each tenth")
     parser.add_argument("--phases", action="store_true", help="CPU a job and peak memory by phase")
+    parser.add_argument("--cycles", action="store_true", help="cycles a job, by what started them")
     parser.add_argument("--phases-of", type=Path, help=argparse.SUPPRESS)  # one run, in the child process
     args = parser.parse_args()
     if args.phases_of:
@@ -89,6 +103,10 @@ def main() -> None:
         return
     if args.windows:
         _windows(args.windows, args.load)
+        return
+    if args.cycles:
+        for jobs in map(int, args.sizes.split(",")):
+            _show_cycles(jobs, args.load)
         return
     if args.instructions:
         need_valgrind()
@@ -134,10 +152,12 @@ def _per_job_instructions(fixed_path: Path, paths: dict[int, Path]) -> None:
     previous: tuple[int, float] | None = None
     for jobs, path in paths.items():
         total = counted(path)
+        cycles = _count_cycles(path).total
         marginal = _each_added(previous, jobs, total, lambda added: f"{added / 1e6:.3f} M")
         print(
             f"{jobs:>7,} jobs: {total / 1e9:8.3f} G instructions; per job without the fixed cost "
-            f"{(total - fixed) / jobs / 1e6:.3f} M{marginal}",
+            f"{(total - fixed) / jobs / 1e6:.3f} M{marginal}; {cycles / jobs:.3f} cycles a job, "
+            f"{(total - fixed) / cycles / 1e6:.3f} M a cycle",
             flush=True,
         )
         previous = (jobs, total)
@@ -165,6 +185,104 @@ def _windows(jobs: int, load: float) -> None:
         print(f"jobs {first:>7,} to {last:>7,} finished: CPU {(after - before) / tenth * 1e6:5.0f} us a job")
 
 
+@dataclass
+class CycleCount:
+    """One run's cycles, by what started each, and its jobs' waits."""
+
+    jobs: int = 0
+    arrival: int = 0
+    backend: int = 0
+    """Cycles at a start, a finish, a failure or a stop on the simulated backend (and no arrival)."""
+    timers: Counter[str] = field(default_factory=Counter)
+    """Cycles started only by timers, by the kinds that fired (joined by '+')."""
+    waits: list[float] = field(default_factory=list)
+
+    @property
+    def total(self) -> int:
+        return self.arrival + self.backend + sum(self.timers.values())
+
+
+def _count_cycles(path: Path) -> CycleCount:
+    """Run the scenario in this process, counting its cycles by what started them."""
+    from airflow_quota.core import lifecycle
+    from airflow_quota.sim.gc_tuning import fewer_collections
+    from airflow_quota.sim.scenario import load_scenario
+    from airflow_quota.sim.simulator import Simulator
+
+    kinds = {lifecycle.DEADLINE: "deadline", lifecycle.STARVE: "starvation", lifecycle.PATIENCE: "patience"}
+    count = CycleCount()
+    started: set[str] = set()
+
+    class Counting(Simulator):
+        def _apply(self, event: Any, now: float) -> None:
+            started.add("arrival")
+            super()._apply(event, now)
+
+        def _play_backend(self, now: float) -> None:
+            # the run dropped the stale happenings at the head: one due now is something happening
+            if self._happenings and self._happenings[0][0] <= now:
+                started.add("backend")
+            super()._play_backend(now)
+
+    def due_timers(life: lifecycle.Lifecycle, now: float) -> None:
+        # the due part of the heap, without popping it: the kinds a cycle at ``now`` fires
+        timers, stack = life._timers, [0]
+        while stack:
+            i = stack.pop()
+            if i < len(timers) and timers[i][0] <= now:
+                at, _, kind, payload = timers[i]
+                if kind in kinds and not life._stale(at, kind, payload):
+                    started.add(kinds[kind])
+                stack += [2 * i + 1, 2 * i + 2]
+
+    fire = lifecycle.Lifecycle.fire_timers
+
+    def counted_fire(life: lifecycle.Lifecycle, now: float) -> None:
+        due_timers(life, now)
+        fire(life, now)
+
+    def look(now: float, cycles: int, finished: int) -> None:
+        if "arrival" in started:
+            count.arrival += 1
+        elif "backend" in started:
+            count.backend += 1
+        else:
+            count.timers["+".join(sorted(started)) or "none"] += 1
+        started.clear()
+
+    lifecycle.Lifecycle.fire_timers = counted_fire  # type: ignore[method-assign,assignment]
+    try:
+        with fewer_collections():
+            result = Counting(load_scenario(path), progress=look).run()
+    finally:
+        lifecycle.Lifecycle.fire_timers = fire  # type: ignore[method-assign]
+    jobs = result.scheduler.state.jobs.values()
+    count.jobs = len(jobs)
+    count.waits = [job.wait_seconds for job in jobs]
+    assert count.total == result.cycles, (count.total, result.cycles)
+    return count
+
+
+def _show_cycles(jobs: int, load: float) -> None:
+    with tempfile.TemporaryDirectory() as scratch:
+        path = Path(scratch) / f"full-load-{jobs}.json"
+        path.write_text(json.dumps(workload.scenario(jobs, load)))
+        count = _count_cycles(path)
+    n = count.jobs
+    timers = ", ".join(f"{kind} {cycles / n:.3f}" for kind, cycles in sorted(count.timers.items()))
+    waits = count.waits
+    past = ", ".join(
+        f"past {label} {sum(w >= seconds for w in waits) / n:.1%}"
+        for label, seconds in (("600 s", 600), ("6 h", 6 * 3600))
+    )
+    print(
+        f"{n:>7,} jobs: {count.total / n:.3f} cycles a job: at an arrival {count.arrival / n:.3f}, at a start, "
+        f"finish or stop {count.backend / n:.3f}, timers only {sum(count.timers.values()) / n:.3f} ({timers}); "
+        f"mean wait {statistics.fmean(waits) / 60:.1f} min, waited {past}",
+        flush=True,
+    )
+
+
 def _phases_of(path: Path) -> None:
     """One ``simulate --json`` run of the scenario, phase by phase, in this process."""
     from airflow_quota.sim.gc_tuning import fewer_collections
@@ -187,7 +305,11 @@ def _phases_of(path: Path) -> None:
         marks.append(("report", time.process_time(), peak_mb()))
         text = to_json(report)
         marks.append(("json", time.process_time(), peak_mb()))
-    print(json.dumps({"jobs": len(result.scheduler.state.jobs), "marks": marks, "bytes": len(text)}))
+    print(
+        json.dumps(
+            {"jobs": len(result.scheduler.state.jobs), "cycles": result.cycles, "marks": marks, "bytes": len(text)}
+        )
+    )
 
 
 def _phases(paths: dict[int, Path], repeat: int) -> None:
@@ -206,8 +328,11 @@ def _phases(paths: dict[int, Path], repeat: int) -> None:
             for (_, before, _), (name, after, peak) in itertools.pairwise(marks)
         )
         total = (marks[-1][1] - marks[0][1]) / jobs * 1e6
+        simulation = marks[2][1] - marks[1][1]
         print(
-            f"{jobs:>7,} jobs, least of {repeat}: CPU a job (peak memory after it): {phases}; all {total:5.1f} us",
+            f"{jobs:>7,} jobs, least of {repeat}: CPU a job (peak memory after it): {phases}; all {total:5.1f} us; "
+            f"{best['cycles'] / jobs:.3f} cycles a job, "
+            f"the simulation {simulation / best['cycles'] * 1e6:5.1f} us a cycle",
             flush=True,
         )
 
