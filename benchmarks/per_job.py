@@ -9,6 +9,7 @@ load (issue 15: flat from 1k to 100k jobs), each size in its own process as a us
     python benchmarks/per_job.py --windows 100000    # one run: the CPU of each tenth of its jobs
     python benchmarks/per_job.py --phases            # each size: CPU a job and peak memory by phase
     python benchmarks/per_job.py --cycles            # each size: cycles a job, by what started them
+    python benchmarks/per_job.py --one-heap          # each size's simulation in one process, one heap
 
 Each size after the first also gets the cost of each job it adds to the size before it
 (marginal cost): that leaves out the fixed cost and the first jobs, which meet an empty pool.
@@ -40,6 +41,11 @@ a job's wait reaching its share's ``in_share_preemption_after_seconds`` or
 with the run, so its jobs wait longer and more of them reach those thresholds: the workload
 asks for more cycles a job the longer it is. The cost *a cycle* is what the scheduler controls.
 Instructions (``--instructions``) are also given a cycle, the cycles counted by such a run.
+
+With ``--one-heap`` the simulations of every size run in this process, after the largest has
+run once and is kept: each then runs ``--repeat`` times over the same heap (the least CPU kept),
+so that the sizes differ only by their work, not by how large a heap the process has. In a
+process of its own a run of 10k jobs has a heap of 90 MB and one of 100k a heap of 570 MB.
 """
 
 from __future__ import annotations
@@ -96,6 +102,7 @@ def main() -> None:
     parser.add_argument("--windows", type=int, metavar="N", help="one run of N jobs: the CPU of each tenth")
     parser.add_argument("--phases", action="store_true", help="CPU a job and peak memory by phase")
     parser.add_argument("--cycles", action="store_true", help="cycles a job, by what started them")
+    parser.add_argument("--one-heap", action="store_true", help="every size's simulation in one process")
     parser.add_argument("--phases-of", type=Path, help=argparse.SUPPRESS)  # one run, in the child process
     args = parser.parse_args()
     if args.phases_of:
@@ -103,6 +110,9 @@ def main() -> None:
         return
     if args.windows:
         _windows(args.windows, args.load)
+        return
+    if args.one_heap:
+        _one_heap(sorted(map(int, args.sizes.split(","))), args.load, args.repeat)
         return
     if args.cycles:
         for jobs in map(int, args.sizes.split(",")):
@@ -161,6 +171,29 @@ def _per_job_instructions(fixed_path: Path, paths: dict[int, Path]) -> None:
             flush=True,
         )
         previous = (jobs, total)
+
+
+def _one_heap(sizes: list[int], load: float, repeat: int) -> None:
+    from airflow_quota.sim.gc_tuning import fewer_collections
+    from airflow_quota.sim.scenario import parse_scenario
+    from airflow_quota.sim.simulator import Simulator
+
+    scenarios = {jobs: parse_scenario(workload.scenario(jobs, load), ROOT) for jobs in sizes}
+    with fewer_collections():
+        kept = Simulator(scenarios[sizes[-1]]).run()  # the heap every measured run shares
+        for jobs in sizes:
+            runs = []
+            for _ in range(repeat):
+                start = time.process_time()
+                result = Simulator(scenarios[jobs]).run()
+                runs.append((time.process_time() - start, result.cycles))
+            cpu, cycles = min(runs)
+            print(
+                f"{jobs:>7,} jobs, least of {repeat}, one heap: the simulation's CPU {cpu / jobs * 1e6:5.1f} us a job, "
+                f"{cycles / jobs:.3f} cycles a job, {cpu / cycles * 1e6:5.1f} us a cycle",
+                flush=True,
+            )
+    del kept  # held until every size has run
 
 
 def _windows(jobs: int, load: float) -> None:
