@@ -7,7 +7,7 @@ import asyncio
 import re
 import threading
 import time
-from collections.abc import Callable, Collection, Iterator
+from collections.abc import Callable, Collection, Iterator, MutableMapping
 from contextlib import contextmanager
 from pathlib import Path
 from types import SimpleNamespace
@@ -15,6 +15,7 @@ from typing import Any
 
 import pendulum
 import pytest
+import structlog.testing
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 from sqlalchemy import Engine, event, select
 
@@ -53,15 +54,23 @@ def test_kwargs_are_plain_json() -> None:
 
 
 async def _follow(world: QuotaWorld, trigger: QuotaJobTrigger, moments: list[float]) -> list[TriggerEvent]:
-    """Run the trigger while the quota scheduler steps through ``moments``."""
+    """Run the trigger while the quota scheduler steps through ``moments``. Before each step
+    the trigger has seen what the step before left: its watch has read twice since (a read
+    in progress during the step may have begun before it), unless the trigger has ended."""
+    following = asyncio.ensure_future(events_of(trigger.run()))
 
-    async def drive() -> None:
-        for at in moments:
-            await asyncio.sleep(0.05)
-            await asyncio.to_thread(world.step, at)
+    def rounds() -> int:
+        watches = JobWatch.running()
+        return watches[0].rounds if watches else 0
 
-    events, _ = await asyncio.gather(events_of(trigger.run()), drive())
-    return events
+    for at in moments:
+        seen = rounds()
+        await _until(
+            lambda seen=seen: following.done() or rounds() >= seen + 2,
+            f"the trigger to read the state before {at}",
+        )
+        await asyncio.to_thread(world.step, at)
+    return await following
 
 
 def _payload(event: TriggerEvent) -> dict[str, Any]:
@@ -199,15 +208,15 @@ def test_the_capacity_trigger_fires_once_the_share_could_place(world: QuotaWorld
     world.step()
     trigger = QuotaCapacityTrigger(share="prod", instance_preferences=G5, poll_interval=0.01)
 
-    async def scenario() -> list[TriggerEvent]:
-        async def drive() -> None:
-            await asyncio.sleep(0.1)
-            await asyncio.to_thread(world.step, 1100.0)
+    async def scenario(said: list[MutableMapping[str, Any]]) -> list[TriggerEvent]:
+        following = asyncio.ensure_future(events_of(trigger.run()))
+        await _until(lambda: any("cannot place the list yet" in str(line) for line in said), "the first check")
+        assert not following.done()  # it waits while the share cannot place
+        await asyncio.to_thread(world.step, 1100.0)
+        return await following
 
-        events, _ = await asyncio.gather(events_of(trigger.run()), drive())
-        return events
-
-    events = asyncio.run(scenario())
+    with structlog.testing.capture_logs() as said:
+        events = asyncio.run(scenario(said))
     assert [_payload(e) for e in events] == [
         {
             "status": "success",
