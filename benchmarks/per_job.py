@@ -247,6 +247,17 @@ def _count_cycles(path: Path) -> CycleCount:
     started: set[str] = set()
 
     class Counting(Simulator):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            life = self.scheduler.lifecycle
+            fire = life.fire_timers
+
+            def fire_counted(now: float) -> None:
+                due_timers(life, now)
+                fire(now)
+
+            life.fire_timers = fire_counted  # type: ignore[method-assign]
+
         def _apply(self, event: Any, now: float) -> None:
             started.add("arrival")
             super()._apply(event, now)
@@ -268,12 +279,6 @@ def _count_cycles(path: Path) -> CycleCount:
                     started.add(kinds[kind])
                 stack += [2 * i + 1, 2 * i + 2]
 
-    fire = lifecycle.Lifecycle.fire_timers
-
-    def counted_fire(life: lifecycle.Lifecycle, now: float) -> None:
-        due_timers(life, now)
-        fire(life, now)
-
     def look(now: float, cycles: int, finished: int) -> None:
         if "arrival" in started:
             count.arrival += 1
@@ -283,12 +288,8 @@ def _count_cycles(path: Path) -> CycleCount:
             count.timers["+".join(sorted(started)) or "none"] += 1
         started.clear()
 
-    lifecycle.Lifecycle.fire_timers = counted_fire  # type: ignore[method-assign,assignment]
-    try:
-        with fewer_collections():
-            result = Counting(load_scenario(path), progress=look).run()
-    finally:
-        lifecycle.Lifecycle.fire_timers = fire  # type: ignore[method-assign]
+    with fewer_collections():
+        result = Counting(load_scenario(path), progress=look).run()
     jobs = result.scheduler.state.jobs.values()
     count.jobs = len(jobs)
     count.waits = [job.wait_seconds for job in jobs]
