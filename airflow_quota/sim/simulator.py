@@ -70,6 +70,7 @@ class Simulator:
         self._sim_jobs: dict[int, SimJob] = {}
         self._rejected: dict[str, str] = {}
         self._progress = progress
+        self._cycle_watchers: list[Callable[[QuotaScheduler, float], None]] = []
         self.on_decision: Callable[[Decision], None] | None = None
         """Called with every decision as it is made (the CLI's --log)."""
         self._refs: dict[str, int] = {}
@@ -110,9 +111,17 @@ class Simulator:
             if self._progress is not None:
                 state = scheduler.state
                 self._progress(now, scheduler.cycles, len(state.jobs) - len(state.live_names))
+            for watcher in self._cycle_watchers:
+                watcher(scheduler, now)
             if not self._live_jobs() and next_event >= len(events) and not self._happenings:
                 break
         return SimulationResult(scheduler, self.decisions, now, scheduler.cycles)
+
+    def after_each_cycle(self, watcher: Callable[[QuotaScheduler, float], None]) -> None:
+        """Call ``watcher(scheduler, now)`` after every cycle of the run, in the order added: how
+        tests check invariants and benchmarks sample the live state mid-run, without touching the
+        simulator's internals."""
+        self._cycle_watchers.append(watcher)
 
     def _live_jobs(self) -> bool:
         return len(self.scheduler.state.live_names) > 0
