@@ -9,12 +9,12 @@ from unittest import mock
 from hypothesis import HealthCheck, given, settings
 
 from airflow_quota.core import overtaking
+from airflow_quota.core.cycle import QuotaScheduler
 from airflow_quota.core.model import Placed
 from airflow_quota.sim.scenario import LoadedScenario
 from airflow_quota.sim.simulator import Simulator
 from tests.builders import job, quota, scenario, share
-from tests.core.test_properties import TYPES, _one_busy_type, run_checked, scenarios
-from tests.core.test_properties_v2 import v2_scenarios
+from tests.core.properties import TYPES, one_busy_type, run_checked, scenarios, v2_scenarios
 
 NEVER = 10**12
 """A pruning threshold no test run reaches: the log keeps every placement."""
@@ -43,18 +43,18 @@ def run_with_peak(loaded: LoadedScenario, prune_after: int) -> tuple[list[str], 
     with mock.patch.object(overtaking, "PRUNE_AFTER", prune_after):
         simulator = Simulator(loaded)
 
-        def look(now: float, cycles: int, finished: int) -> None:
+        def look(scheduler: QuotaScheduler, now: float) -> None:
             nonlocal peak
-            peak = max(peak, simulator.scheduler.state.overtakes.held())
+            peak = max(peak, scheduler.state.overtakes.held())
 
-        simulator._progress = look
+        simulator.after_each_cycle(look)
         out = simulator.run().decisions
     return [repr(d) for d in out], sum(isinstance(d, Placed) for d in out), peak
 
 
 def test_pruning_decides_as_keeping_every_placement_on_one_busy_type() -> None:
-    kept, placed, kept_peak = run_with_peak(_one_busy_type(), NEVER)
-    pruned, _, _ = run_with_peak(_one_busy_type(), 16)
+    kept, placed, kept_peak = run_with_peak(one_busy_type(), NEVER)
+    pruned, _, _ = run_with_peak(one_busy_type(), 16)
     assert pruned == kept
     assert kept_peak == placed > 400, "a log that never prunes holds every placement"
 

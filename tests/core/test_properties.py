@@ -1,4 +1,5 @@
-"""Property tests over random configurations and event sequences (quota-model.md 4, 6, 8):
+"""Property tests over random configurations and event sequences (docs/model.md sections 4, 6
+and 8; the strategies and the invariant check are in ``properties.py``):
 
 - after every cycle the invariant of section 4 holds, and no share holds more than it may;
 - every job is finished with a reason, RUNNABLE with a pending reason, or holding capacity;
@@ -12,168 +13,16 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 
 from airflow_quota.core.cycle import QuotaScheduler
-from airflow_quota.core.model import (
-    Alert,
-    AlertKind,
-    Decision,
-    Entry,
-    FailureReason,
-    JobState,
-    PendingReason,
-    Placed,
-    Preempted,
-)
-from airflow_quota.core.quota import holding_cap
-from airflow_quota.core.visibility import pending_reason
+from airflow_quota.core.model import Alert, AlertKind, Decision, Entry, FailureReason, Placed, Preempted
 from airflow_quota.sim.report import build_report, to_json
 from airflow_quota.sim.scenario import LoadedScenario
 from airflow_quota.sim.simulator import Simulator
-from tests.builders import scenario
-
-TYPES = ["ml.g5.xlarge", "ml.g5.2xlarge", "ml.p4d.24xlarge"]
-STRATEGIES = ["RESERVE", "LEND", "LEND_AND_BORROW"]
-
-
-@st.composite
-def configurations(draw: st.DrawFn) -> dict[str, Any]:
-    types = draw(st.lists(st.sampled_from(TYPES), min_size=1, max_size=3, unique=True))
-    capacity = {t: draw(st.integers(2, 8)) for t in types}
-    left = dict(capacity)
-    shares = []
-    for i in range(draw(st.integers(1, 4))):
-        limits = {}
-        for t in types:
-            if left[t] > 0 and draw(st.booleans()):
-                limits[t] = draw(st.integers(1, left[t]))
-                left[t] -= limits[t]
-        if not limits:
-            spare = [t for t in types if left[t] > 0]
-            if not spare:
-                break
-            limits[spare[0]] = 1
-            left[spare[0]] -= 1
-        strategy = draw(st.sampled_from(STRATEGIES))
-        item: dict[str, Any] = {
-            "name": f"s{i}",
-            "capacity_limits": limits,
-            "strategy": strategy,
-            "in_share_preemption": draw(st.booleans()),
-            "in_share_preemption_after_seconds": draw(st.sampled_from([0, 600, 600, 1000])),
-            "preemption_grace_seconds": draw(st.sampled_from([0, 0, 60])),
-            "preemption_protection_seconds": draw(st.sampled_from([0, 0, 300])),
-            "starvation_after_seconds": draw(st.sampled_from([900, 3600])),
-        }
-        if strategy == "LEND_AND_BORROW":
-            item["borrow_limit"] = draw(st.sampled_from([-1, 0, 100, 200]))
-        shares.append(item)
-    return {"pool": {"capacity": capacity}, "shares": shares}
-
-
-@st.composite
-def scenarios(draw: st.DrawFn) -> LoadedScenario:
-    config = draw(configurations())
-    shares = [s["name"] for s in config["shares"]]
-    types = list(config["pool"]["capacity"])
-    events: list[dict[str, Any]] = []
-    names: list[str] = []
-    at = 0
-    for i in range(draw(st.integers(1, 24))):
-        at += draw(st.sampled_from([0, 0, 60, 300, 1800]))
-        kind = draw(st.sampled_from(["submit"] * 6 + ["priority", "cancel"]))
-        if kind == "submit" or not names:
-            prefs = draw(st.lists(st.sampled_from(types), min_size=1, max_size=len(types), unique=True))
-            submit: dict[str, Any] = {
-                "name": f"j{i}",
-                "share": draw(st.sampled_from(shares)),
-                "priority": draw(st.integers(0, 5)),
-                "preferences": [{"instance_type": t, "count": draw(st.integers(1, 4))} for t in prefs],
-                "duration": draw(st.sampled_from([600, 1800, 3600, 7200])),
-            }
-            if draw(st.booleans()):
-                submit["checkpoint_interval"] = 300
-            if draw(st.integers(0, 4)) == 0:
-                submit["max_pending_seconds"] = 1200
-            if draw(st.integers(0, 4)) == 0:
-                submit["preemption_retries"] = draw(st.integers(0, 2))
-            if draw(st.integers(0, 5)) == 0:
-                submit["failures"] = [{"after": 100, "reason": "ExitCode:1"}]
-                submit["retry_attempts"] = 2
-            events.append({"at": at, "submit": submit})
-            names.append(submit["name"])
-        elif kind == "priority":
-            events.append(
-                {"at": at, "set_priority": {"job": draw(st.sampled_from(names)), "priority": draw(st.integers(0, 9))}}
-            )
-        else:
-            events.append({"at": at, "cancel": {"job": draw(st.sampled_from(names))}})
-    return scenario(config, *events)
-
-
-def check_invariants(scheduler: QuotaScheduler, now: float) -> None:
-    state = scheduler.state
-    for name, ledger in state.types.items():
-        assert ledger.borrowed() <= ledger.lendable(), f"{name}: borrowed > lendable at t={now}"
-        assert ledger.used + ledger.draining <= ledger.capacity, f"{name}: over capacity at t={now}"
-        assert ledger.used == sum(ledger.usage.values())
-        for share, usage in ledger.usage.items():
-            cap = holding_cap(state.shares[share], ledger.limit_of(share))
-            assert cap is None or usage <= cap, f"{share} holds {usage} {name} over its cap {cap}"
-    holding: dict[tuple[str, str], int] = {}
-    for job in state.jobs.values():
-        if job.state is JobState.FAILED:
-            assert isinstance(job.failure, FailureReason)
-        elif job.state is JobState.SUCCEEDED:
-            assert job.placement is None
-        elif job.stopping:
-            assert job.placement is None, "a victim in its grace period holds no quota"
-        elif job.placement is not None:
-            key = (job.share, job.placement.entry.instance_type)
-            holding[key] = holding.get(key, 0) + job.placement.entry.count
-        else:
-            assert job.state is JobState.RUNNABLE
-            assert isinstance(pending_reason(state, job, now)[0], PendingReason)
-    for (share, name), count in holding.items():
-        assert state.types[name].usage_of(share) == count, "usage does not match what jobs hold"
-
-
-def run_checked(loaded: LoadedScenario, literal: bool = False) -> list[Decision]:
-    simulator = Simulator(loaded)
-    scheduler = simulator.scheduler
-    if literal:
-        original = scheduler.run_cycle
-
-        def rescanning_cycle(now: float) -> list[Decision]:
-            scheduler.rescan_next_cycle()
-            return original(now)
-
-        scheduler.run_cycle = rescanning_cycle  # type: ignore[method-assign]
-    simulator._progress = lambda now, cycles, finished: check_invariants(scheduler, now)
-    return simulator.run().decisions
-
-
-def full_load(jobs: int) -> LoadedScenario:
-    """The benchmark's busy pool (``benchmarks/workload.py``): 20 shares x 5 types, queues,
-    borrowing and preemption all happening, some shares with in-share preemption."""
-    from pathlib import Path
-
-    from airflow_quota.sim.scenario import parse_scenario
-    from benchmarks import workload
-
-    return parse_scenario(workload.scenario(jobs), Path("."))
-
-
-def after_every_cycle(loaded: LoadedScenario, look: Callable[[QuotaScheduler, float], None]) -> None:
-    """Run the scenario in the simulator, calling ``look(scheduler, now)`` after every cycle."""
-    simulator = Simulator(loaded)
-    simulator._progress = lambda now, cycles, finished: look(simulator.scheduler, now)
-    simulator.run()
+from tests.core.properties import after_every_cycle, full_load, one_busy_type, run_checked, scenarios
 
 
 def describe(decisions: list[Decision]) -> list[str]:
@@ -295,39 +144,9 @@ def test_a_full_pool_fits_no_entry_without_victims(loaded: LoadedScenario) -> No
     assert not fitted, fitted[:5]
 
 
-def _one_busy_type() -> LoadedScenario:
-    """A congested pool of one type (as a GPU cluster trace is), full after most cycles: 400
-    jobs of four shares on 16 instances, one share reserving with in-share preemption."""
-    import random
-
-    from tests.builders import job, quota, share
-
-    rng = random.Random(5)
-    t = TYPES[0]
-    config = quota(
-        {t: 16},
-        share("a", {t: 3}),
-        share("b", {t: 3}),
-        share("c", {t: 4}, strategy="LEND"),
-        share("d", {t: 6}, strategy="RESERVE", in_share_preemption=True),
-    )
-    events = [
-        job(
-            f"j{i}",
-            rng.choice("abcd"),
-            (t, rng.randint(1, 4)),
-            at=i * 120,
-            duration=rng.choice([600, 1800, 5400]),
-            priority=rng.randint(0, 3),
-        )
-        for i in range(400)
-    ]
-    return scenario(config, *events)
-
-
 def test_a_full_pool_fits_no_entry_without_victims_on_one_busy_type() -> None:
     """The same on a congested pool of one type, where the pool is full after most cycles."""
-    full_answers, fitted = _full_pool_premise(_one_busy_type())
+    full_answers, fitted = _full_pool_premise(one_busy_type())
     assert full_answers > 100
     assert not fitted, fitted[:5]
 
@@ -473,6 +292,6 @@ def test_step_4_asks_only_shares_that_may_act_whether_they_may_preempt(loaded: L
 
 def test_step_4_asks_only_shares_that_may_act_on_one_busy_type() -> None:
     """The same on a congested pool of one type, with in-share preemption in one share."""
-    held, missed = _may_act_missed(_one_busy_type())
+    held, missed = _may_act_missed(one_busy_type())
     assert held > 50
     assert not missed, missed[:5]

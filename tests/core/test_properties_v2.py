@@ -1,6 +1,6 @@
-"""Properties of model v2 (quota-model.md 4 and 8), each checked on congested workloads from
-``../shared/tools/gen_congested.py`` (several seeds) and on the random ``scenarios()`` of
-test_properties.py:
+"""Properties of the model's borrowing, starvation and cycles (docs/model.md sections 4 and 8),
+each checked on the congested workloads of ``benchmarks/congested.py`` (several seeds) and on
+the random scenarios of ``properties.py``:
 
 1. a PLACED decision never reports borrowing more than its count (``0 <= borrowed <= n``,
    and at least ``max(0, n - L_s(T))``: what is above the limit is borrowed);
@@ -19,19 +19,15 @@ workloads) lives in tests/service/test_equivalence.py, beside the replay it reus
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from itertools import islice
-from pathlib import Path
 from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 
-from airflow_quota.core.config import Share, Strategy
+from airflow_quota.core.config import Strategy
 from airflow_quota.core.cycle import QuotaScheduler
 from airflow_quota.core.explain import describe
 from airflow_quota.core.model import (
@@ -48,13 +44,11 @@ from airflow_quota.core.model import (
     Succeeded,
 )
 from airflow_quota.core.visibility import pending_reason
-from airflow_quota.sim.scenario import LoadedScenario, load_scenario
+from airflow_quota.sim.scenario import LoadedScenario
 from airflow_quota.sim.simulator import Simulator
 from tests import builders
-from tests.conftest import SHARED
-from tests.core.test_properties import check_invariants, scenarios
+from tests.core.properties import check_invariants, congested_workload, reserves, v2_scenarios, with_reservations
 
-GENERATOR = SHARED / "tools" / "gen_congested.py"
 SEEDS = [1, 2, 3]
 JOBS = 300
 
@@ -105,7 +99,7 @@ def run_traced(loaded: LoadedScenario, extra_cycle_at: float | None = None) -> T
         trace.cycles.append(Cycle(now, scheduler.next_timer(), len(simulator.decisions)))
         return out + original(now)
 
-    def after_cycle(now: float, cycles: int, finished: int) -> None:
+    def after_cycle(scheduler: QuotaScheduler, now: float) -> None:
         try:
             check_invariants(scheduler, now)
         except AssertionError as exc:
@@ -116,7 +110,7 @@ def run_traced(loaded: LoadedScenario, extra_cycle_at: float | None = None) -> T
         trace.held_seen += check.held
 
     scheduler.run_cycle = recording_cycle  # type: ignore[method-assign]
-    simulator._progress = after_cycle
+    simulator.after_each_cycle(after_cycle)
     trace.decisions = simulator.run().decisions
     return trace
 
@@ -231,22 +225,6 @@ def starving_problems(trace: Trace) -> list[str]:
 # -- property 3: one reservation per share -------------------------------------------------
 
 
-def reserves(share: Share) -> bool:
-    """Whether the share's starving jobs hold reservations. The core is making them opt-in per
-    share (``starvation_reservation``, a deviation from quota-model v2 section 8 documented in
-    the README); without that field every share reserves, as section 8 says."""
-    return bool(getattr(share, "starvation_reservation", True))
-
-
-def with_reservations(loaded: LoadedScenario, on: Callable[[int], bool] = lambda i: True) -> LoadedScenario:
-    """The scenario with starving jobs holding reservations in the shares ``on`` picks (by
-    index); unchanged when the configuration has no such switch (every share reserves)."""
-    if "starvation_reservation" not in Share.model_fields:
-        return loaded
-    shares = [s.model_copy(update={"starvation_reservation": on(i)}) for i, s in enumerate(loaded.config.shares)]
-    return loaded.model_copy(update={"config": loaded.config.model_copy(update={"shares": shares})})
-
-
 @dataclass
 class ReservationCheck:
     problems: list[str] = field(default_factory=list)
@@ -338,27 +316,20 @@ def idle_cycles(trace: Trace) -> list[float]:
 # -- congested workloads -----------------------------------------------------------------
 
 
-def generate(n: int, seed: int, directory: Path) -> Path:
-    out = directory / f"congested-{n}-{seed}.yaml"
-    subprocess.run([sys.executable, str(GENERATOR), str(n), str(seed), str(out)], check=True, timeout=60)
-    return out
-
-
 Congested = Callable[[int, bool], Trace]
 VARIANTS = [(seed, reserving) for seed in SEEDS for reserving in (False, True)]
 IDS = [f"seed{seed}-{'reserving' if reserving else 'as-generated'}" for seed, reserving in VARIANTS]
 
 
 @pytest.fixture(scope="module")
-def congested(tmp_path_factory: pytest.TempPathFactory) -> Congested:
+def congested() -> Congested:
     """The traced run of the congested workload of a seed, as generated or with every share's
     starving jobs holding reservations; generated and run once."""
-    directory = tmp_path_factory.mktemp("congested")
     traces: dict[tuple[int, bool], Trace] = {}
 
     def get(seed: int, reserving: bool) -> Trace:
         if (seed, reserving) not in traces:
-            loaded = load_scenario(generate(JOBS, seed, directory))
+            loaded = congested_workload(JOBS, seed)
             traces[(seed, reserving)] = run_traced(with_reservations(loaded) if reserving else loaded)
         return traces[(seed, reserving)]
 
@@ -373,7 +344,7 @@ def report(problems: list[str], limit: int = 5) -> str:
 @pytest.mark.parametrize(("seed", "reserving"), VARIANTS, ids=IDS)
 def test_congested_workloads_congest(seed: int, reserving: bool, congested: Congested) -> None:
     """The workloads exercise what the properties are about (else they would pass vacuously),
-    and the invariants of test_properties.py hold after every cycle."""
+    and the invariants (``check_invariants``) hold after every cycle."""
     trace = congested(seed, reserving)
     assert sum(isinstance(d, Preempted) for d in trace.decisions) > 20
     assert sum(isinstance(d, Placed) and d.borrowed > 0 for d in trace.decisions) > 20
@@ -423,15 +394,6 @@ def test_no_cycle_when_nothing_happened_congested(seed: int, reserving: bool, co
 RANDOM = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
-@st.composite
-def v2_scenarios(draw: st.DrawFn) -> LoadedScenario:
-    """test_properties.py's scenarios, with starving jobs holding reservations in a random
-    subset of the shares."""
-    loaded = draw(scenarios())
-    on = draw(st.lists(st.booleans(), min_size=len(loaded.config.shares), max_size=len(loaded.config.shares)))
-    return with_reservations(loaded, lambda i: on[i])
-
-
 @RANDOM
 @given(v2_scenarios())
 def test_borrowed_never_exceeds_the_count(loaded: LoadedScenario) -> None:
@@ -479,7 +441,7 @@ def preempting_at_once_with_grace() -> dict[str, Any]:
 def test_starving_only_after_an_overtaking_placement_by_a_preemptor_with_grace() -> None:
     """The smallest counterexample found for property 2 (hypothesis finds the same shape, given
     ~2000 examples): X preempts ``low`` in-share at t=1000 with a 60 s grace; X is placed when
-    its victim has stopped (t=1060, quota-model.md 6), but J's STARVING alert says it was
+    its victim has stopped (t=1060, docs/model.md section 6), but J's STARVING alert says it was
     overtaken at t=1000, when X only began to hold capacity for its victim."""
     a = preempting_at_once_with_grace()
     loaded = builders.scenario(
@@ -546,7 +508,7 @@ def test_the_checks_flag_forged_decisions(congested: Congested) -> None:
 
 
 @pytest.mark.parametrize("mutant", ["holder-is-the-last-starving-job", "holds-jobs-ahead-of-the-holder"])
-def test_a_wrong_reservation_is_flagged(mutant: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+def test_a_wrong_reservation_is_flagged(mutant: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """Property 3 flags a core whose share holder is not its first starving job, and one that
     holds jobs that are not behind the holder."""
     from airflow_quota.core.queues import JobKey, ShareQueue
@@ -565,5 +527,5 @@ def test_a_wrong_reservation_is_flagged(mutant: str, monkeypatch: pytest.MonkeyP
 
         monkeypatch.setattr(ShareQueue, "held_back", held_back)
         expected = "with no holder ahead"
-    trace = run_traced(with_reservations(load_scenario(generate(150, SEEDS[0], tmp_path))))
+    trace = run_traced(with_reservations(congested_workload(150, SEEDS[0])))
     assert any(expected in p for p in trace.reservation_problems), report(trace.reservation_problems)

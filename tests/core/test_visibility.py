@@ -26,7 +26,7 @@ from airflow_quota.core.visibility import (
 from airflow_quota.sim.scenario import LoadedScenario
 from airflow_quota.sim.simulator import Simulator
 from tests.builders import quota, share
-from tests.core.test_properties_v2 import v2_scenarios
+from tests.core.properties import v2_scenarios
 
 G5 = "ml.g5.xlarge"
 P4 = "ml.p4d.24xlarge"
@@ -330,10 +330,9 @@ def test_the_counts_that_fit_are_one_to_most(loaded: LoadedScenario) -> None:
     scenarios, for every share, type and source, the counts the core's check accepts are
     exactly 1..most (a larger count never fits where a smaller one does not)."""
     simulator = Simulator(loaded)
-    scheduler = simulator.scheduler
     problems: list[str] = []
 
-    def after_cycle(now: float, cycles: int, finished: int) -> None:
+    def after_cycle(scheduler: QuotaScheduler, now: float) -> None:
         state = scheduler.state
         for share_name in state.shares:
             for name in state.types:
@@ -345,6 +344,6 @@ def test_the_counts_that_fit_are_one_to_most(loaded: LoadedScenario) -> None:
                     if fits != list(range(1, most + 1)):
                         problems.append(f"t={now:g} {share_name} {entry}: most {most}, fits {fits}")
 
-    simulator._progress = after_cycle
+    simulator.after_each_cycle(after_cycle)
     simulator.run()
     assert not problems, "\n".join(problems[:5])

@@ -27,6 +27,7 @@ from fastapi.testclient import TestClient
 from sqlalchemy import Engine
 
 from airflow_quota import admin, cli
+from airflow_quota.core.cycle import QuotaScheduler
 from airflow_quota.core.model import JobRequest
 from airflow_quota.core.visibility import pending_seconds, share_view
 from airflow_quota.hooks.quota import QuotaHook
@@ -324,11 +325,11 @@ def test_the_leaders_kept_figures_equal_a_fresh_computation(path: Path) -> None:
     kept = ViewBuilder()
     problems: list[str] = []
 
-    def after_cycle(now: float, cycles: int, finished: int) -> None:
-        state = simulator.scheduler.state
+    def after_cycle(scheduler: QuotaScheduler, now: float) -> None:
+        state = scheduler.state
         if kept.view_of(state, now) != ViewBuilder().view_of(state, now):
             problems.append(f"t={now:g}")
 
-    simulator._progress = after_cycle
+    simulator.after_each_cycle(after_cycle)
     simulator.run()
     assert not problems, problems
