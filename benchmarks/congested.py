@@ -62,7 +62,8 @@ def scenario(jobs: int, seed: int, reservations: bool = False) -> str:
             f"duration: {duration}{checkpoint}, preferences: [{entries}]}}}}"
         )
         if j > 5 and rng.random() < 0.05:
-            lines.append(f"  - {{at: {at}, set_priority: {{job: {rng.choice(names[:-1])}, priority: {rng.randint(0, 9)}}}}}")
+            job, priority = rng.choice(names[:-1]), rng.randint(0, 9)
+            lines.append(f"  - {{at: {at}, set_priority: {{job: {job}, priority: {priority}}}}}")
     return "\n".join(lines) + "\n"
 
 

@@ -37,7 +37,7 @@ def replay(policy_name: str, jobs: int | None) -> None:
     """The measured work, in this process: load, then one policy's replay (or none)."""
     from airflow_quota.core.config import load_config
     from airflow_quota.sim.compare import resolve_policies, run_policy
-    from benchmarks.section8_whatif import first_jobs
+    from benchmarks.itp_replay import first_jobs
 
     config = load_config(ROOT / "examples" / "itp-quota.yaml")
     policies = {policy.name: policy for policy in resolve_policies(["shares", "open"], config)}

@@ -1,10 +1,10 @@
-"""Benchmark: the Microsoft ITP trace (69,351 jobs, ../shared/traces/itp-2021) replayed through
+"""Benchmark: the Microsoft ITP trace (69,351 jobs, ``data/traces/itp-2021``) replayed through
 the quota scheduler, next to a bare FIFO replay of the same jobs.
 
     python benchmarks/itp_replay.py              # scaling 1k / 10k / 69k, then the 3-policy comparison
     python benchmarks/itp_replay.py --quick      # 1k / 10k only, no comparison
     python benchmarks/itp_replay.py --compare-only
-    python benchmarks/itp_replay.py --compare-only --what-if 'no-lender-protection;no-preemption'
+    python benchmarks/itp_replay.py --quick --measure-idle   # and GPU-hours idle while a fitting job waits
 
 The quota: 10 shares (one per cluster file) over 1,200 V100 GPUs (``ml.p3.2xlarge``, one GPU
 each), each limit proportional to its cluster's GPU-hours in the trace (largest remainder, so
@@ -33,12 +33,16 @@ import sys
 import time
 from collections import deque
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from airflow_quota.core.cycle import QuotaScheduler
+    from airflow_quota.sim.traces import Trace
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-TRACE = ROOT.parent / "shared" / "traces" / "itp-2021"
+TRACE = ROOT / "data" / "traces" / "itp-2021"
 RESULTS = Path(__file__).resolve().parent / "results"
 CAPACITY = 1200
 INSTANCE_TYPE = "ml.p3.2xlarge"
@@ -69,6 +73,17 @@ def itp_quota(trace_dir: Path = TRACE, capacity: int = CAPACITY) -> dict[str, An
         }
         shares.append(share)
     return {"pool": {"capacity": {INSTANCE_TYPE: capacity}}, "shares": shares}
+
+
+def first_jobs(jobs: int | None = None, trace_dir: Path = TRACE) -> Trace:
+    """The first ``jobs`` rows of the trace by submission (all of them for None)."""
+    from airflow_quota.sim.traces import Trace, read_trace
+
+    full = read_trace(f"itp:{trace_dir}")
+    if full.problems:
+        print(f"warning: {len(full.problems):,} unreadable rows in the trace, left out", file=sys.stderr)
+    rows = full.rows if jobs is None else full.rows[:jobs]
+    return Trace(full.spec, rows, [], full.start)
 
 
 def bare_fifo(jobs: list[tuple[float, float, int]], capacity: int) -> tuple[list[float], float]:
@@ -106,366 +121,21 @@ def bare_fifo(jobs: list[tuple[float, float, int]], capacity: int) -> tuple[list
     return waits, now
 
 
-def what_if(mode: str) -> None:
-    """Diagnostics, not options: switch off a rule of quota-model.md in this process to see
-    what it costs (``no-lender-protection``: lenders lend even while their own jobs wait;
-    ``no-preemption``: no step 4, so guarantees go unmet; ``borrowing-hold-only``: a starving
-    job's reservation holds only borrowing pool-wide, not its own share; ``in-share-hold-only``:
-    the reverse, and only for entries that fit under the share's limit), or ``measure-idle`` (see
-    ``IdleWhileWaiting``). Variants of section 8 (issue 13), with ``borrowing-hold-only``:
-    ``hold-cap-hours=X`` (a starving job holds its reservation at most X hours, then gives it up
-    for good: see ``_hold_cap``), ``hold-after-own-count`` (the hold starts only once placements
-    overtaking the job since it started starving add up to its own count of instances), and
-    ``hold-log`` (how long holds lasted, on stderr at exit). Comma-separated."""
-    from airflow_quota.core import phases
-    from airflow_quota.core.state import QuotaState
-
-    for item in filter(None, mode.split(",")):
-        if item == "measure-idle":
-            continue  # the worker attaches the meter
-        if item == "no-lender-protection":
-            QuotaState.protected_idle = lambda self, ledger, now, usage=None, base=None: 0  # type: ignore[method-assign]
-        elif item == "no-preemption":
-            phases.preemption = lambda *args, **kwargs: False
-        elif item == "borrowing-hold-only":
-            from airflow_quota.core.queues import ShareQueue
-
-            ShareQueue.reserves = lambda self, instance_type: False  # type: ignore[method-assign]
-        elif item == "in-share-hold-only":
-            _in_share_hold_only()
-        elif item.startswith("hold-cap-hours="):
-            _hold_cap(float(item.partition("=")[2]) * 3600)
-        elif item == "hold-after-own-count":
-            _hold_after_own_count()
-        elif item == "hold-log":
-            _hold_log()
-        elif item == "borrow-by-usage":
-            _borrow_by_usage()
-        elif item == "victims-by-lost-gpu-work":
-            _victims_by_lost_gpu_work()
-        elif item == "victims-no-larger-first":
-            _victims_no_larger_first()
-        elif item == "starving-takes-later-borrowers":
-            _starving_takes_later_borrowers(shielded=False)
-        elif item == "starving-takes-later-borrowers-shielded":
-            _starving_takes_later_borrowers(shielded=True)
-        else:
-            raise SystemExit(f"unknown --what-if {item!r}")
-
-
-def _victims_by_lost_gpu_work() -> None:
-    """Victim candidates of each group (reclaim, then in-share) by priority, then by the
-    GPU-seconds a preemption would lose (instances x work since the last checkpoint), least
-    first, instead of the most recently placed first."""
-    from airflow_quota.core import preempt
-
-    original = preempt._candidates
-
-    def candidates(state: Any, job: Any, entry: Any, now: float) -> Any:
-        groups: dict[Any, list[Any]] = {}
-        for victim, kind in original(state, job, entry, now):
-            groups.setdefault(kind, []).append(victim)
-        for kind, victims in groups.items():
-            victims.sort(key=lambda v: (v.priority, v.placement.entry.count * v.unsaved_work(now), -v.seq))
-            for victim in victims:
-                yield victim, kind
-
-    preempt._candidates = candidates
-
-
-def _starving_takes_later_borrowers(shielded: bool) -> None:
-    """A starving job (section 8's threshold and overtaken) whose entry is above its share's
-    limit may preempt, after step 4, borrowers of other shares submitted after it (later in
-    submission order), taken as reclaim victims are and only while their share is above its
-    limit, so that it starts at once instead of gathering capacity that frees in pieces. No
-    capacity idles and no guaranteed job is touched. With ``shielded``, a
-    job placed so is never a reclaim victim afterwards (lenders' jobs then wait for it): the
-    ``-shielded`` switch."""
-    import heapq
-
-    from airflow_quota.core import phases, preempt
-    from airflow_quota.core.lifecycle import Lifecycle, queued
-    from airflow_quota.core.model import PreemptionKind
-
-    starving: set[int] = set()
-    shield: set[int] = set()
-    start_starving = Lifecycle.start_starving
-    preemption = phases.preemption
-    protected = preempt._protected
-
-    def noting(self: Any, job: Any, now: float) -> None:
-        starving.add(job.seq)
-        start_starving(self, job, now)
-
-    def later_borrowers(state: Any, job: Any, entry: Any, now: float) -> list[Any] | None:
-        def candidates(state: Any, job: Any, entry: Any, now: float) -> Any:
-            name = entry.instance_type
-            ledger = state.types[name]
-            sources = [
-                iter(state.queues[other].running.get(name, ()))
-                for other, usage in ledger.usage.items()
-                if other != job.share and usage > ledger.limit_of(other)
-            ]
-            for key in heapq.merge(*sources):
-                victim = state.jobs[-key[3]]
-                if victim.seq > job.seq and preempt._preemptible(state, victim, now):
-                    yield victim, PreemptionKind.CROSS_SHARE
-
-        model_candidates = preempt._candidates
-        preempt._candidates = candidates  # find_victims' greedy set and reverse pass, on these
-        try:
-            return preempt.find_victims(state, job, entry, now)
-        finally:
-            preempt._candidates = model_candidates
-
-    def then_starving(life: Any, now: float, work: Any) -> bool:
-        preempted = preemption(life, now, work)
-        state = life.state
-        for seq in sorted(starving):
-            job = state.jobs.get(seq)
-            if job is None or not queued(job) or not job.starving:
-                starving.discard(seq)
-                continue
-            for entry in job.entries:
-                ledger = state.types[entry.instance_type]
-                if ledger.usage_of(job.share) + entry.count <= ledger.limit_of(job.share):
-                    continue
-                victims = later_borrowers(state, job, entry, now)
-                if victims:
-                    life.preempt(job, entry, victims, now)
-                    starving.discard(seq)
-                    if shielded:
-                        shield.add(seq)
-                    preempted = True
-                    break
-        return preempted
-
-    def shielded_too(state: Any, victim: Any, now: float) -> bool:
-        return victim.seq in shield or protected(state, victim, now)
-
-    Lifecycle.start_starving = noting  # type: ignore[method-assign]
-    phases.preemption = then_starving
-    if shielded:
-        preempt._protected = shielded_too
-
-
-def _victims_no_larger_first() -> None:
-    """Victim candidates of each group in the model's order, but those holding no more
-    instances than the preemptor asks for first, larger ones after: a 1-instance reclaim
-    does not stop a 64-instance borrower while 1-instance borrowers would do."""
-    from airflow_quota.core import preempt
-
-    original = preempt._candidates
-
-    def candidates(state: Any, job: Any, entry: Any, now: float) -> Any:
-        larger: list[Any] = []
-        last_kind = None
-        for victim, kind in original(state, job, entry, now):
-            if kind is not last_kind:
-                yield from larger
-                larger = []
-                last_kind = kind
-            if victim.placement.entry.count > entry.count:
-                larger.append((victim, kind))
-            else:
-                yield victim, kind
-        yield from larger
-
-    preempt._candidates = candidates
-
-
-def _borrow_by_usage() -> None:
-    """Step 3 takes the borrowing shares by usage/limit at the step's start (lowest first, as
-    step 2 visits shares), then FIFO by first submission, instead of FIFO across shares."""
-    from airflow_quota.core import phases
-
-    original_init = phases._Borrowing.__init__
-    original_order = phases._Borrowing.order
-
-    def init(self: Any, life: Any, now: float, work: Any) -> None:
-        original_init(self, life, now, work)
-        state = self.state
-        self.ratios = {name: state.share_usage[name] / state.share_limit[name] for name in self.shares}
-
-    def order(self: Any, key: Any) -> tuple[float, float, int, Any]:
-        holder = original_order(self, key)
-        return (self.ratios[self.state.jobs[key[2]].share], *holder)
-
-    phases._Borrowing.__init__ = init  # type: ignore[method-assign]
-    phases._Borrowing.order = order  # type: ignore[method-assign]
-
-
-def _in_share_hold_only() -> None:
-    """A starving job's reservation holds only its own share, and only the types of its
-    entries that fit under the share's limit: no pool-wide borrowing hold."""
-    from airflow_quota.core.lifecycle import Lifecycle
-    from airflow_quota.core.model import Job
-    from airflow_quota.core.state import QuotaState
-
-    QuotaState.borrowing_holder = lambda self, instance_type: None  # type: ignore[method-assign]
-    start_starving = Lifecycle.start_starving
-
-    def starving_within_limit(self: Lifecycle, job: Job, now: float) -> None:
-        start_starving(self, job, now)
-        state = self.state
-        queue = state.queues[job.share]
-        if job.key not in queue.starving_types:
-            return
-        fitting = frozenset(
-            e.instance_type for e in job.entries if e.count <= state.types[e.instance_type].limit_of(job.share)
-        )
-        if fitting:
-            queue.starving_types[job.key] = fitting
-        else:
-            queue.remove_starving(job)
-
-    Lifecycle.start_starving = starving_within_limit  # type: ignore[method-assign]
-
-
-def _hold_cap(cap_seconds: float) -> None:
-    """A job holds its share's reservation for at most ``cap_seconds`` from when it started
-    starving; then it gives the reservation up for good (it stays starving: the alert stands),
-    and the share's next starving job, if any, holds it. Checked at the start of each cycle, so
-    a hold may outlive its cap until the next cycle (on ITP cycles come every ~40 s)."""
-    from airflow_quota.core.cycle import QuotaScheduler
-    from airflow_quota.core.lifecycle import Lifecycle
-    from airflow_quota.core.queues import ShareQueue
-
-    started: dict[int, float] = {}
-    gave_up: set[int] = set()
-    start_starving = Lifecycle.start_starving
-    add_starving = ShareQueue.add_starving
-    run_cycle = QuotaScheduler.run_cycle
-
-    def starving_since(self: Lifecycle, job: Any, now: float) -> None:
-        started.setdefault(job.seq, now)
-        start_starving(self, job, now)
-
-    def add_unless_gave_up(self: ShareQueue, job: Any) -> None:
-        if job.seq not in gave_up:
-            add_starving(self, job)
-
-    def cycle_with_cap(self: QuotaScheduler, now: float) -> Any:
-        state = self.state
-        for queue in state.queues.values():
-            while queue.starving:
-                holder = state.jobs[queue.starving[0][2]]
-                if now - started.get(holder.seq, now) <= cap_seconds:
-                    break
-                gave_up.add(holder.seq)
-                queue.remove_starving(holder)
-                state.changes.improved |= holder.instance_types
-        return run_cycle(self, now)
-
-    Lifecycle.start_starving = starving_since  # type: ignore[method-assign]
-    ShareQueue.add_starving = add_unless_gave_up  # type: ignore[method-assign]
-    QuotaScheduler.run_cycle = cycle_with_cap  # type: ignore[method-assign]
-
-
-def _hold_after_own_count() -> None:
-    """A starving job's reservation starts only once the placements that overtook it since it
-    started starving (section 8's overtaking: later jobs of its share on a type of its list, or
-    later borrowers of one, in any share) add up to at least its own count of instances on that
-    type; the alert is raised as before, when it starts starving."""
-    from airflow_quota.core.lifecycle import Lifecycle, queued
-    from airflow_quota.core.queues import ShareQueue
-
-    pending: dict[int, dict[str, int]] = {}
-    """seq → instances still to be overtaken by, per type of its list."""
-    start_starving = Lifecycle.start_starving
-    add_starving = ShareQueue.add_starving
-    overtake = Lifecycle.overtake
-
-    def add_unless_pending(self: ShareQueue, job: Any) -> None:
-        if job.seq not in pending:
-            add_starving(self, job)
-
-    def starving_later(self: Lifecycle, job: Any, now: float) -> None:
-        if not job.starving:
-            pending[job.seq] = {e.instance_type: e.count for e in job.entries}
-        start_starving(self, job, now)
-
-    def overtake_counting(self: Lifecycle, job: Any, entry: Any, borrowed: int, now: float) -> None:
-        overtake(self, job, entry, borrowed, now)
-        name = entry.instance_type
-        for seq in list(pending):
-            other = self.state.jobs.get(seq)
-            if other is None or not queued(other) or not other.starving:
-                if other is None or not queued(other):
-                    pending.pop(seq)
-                continue
-            left = pending[seq]
-            if seq >= job.seq or name not in left or (job.share != other.share and borrowed <= 0):
-                continue
-            left[name] -= entry.count
-            if left[name] <= 0:
-                del pending[seq]
-                self.state.queues[other.share].add_starving(other)
-                self.state.changes.improved |= other.instance_types
-
-    ShareQueue.add_starving = add_unless_pending  # type: ignore[method-assign]
-    Lifecycle.start_starving = starving_later  # type: ignore[method-assign]
-    Lifecycle.overtake = overtake_counting  # type: ignore[method-assign]
-
-
-def _hold_log() -> None:
-    """On stderr at exit: the reservations that held borrowing pool-wide (entries larger than
-    the share's limit), how long each lasted (from starting to starve to being placed) and the
-    hold-hours in all."""
-    import atexit
-
-    from airflow_quota.core.lifecycle import Lifecycle
-
-    begun: dict[int, tuple[float, int, str]] = {}
-    spans: list[float] = []
-    start_starving = Lifecycle.start_starving
-    place = Lifecycle.place
-
-    def starving_logged(self: Lifecycle, job: Any, now: float) -> None:
-        if job.seq not in begun and any(
-            e.count > self.state.types[e.instance_type].limit_of(job.share) for e in job.entries
-        ):
-            begun[job.seq] = (now, job.entries[0].count, job.share)
-        start_starving(self, job, now)
-
-    def place_logged(self: Lifecycle, job: Any, entry: Any, borrowed: int, now: float, why: str) -> None:
-        if job.seq in begun:
-            spans.append(now - begun.pop(job.seq)[0])
-        place(self, job, entry, borrowed, now, why)
-
-    def report() -> None:
-        ordered = sorted(spans)
-        if not ordered:
-            print("hold-log: no pool-wide holder", file=sys.stderr)
-            return
-        print(
-            f"hold-log: {len(ordered)} jobs starving with an entry above their share's limit; from "
-            f"starving to placed: p50 {ordered[len(ordered) // 2] / 3600:.1f} h, max {ordered[-1] / 3600:.1f} h, "
-            f"{sum(ordered) / 3600:,.0f} h in all; {len(begun)} never placed",
-            file=sys.stderr,
-        )
-
-    Lifecycle.start_starving = starving_logged  # type: ignore[method-assign]
-    Lifecycle.place = place_logged  # type: ignore[method-assign]
-    atexit.register(report)
-
-
 class IdleWhileWaiting:
     """GPU-seconds left idle while a RUNNABLE job that would fit in them waits (the open pool,
-    first fit, leaves none): after every cycle, the idle count and whether the smallest job
-    waiting fits in it, integrated until the next cycle."""
+    first fit, leaves none): after every cycle (``Simulator.after_each_cycle``), the idle count
+    and whether the smallest job waiting fits in it, integrated until the next cycle."""
 
-    def __init__(self, simulator: Any) -> None:
-        self.simulator = simulator
+    def __init__(self) -> None:
         self.last = 0.0
         self.idle = 0
         self.fits = False
         self.gpu_seconds = 0.0
 
-    def __call__(self, now: float, _cycles: int, _finished: int) -> None:
+    def __call__(self, scheduler: QuotaScheduler, now: float) -> None:
         if self.fits:
             self.gpu_seconds += self.idle * (now - self.last)
-        state = self.simulator.scheduler.state
+        state = scheduler.state
         ledger = state.types[INSTANCE_TYPE]
         self.idle = ledger.capacity - ledger.used - ledger.draining
         waiting = [n for q in state.queues.values() for (_, n), bucket in q.buckets.items() if bucket]
@@ -479,17 +149,17 @@ def worker(jobs: int, quota_path: Path, measure_idle: bool = False) -> dict[str,
     from airflow_quota.core.config import load_config
     from airflow_quota.sim.report import build_report
     from airflow_quota.sim.simulator import Simulator
-    from airflow_quota.sim.traces import Trace, read_trace, trace_scenario
+    from airflow_quota.sim.traces import trace_scenario
 
     started = time.perf_counter()
-    full = read_trace(f"itp:{TRACE}")
-    trace = Trace(full.spec, full.rows[:jobs], [], full.start)
+    trace = first_jobs(jobs)
     config = load_config(quota_path)
     scenario = trace_scenario(trace, config).scenario
     loaded = time.perf_counter()
     simulator = Simulator(scenario)
-    idle = IdleWhileWaiting(simulator) if measure_idle else None
-    simulator._progress = idle
+    idle = IdleWhileWaiting() if measure_idle else None
+    if idle is not None:
+        simulator.after_each_cycle(idle)
     result = simulator.run()
     simulated = time.perf_counter()
     report = build_report(result)
@@ -521,11 +191,13 @@ def worker(jobs: int, quota_path: Path, measure_idle: bool = False) -> dict[str,
     return summary
 
 
-def scaling(sizes: list[int], quota_path: Path, mode: str = "") -> list[dict[str, Any]]:
+def scaling(sizes: list[int], quota_path: Path, measure_idle: bool = False) -> list[dict[str, Any]]:
+    """Each size in a fresh process (``--worker``), one line each."""
     rows = []
     for size in sizes:
+        idle = ["--measure-idle"] if measure_idle else []
         done = subprocess.run(
-            [sys.executable, __file__, "--worker", str(size), "--quota", str(quota_path), "--what-if", mode],
+            [sys.executable, __file__, "--worker", str(size), "--quota", str(quota_path), *idle],
             capture_output=True,
             text=True,
             check=True,
@@ -594,19 +266,15 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="1k and 10k jobs only, no comparison")
     parser.add_argument("--compare-only", action="store_true", help="only the 3-policy comparison")
     parser.add_argument(
-        "--what-if",
-        default="",
-        metavar="MODES",
-        help="also replay the whole trace with rules of the quota model switched off, to see what each "
-        "costs: no-lender-protection, no-preemption; or measure-idle (GPU-hours idle while a job that "
-        "fits waits); ',' joins them in one run, ';' separates runs. A diagnostic, not an option",
+        "--measure-idle",
+        action="store_true",
+        help="also measure the GPU-hours left idle while a job that would fit them waits (scaling runs)",
     )
     parser.add_argument("--worker", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--quota", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker is not None:
-        what_if(args.what_if)
-        print(json.dumps(worker(args.worker, args.quota, "measure-idle" in args.what_if)))
+        print(json.dumps(worker(args.worker, args.quota, args.measure_idle)))
         return
     import yaml
 
@@ -621,14 +289,10 @@ def main() -> None:
     print(f"quota: 10 shares over {CAPACITY:,} GPUs, the same as examples/itp-quota.yaml: {same}")
     if not args.compare_only:
         print("1. scaling: one policy (the quota above) next to a bare FIFO replay")
-        scaling([1000, 10000] if args.quick else [1000, 10000, 69351], quota_path)
+        scaling([1000, 10000] if args.quick else [1000, 10000, 69351], quota_path, args.measure_idle)
     if not args.quick:
         print("2. airflow-quota compare --policy shares --policy static --policy open, whole trace")
         comparison(quota_path)
-    if args.what_if:
-        for mode in args.what_if.split(";"):
-            print(f"3. what if: {mode} (the quota above)")
-            scaling([69351], quota_path, mode)
 
 
 if __name__ == "__main__":

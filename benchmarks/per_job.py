@@ -35,9 +35,9 @@ after each of its phases: reading the scenario, the simulation, the report, its 
 them grows with the run; and the CPU a cycle of the simulation.
 
 With ``--cycles`` each size runs once in this process and reports the cycles a job, by what
-started each cycle (an arrival, a start, finish or stop on the simulated backend, or only a timer:
-a job's wait reaching its share's ``in_share_preemption_after_seconds`` or
-``starvation_after_seconds``), with how long the jobs waited. The full load's backlog grows
+started each cycle (an arrival, a finish on the simulated backend, or only a timer: a job's wait
+reaching its share's ``in_share_preemption_after_seconds`` or ``starvation_after_seconds``), with
+how long the jobs waited. The full load's backlog grows
 with the run, so its jobs wait longer and more of them reach those thresholds: the workload
 asks for more cycles a job the longer it is. The cost *a cycle* is what the scheduler controls.
 Instructions (``--instructions``) are also given a cycle, the cycles counted by such a run.
@@ -59,11 +59,13 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from airflow_quota.core.cycle import QuotaScheduler
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -205,11 +207,13 @@ def _windows(jobs: int, load: float) -> None:
     tenth = jobs // 10
     marks: list[float] = []
 
-    def look(now: float, cycles: int, finished: int) -> None:
+    def look(scheduler: QuotaScheduler, now: float) -> None:
+        state = scheduler.state
+        finished = len(state.jobs) - len(state.live_names)
         while finished >= (len(marks) + 1) * tenth:
             marks.append(time.process_time())
 
-    simulator._progress = look
+    simulator.after_each_cycle(look)
     with fewer_collections():
         start = time.process_time()
         simulator.run()
@@ -225,71 +229,51 @@ class CycleCount:
     jobs: int = 0
     arrival: int = 0
     backend: int = 0
-    """Cycles at a start, a finish, a failure or a stop on the simulated backend (and no arrival)."""
-    timers: Counter[str] = field(default_factory=Counter)
-    """Cycles started only by timers, by the kinds that fired (joined by '+')."""
+    """Cycles at a finish on the simulated backend (and no arrival)."""
+    timers: int = 0
+    """Cycles started only by a timer: a wait reaching a threshold (in-share preemption, starvation)."""
     waits: list[float] = field(default_factory=list)
 
     @property
     def total(self) -> int:
-        return self.arrival + self.backend + sum(self.timers.values())
+        return self.arrival + self.backend + self.timers
 
 
 def _count_cycles(path: Path) -> CycleCount:
-    """Run the scenario in this process, counting its cycles by what started them."""
-    from airflow_quota.core import lifecycle
+    """Run the scenario in this process, counting its cycles by what started them.
+
+    Through the simulator's public hooks: a cycle at the time of a scenario event is an
+    arrival's; else one that a job's finish (a ``Succeeded`` decision) came just before is the
+    backend's; else a timer's. That holds for ``workload.py``'s jobs, which have no start-up
+    time, no grace and no failures, so a finish is the only thing the backend does on its own."""
+    from airflow_quota.core.model import Decision, Succeeded
     from airflow_quota.sim.gc_tuning import fewer_collections
     from airflow_quota.sim.scenario import load_scenario
     from airflow_quota.sim.simulator import Simulator
 
-    kinds = {lifecycle.DEADLINE: "deadline", lifecycle.STARVE: "starvation", lifecycle.PATIENCE: "patience"}
     count = CycleCount()
-    started: set[str] = set()
+    scenario = load_scenario(path)
+    arrivals = {event.at for event in scenario.events}
+    finished = [False]
 
-    class Counting(Simulator):
-        def __init__(self, *args: Any, **kwargs: Any) -> None:
-            super().__init__(*args, **kwargs)
-            life = self.scheduler.lifecycle
-            fire = life.fire_timers
+    def note(decision: Decision) -> None:
+        if isinstance(decision, Succeeded):
+            finished[0] = True
 
-            def fire_counted(now: float) -> None:
-                due_timers(life, now)
-                fire(now)
-
-            life.fire_timers = fire_counted  # type: ignore[method-assign]
-
-        def _apply(self, event: Any, now: float) -> None:
-            started.add("arrival")
-            super()._apply(event, now)
-
-        def _play_backend(self, now: float) -> None:
-            # the run dropped the stale happenings at the head: one due now is something happening
-            if self._happenings and self._happenings[0][0] <= now:
-                started.add("backend")
-            super()._play_backend(now)
-
-    def due_timers(life: lifecycle.Lifecycle, now: float) -> None:
-        # the due part of the heap, without popping it: the kinds a cycle at ``now`` fires
-        timers, stack = life._timers, [0]
-        while stack:
-            i = stack.pop()
-            if i < len(timers) and timers[i][0] <= now:
-                at, _, kind, payload = timers[i]
-                if kind in kinds and not life._stale(at, kind, payload):
-                    started.add(kinds[kind])
-                stack += [2 * i + 1, 2 * i + 2]
-
-    def look(now: float, cycles: int, finished: int) -> None:
-        if "arrival" in started:
+    def look(_scheduler: QuotaScheduler, now: float) -> None:
+        if now in arrivals:
             count.arrival += 1
-        elif "backend" in started:
+        elif finished[0]:
             count.backend += 1
         else:
-            count.timers["+".join(sorted(started)) or "none"] += 1
-        started.clear()
+            count.timers += 1
+        finished[0] = False
 
+    simulator = Simulator(scenario)
+    simulator.on_decision = note
+    simulator.after_each_cycle(look)
     with fewer_collections():
-        result = Counting(load_scenario(path), progress=look).run()
+        result = simulator.run()
     jobs = result.scheduler.state.jobs.values()
     count.jobs = len(jobs)
     count.waits = [job.wait_seconds for job in jobs]
@@ -303,15 +287,14 @@ def _show_cycles(jobs: int, load: float) -> None:
         path.write_text(json.dumps(workload.scenario(jobs, load)))
         count = _count_cycles(path)
     n = count.jobs
-    timers = ", ".join(f"{kind} {cycles / n:.3f}" for kind, cycles in sorted(count.timers.items()))
     waits = count.waits
     past = ", ".join(
         f"past {label} {sum(w >= seconds for w in waits) / n:.1%}"
         for label, seconds in (("600 s", 600), ("6 h", 6 * 3600))
     )
     print(
-        f"{n:>7,} jobs: {count.total / n:.3f} cycles a job: at an arrival {count.arrival / n:.3f}, at a start, "
-        f"finish or stop {count.backend / n:.3f}, timers only {sum(count.timers.values()) / n:.3f} ({timers}); "
+        f"{n:>7,} jobs: {count.total / n:.3f} cycles a job: at an arrival {count.arrival / n:.3f}, at a finish "
+        f"{count.backend / n:.3f}, timers only {count.timers / n:.3f}; "
         f"mean wait {statistics.fmean(waits) / 60:.1f} min, waited {past}",
         flush=True,
     )

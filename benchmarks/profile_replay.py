@@ -1,5 +1,5 @@
-"""Where the ITP replay's time goes: the shares policy at the model's defaults under cProfile,
-the top functions by own time and by cumulative time (issue 15).
+"""Where the ITP replay's time goes: the shares policy of ``examples/itp-quota.yaml`` (the model's
+defaults) on the trace under cProfile, the top functions by own time and by cumulative time.
 
     python benchmarks/profile_replay.py            # whole trace, about 100 s under the profiler
     python benchmarks/profile_replay.py 20000      # the first 20,000 jobs
@@ -13,18 +13,21 @@ import pstats
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
 
-from benchmarks import section8_whatif as whatif
+from airflow_quota.core.config import load_config  # noqa: E402
+from airflow_quota.sim.compare import resolve_policies, run_policy  # noqa: E402
+from benchmarks.itp_replay import first_jobs  # noqa: E402
 
 
 def main() -> None:
     jobs = int(sys.argv[1]) if len(sys.argv) > 1 else None
-    config = whatif.quota({})
-    trace = whatif.first_jobs(jobs)
+    (shares,) = resolve_policies(["shares"], load_config(ROOT / "examples" / "itp-quota.yaml"))
+    trace = first_jobs(jobs)
     profile = cProfile.Profile()
     profile.enable()
-    whatif.replay(config, trace, "shares")
+    run_policy(shares, trace)
     profile.disable()
     for order, lines in (("tottime", 18), ("cumulative", 25)):
         out = io.StringIO()

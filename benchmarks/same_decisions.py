@@ -1,6 +1,6 @@
 """Proof that a change to the core decides nothing differently: the sha256 of
 ``airflow-quota simulate --json`` on the whole ITP trace, on ``benchmarks/workload.py``'s 20k full
-load and on every scenario of ``tests/scenarios`` and ``../shared/scenarios``.
+load and on every scenario of ``tests/scenarios`` and ``examples/`` (the files with events).
 
     python benchmarks/same_decisions.py > before.txt      # on the commit before the change
     python benchmarks/same_decisions.py > after.txt       # with the change
@@ -27,7 +27,15 @@ sys.path.insert(0, str(ROOT))
 
 from benchmarks import workload  # noqa: E402
 
-SHARED = ROOT.parent / "shared"
+TRACE = ROOT / "data" / "traces" / "itp-2021"
+
+
+def is_scenario(path: Path) -> bool:
+    """A YAML file of ``examples/`` that is a scenario (it has events), not a quota file."""
+    import yaml
+
+    document = yaml.safe_load(path.read_text())
+    return isinstance(document, dict) and "events" in document
 
 
 def digest(arguments: list[str]) -> str:
@@ -46,9 +54,8 @@ def digest(arguments: list[str]) -> str:
 def cases(quick: bool, scratch: Path) -> list[tuple[str, list[str]]]:
     """(label, simulate arguments) for every case, scenarios first."""
     ours = sorted((ROOT / "tests" / "scenarios").glob("*.yaml"))
-    shared = sorted((SHARED / "scenarios").glob("*.yaml"))
+    ours += [path for path in sorted((ROOT / "examples").glob("*.yaml")) if is_scenario(path)]
     listed = [(str(path.relative_to(ROOT)), [str(path)]) for path in ours]
-    listed += [(f"../shared/{path.relative_to(SHARED)}", [str(path)]) for path in shared]
     if quick:
         return listed
     full_load = scratch / "full-load-20k.json"
@@ -58,7 +65,7 @@ def cases(quick: bool, scratch: Path) -> list[tuple[str, list[str]]]:
         ("benchmarks/workload.py 20k full load", [str(full_load)]),
         (
             "ITP whole trace, examples/itp-quota.yaml",
-            ["--trace", f"itp:{SHARED / 'traces' / 'itp-2021'}", "--quota", str(ROOT / "examples" / "itp-quota.yaml")],
+            ["--trace", f"itp:{TRACE}", "--quota", str(ROOT / "examples" / "itp-quota.yaml")],
         ),
     ]
 

@@ -246,10 +246,9 @@ def bench_latency(jobs: int, poll_seconds: float) -> dict[str, float]:
         thread.join()
         with engine.connect() as c:
             placements = c.execute(select(Attempt.job_id, Attempt.number, Attempt.placed_at)).all()
+            # when each attempt ended in the backend, as the backend reported it
+            ends = sorted(c.scalars(select(Attempt.ended_at).where(Attempt.ended_at.is_not(None))))
         engine.dispose()
-    ends = sorted(
-        float(state["started_at"]) + float(state["work"]) for state in backend._memory.values()
-    )  # when each attempt ended in the backend
     latencies = []
     for _, _, placed_at in placements:
         before = [end for end in ends if end <= placed_at]

@@ -27,7 +27,7 @@ sys.path.insert(0, str(ROOT))
 
 from airflow_quota.core.config import load_config  # noqa: E402
 from airflow_quota.sim.compare import resolve_policies, run_policy  # noqa: E402
-from benchmarks.section8_whatif import first_jobs  # noqa: E402
+from benchmarks.itp_replay import first_jobs  # noqa: E402
 
 
 def main() -> None:

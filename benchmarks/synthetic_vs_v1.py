@@ -4,26 +4,16 @@ preemptions and alerts, for issue 13's "no worse than v1" target.
     git worktree add /tmp/v1 e9399f3         # the last commit before model v2
     python benchmarks/synthetic_vs_v1.py --v1 /tmp/v1
     python benchmarks/synthetic_vs_v1.py --only full-load --set preemption_protection_seconds=3600
-    python benchmarks/synthetic_vs_v1.py --only full-load --set preemption_protection_seconds=3600 \
-        --what-if in-share-protection
     python benchmarks/synthetic_vs_v1.py --only full-load --set in_share_preemption_after_seconds=0
+    python benchmarks/synthetic_vs_v1.py --only congested --jobs 200      # a quick look
 
-Workloads: ``benchmarks/workload.py``'s 20,000-job full load, and ``gen_congested.py 2000 SEED``
-for seeds 1-3 (``../shared/tools``). Each runs through ``airflow-quota simulate --json`` in a
-subprocess whose ``PYTHONPATH`` is the checkout's root, so the same workload file meets each
-model's own code. ``--set FIELD=VALUE`` changes a field on every share of every workload (this
-checkout only). One JSON line per run on stdout; the files go to ``benchmarks/results/``.
-
-``--what-if in-share-protection`` (this checkout only; a diagnostic, not an option of the model):
-``preemption_protection_seconds`` protects a job from in-share preemption only, never from a
-reclaim by a lender (the simulation runs in a child process that patches the core). The guarantee
-watchdog still excuses a job waiting for a protected reclaim victim, so its GUARANTEE_VIOLATED
-count may read low under this switch; the decisions do not depend on it.
-
-The wait before in-share preemption (``in_share_preemption_after_seconds``, default 600 s) is a
-field like any other: ``--set in_share_preemption_after_seconds=0`` runs quota-model v2's
-preemption at once (the diagnostic ``--what-if in-share-patience`` of the tenth session became
-this field).
+Workloads: ``benchmarks/workload.py``'s 20,000-job full load, and ``benchmarks/congested.py``'s
+congested workload of 2,000 jobs for seeds 1-3. Each runs through ``airflow-quota simulate
+--json`` in a subprocess whose ``PYTHONPATH`` is the checkout's root, so the same workload file
+meets each model's own code. ``--set FIELD=VALUE`` changes a field on every share of every
+workload (this checkout only; VALUE is read as a YAML scalar): ``--set
+in_share_preemption_after_seconds=0`` runs quota-model v2's in-share preemption at once. One
+JSON line per run on stdout; the files go to ``benchmarks/results/``.
 """
 
 from __future__ import annotations
@@ -41,54 +31,41 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from benchmarks import workload  # noqa: E402
-from benchmarks.section8_whatif import parse_sets  # noqa: E402
+from benchmarks import congested, workload  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results"
-GENERATOR = ROOT.parent / "shared" / "tools" / "gen_congested.py"
 
 
-def workloads(only: str | None) -> dict[str, dict[str, Any]]:
+def parse_sets(items: list[str]) -> dict[str, Any]:
+    """``FIELD=VALUE`` pairs, each VALUE a YAML scalar (``86400``, ``true``, ``LEND``)."""
+    fields: dict[str, Any] = {}
+    for item in items:
+        field, sep, text = item.partition("=")
+        if not sep or not field.strip():
+            raise SystemExit(f"--set {item!r}: must be FIELD=VALUE (e.g. starvation_after_seconds=86400)")
+        value = yaml.safe_load(text)
+        if isinstance(value, dict | list):
+            raise SystemExit(f"--set {item!r}: the value must be a scalar")
+        fields[field.strip()] = value
+    return fields
+
+
+def workloads(only: str | None, full_load_jobs: int, congested_jobs: int) -> dict[str, dict[str, Any]]:
     """Name → scenario document."""
-    RESULTS.mkdir(exist_ok=True)
     found: dict[str, dict[str, Any]] = {}
     if only in (None, "full-load"):
-        found["full-load-20k"] = workload.scenario(20000)
+        found[f"full-load-{full_load_jobs}"] = workload.scenario(full_load_jobs)
     if only in (None, "congested"):
         for seed in (1, 2, 3):
-            out = RESULTS / f"congested-2000-{seed}.yaml"
-            subprocess.run([sys.executable, str(GENERATOR), "2000", str(seed), str(out)], check=True)
-            found[f"congested-2000-seed{seed}"] = yaml.safe_load(out.read_text())
+            found[f"congested-{congested_jobs}-seed{seed}"] = yaml.safe_load(congested.scenario(congested_jobs, seed))
     return found
 
 
-def in_share_protection_only() -> None:
-    """Patch this process's core: a victim of the preemptor's own share (in-share) is protected
-    as quota-model.md 4 says; a victim of another share (a reclaim) never is."""
-    from airflow_quota.core import phases, preempt
-
-    protected, find_victims = preempt._protected, preempt.find_victims
-    preemptor_share: list[str] = [""]
-
-    def _protected(state: Any, victim: Any, now: float) -> bool:
-        return victim.share == preemptor_share[0] and protected(state, victim, now)
-
-    def _find_victims(state: Any, job: Any, entry: Any, now: float) -> Any:
-        preemptor_share[0] = job.share
-        return find_victims(state, job, entry, now)
-
-    preempt._protected = _protected
-    phases.find_victims = _find_victims  # type: ignore[attr-defined]
-
-
-def run(root: Path, path: Path, what_if: str | None = None) -> dict[str, Any]:
+def run(root: Path, path: Path) -> dict[str, Any]:
     """``simulate --json`` of the scenario file with the model at ``root``."""
     env = dict(os.environ, PYTHONPATH=str(root))
-    command = [sys.executable, "-m", "airflow_quota.cli"]
-    if what_if:
-        command = [sys.executable, __file__, "--child", what_if]
     done = subprocess.run(
-        [*command, "simulate", str(path), "--json"],
+        [sys.executable, "-m", "airflow_quota.cli", "simulate", str(path), "--json"],
         capture_output=True,
         text=True,
         cwd=root,
@@ -130,22 +107,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--v1", type=Path, help="a checkout of model v1 (e.g. a worktree of e9399f3)")
     parser.add_argument("--only", choices=["full-load", "congested"])
-    parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE")
-    parser.add_argument("--what-if", help="a rule changed, this checkout only: in-share-protection")
-    args, rest = parser.parse_known_args()
-    if args.child:
-        if args.child == "in-share-protection":
-            in_share_protection_only()
-        else:
-            raise SystemExit(f"--what-if: unknown rule {args.child!r}")
-        from airflow_quota.cli import main as cli
-
-        raise SystemExit(cli(rest))
+    parser.add_argument("--jobs", type=int, metavar="N", help="N jobs in every workload (default 20,000 and 2,000)")
+    args = parser.parse_args()
     fields = parse_sets(args.set)
     models = [("v1", args.v1)] if args.v1 else []
     models.append(("this checkout", ROOT))
-    for name, document in workloads(args.only).items():
+    RESULTS.mkdir(exist_ok=True)
+    found = workloads(args.only, args.jobs or 20_000, args.jobs or 2_000)
+    for name, document in found.items():
         for label, root in models:
             changed = json.loads(json.dumps(document))
             if root == ROOT:
@@ -154,11 +124,8 @@ def main() -> None:
             path = RESULTS / f"{name}-{label.replace(' ', '-')}.json"
             path.write_text(json.dumps(changed))
             row = {"workload": name, "model": label, **({"set": args.set} if root == ROOT and args.set else {})}
-            what_if = args.what_if if root == ROOT else None
-            if what_if:
-                row["what_if"] = what_if
             in_share = {share["name"] for share in changed["quota"]["shares"] if share.get("in_share_preemption")}
-            print(json.dumps({**row, **figures(run(root.resolve(), path, what_if), in_share)}), flush=True)
+            print(json.dumps({**row, **figures(run(root.resolve(), path), in_share)}), flush=True)
 
 
 if __name__ == "__main__":

@@ -35,6 +35,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from airflow_quota.core.config import parse_config
+from airflow_quota.core.cycle import QuotaScheduler
 from airflow_quota.sim.compare import open_pool
 from airflow_quota.sim.report import build_report
 from airflow_quota.sim.simulator import Simulator
@@ -66,11 +67,11 @@ def bursts(rows: list, limits: dict[str, int], start: float, end: float, max_wai
 
 
 class LendableMeter:
-    """After every cycle: free instances no lender protects (what a borrower could take), and
-    what each share holds above its limit, integrated over ``[start, end)``."""
+    """After every cycle (``Simulator.after_each_cycle``): free instances no lender protects
+    (what a borrower could take), and what each share holds above its limit, integrated over
+    ``[start, end)``."""
 
-    def __init__(self, simulator: Simulator, start: float, end: float) -> None:
-        self.simulator = simulator
+    def __init__(self, start: float, end: float) -> None:
         self.start, self.end = start, end
         self.last = 0.0
         self.lendable = 0
@@ -78,14 +79,14 @@ class LendableMeter:
         self.lendable_hours = 0.0
         self.borrowed_hours: dict[str, float] = {}
 
-    def __call__(self, now: float, _cycles: int, _finished: int) -> None:
+    def __call__(self, scheduler: QuotaScheduler, now: float) -> None:
         low, high = max(self.last, self.start), min(now, self.end)
         if high > low:
             span = (high - low) / HOUR
             self.lendable_hours += self.lendable * span
             for share, over in self.borrowed.items():
                 self.borrowed_hours[share] = self.borrowed_hours.get(share, 0.0) + over * span
-        state = self.simulator.scheduler.state
+        state = scheduler.state
         ledger = state.types[INSTANCE_TYPE]
         free = ledger.capacity - ledger.used - ledger.draining
         self.lendable = max(0, free - state.protected_idle(ledger, now))
@@ -130,8 +131,8 @@ def main() -> None:
     if not args.trace_only:
         config = parse_config(raw)
         simulator = Simulator(trace_scenario(trace, config).scenario)
-        measured = LendableMeter(simulator, start, window_end)
-        simulator._progress = measured
+        measured = LendableMeter(start, window_end)
+        simulator.after_each_cycle(measured)
         simulator.run()
     print(
         f"Jobs submitted in days {args.from_day:g}-{args.to_day:g}; needs above limit: for the last of them to start "
