@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import subprocess
 import time
 import uuid
@@ -20,8 +19,10 @@ import psycopg
 import pytest
 from sqlalchemy import Engine
 
+from airflow_quota.devtools.stack import free_port
 from airflow_quota.store.engine import make_engine, migrate
 from tests.conftest import missing
+from tests.service.chaos import Scheduler
 
 DEFAULT_ADMIN = "postgresql://postgres@127.0.0.1:5432/test"
 
@@ -34,19 +35,13 @@ def _answers(url: str) -> bool:
         return False
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _throwaway_server(base: Path) -> tuple[str, subprocess.Popen[bytes] | None]:
     bins = sorted(Path("/usr/lib/postgresql").glob("*/bin"))
     if not bins:
         missing("no PostgreSQL server here and Debian's postgresql package is not installed")
     bin_dir = bins[-1]
     data = base / "pgdata"
-    port = _free_port()
+    port = free_port()
     run_as = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
     base.mkdir(parents=True, exist_ok=True)
     if run_as:
@@ -115,3 +110,13 @@ def engine(db_url: str) -> Iterator[Engine]:
     migrate(engine)
     yield engine
     engine.dispose()
+
+
+@pytest.fixture
+def schedulers() -> Iterator[list[Scheduler]]:
+    """Every ``airflow-quota scheduler`` a test starts goes in here, and is killed at the end
+    whatever happens (``chaos.Scheduler``)."""
+    started: list[Scheduler] = []
+    yield started
+    for scheduler in started:
+        scheduler.kill()

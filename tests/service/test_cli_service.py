@@ -18,9 +18,8 @@ from airflow_quota.store.engine import make_engine
 from airflow_quota.store.models import ConfigVersion, EventRow, JobRow, Request
 from airflow_quota.store.settings import normalize
 from tests.conftest import CLI, ROOT, Run, cli
-from tests.service.test_crash_recovery import Env, Scheduler, schedulers, wait_for
-
-__all__ = ["schedulers"]  # the fixture, imported for the tests below
+from tests.service.chaos import Env, Scheduler
+from tests.waiting import wait_for
 
 UNREACHABLE = "postgresql://postgres@127.0.0.1:1/x"
 PROBLEM = re.compile(r"^[\w./:\[\]-]+: .+")  # a field path, or file:line:column for YAML

@@ -13,7 +13,7 @@ from airflow_quota.store.engine import make_engine, migrate
 from airflow_quota.store.lock import MISSED_BEATS, leader_lock
 from airflow_quota.store.repository import QuotaStore
 from tests.builders import quota, share
-from tests.service.test_metrics import Recording
+from tests.service.stats_recording import Recording
 
 
 def test_no_scheduler_then_a_beating_leader_then_a_silent_one(sqlite_url: str) -> None:

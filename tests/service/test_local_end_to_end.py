@@ -15,8 +15,8 @@ from airflow_quota.core.model import JobRequest
 from airflow_quota.service.backends.local import LocalBackend
 from airflow_quota.service.scheduler import QuotaService
 from airflow_quota.store.repository import QuotaStore
+from tests.service.local_attempts import TRAIN
 
-TRAIN = Path(__file__).resolve().parents[2] / "dags" / "train_script.py"
 QUOTA = {
     "pool": {"capacity": {"ml.g5.xlarge": 1}},
     "shares": [

@@ -10,7 +10,6 @@ import socket
 import sys
 from collections import defaultdict
 from collections.abc import Iterator
-from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +26,7 @@ from airflow_quota.service.metrics import QuotaMetrics, StatsBackend
 from airflow_quota.service.scheduler import QuotaService
 from airflow_quota.store.engine import make_engine, migrate
 from airflow_quota.store.repository import QuotaStore
+from tests.service.stats_recording import Recording
 
 G5 = [{"instance_type": "ml.g5.xlarge", "count": 1}]
 QUOTA: dict[str, Any] = {
@@ -170,22 +170,6 @@ def test_a_statsd_listener_receives_the_quota_metrics(
     timings = [value for name, value, kind in lines if kind == "ms"]
     assert {name for name, _, kind in lines if kind == "ms"} == {"airflow.quota.cycle.duration"}
     assert timings and all(0 <= t < 5_000 for t in timings)
-
-
-class Recording:
-    """A ``StatsBackend`` that keeps every call."""
-
-    def __init__(self) -> None:
-        self.calls: list[tuple[str, str, Any, dict[str, str] | None]] = []
-
-    def incr(self, stat: str, count: int = 1, *, tags: dict[str, str] | None = None) -> None:
-        self.calls.append(("incr", stat, count, tags))
-
-    def gauge(self, stat: str, value: float, *, tags: dict[str, str] | None = None) -> None:
-        self.calls.append(("gauge", stat, value, tags))
-
-    def timing(self, stat: str, dt: timedelta, *, tags: dict[str, str] | None = None) -> None:
-        self.calls.append(("timing", stat, dt, tags))
 
 
 def test_backends_that_keep_tags_get_one_name_per_metric_with_tags(engine: Engine) -> None:

@@ -4,9 +4,9 @@
 subprocesses), the fake backend with random durations, the leader SIGKILLed at random moments and
 replaced at once, and a watcher (a thread with its own engine) sampling the database throughout:
 from the ``quota_jobs`` rows that hold capacity, Σ usage ≤ capacity, borrowed ≤ lendable and each
-share within its holding cap, for every type (quota-model.md 4, computed with ``TypeLedger``).
+share within its holding cap, for every type (``docs/model.md`` section 4, computed with ``TypeLedger``).
 At the end: every job ends exactly once, no attempt started twice, no open attempt, usage 0 (see
-``check_books`` in ``test_crash_recovery.py``).
+``check_books`` in ``chaos.py``).
 
 N comes from ``QUOTA_SOAK_JOBS`` (default 100, so ``make test`` stays short; 2 to 2.5 minutes on
 the 2026-12-03 machine).
@@ -30,18 +30,7 @@ from sqlalchemy import func, select
 
 from airflow_quota.store.models import JobRow, Leader
 from tests.conftest import ROOT
-from tests.service.test_crash_recovery import (
-    Env,
-    Scheduler,
-    Watcher,
-    all_final,
-    check_books,
-    counts,
-    prepared,
-    schedulers,
-)
-
-__all__ = ["schedulers"]  # the fixture, imported for the test below
+from tests.service.chaos import Env, Scheduler, Watcher, all_final, check_books, counts, prepared
 
 JOBS = int(os.environ.get("QUOTA_SOAK_JOBS", "100"))
 SEED = int(os.environ.get("QUOTA_SOAK_SEED", "1"))
@@ -63,11 +52,11 @@ SOAK_POOL = {
     ],
 }
 
-# One submitting process: the mixed workload of test_crash_recovery (borrowing, reclaim,
+# One submitting process: the mixed workload of chaos.py (borrowing, reclaim,
 # in-share preemption), submitted through QuotaStore with random pauses.
 SUBMITTER = """
 import random, sys
-from tests.service.test_crash_recovery import mixed_workload, submit_over_time
+from tests.service.chaos import mixed_workload, submit_over_time
 url, prefix, n, seed, pause = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), float(sys.argv[5])
 rng = random.Random(seed)
 submit_over_time(url, mixed_workload(rng, prefix, n), rng, pause)
@@ -138,9 +127,8 @@ def test_soak(postgres_url: str, tmp_path: Path, schedulers: list[Scheduler]) ->
         assert c.scalar(select(func.count()).select_from(JobRow)) == total
     figures = check_books(env, engine, total)
 
-    assert not watcher.violations, watcher.violations[:10]
     assert not watcher.errors, watcher.errors[:5]
-    assert watcher.samples > 100, watcher.samples
+    watcher.assert_held(at_least=100)
     assert watcher.busiest > 20, "the pool was never busy: the soak did not load it"
     assert kills >= 3, f"only {kills} kills: the soak was too short to mean much"
     assert len(watcher.leaders) >= 2, watcher.leaders

@@ -18,7 +18,8 @@ from airflow_quota.service.backends import local_runner as files
 from airflow_quota.service.backends.base import STOPPED_BEFORE_START, AttemptStatus
 from airflow_quota.service.backends.fake import FakeBackend
 from airflow_quota.service.backends.local import LocalBackend
-from tests.service.test_local_backend import spec, wait_for, wait_until_ended
+from tests.service.local_attempts import spec, wait_until_ended
+from tests.waiting import wait_for
 
 CHECKPOINTING = textwrap.dedent(
     """
