@@ -25,7 +25,7 @@ from airflow_quota.store.settings import airflow_home, database_url, redacted
 if TYPE_CHECKING:  # the store (SQLAlchemy, alembic) loads only for the commands that use it
     from airflow_quota.store.models import JobRow
     from airflow_quota.store.repository import QuotaStore
-    from airflow_quota.store.views import ShareView
+    from airflow_quota.store.views import LatestConfiguration, ShareView
 
 
 def add_commands(commands: Any) -> None:
@@ -292,12 +292,22 @@ def gpu_indices(text: str) -> dict[str, list[int]]:
 
 def show_shares(args: argparse.Namespace) -> int:
     """The shares' view as the leading quota scheduler last committed it (``store/views.py``),
-    waits as of now on the database's clock."""
+    waits as of now on the database's clock. Until a quota scheduler has taken in the latest
+    configuration, a line (``config_taken_in`` false in JSON) says so: before any has run, the
+    shares are that configuration's limits with nothing used, borrowed or lent."""
     store = _store(args)
-    view, now = store.view(), store.clock()
+    (view, latest), now = store.shown_view(), store.clock()
     if args.json:
         shares = [_share_record(share, now) for share in view.shares]
-        _print_json({"now": now, "computed_at": view.computed_at, "shares": shares})
+        _print_json(
+            {
+                "now": now,
+                "computed_at": view.computed_at,
+                "config_version": latest.version,
+                "config_taken_in": latest.taken_in,
+                "shares": shares,
+            }
+        )
         return 0
     rows = [
         [
@@ -317,7 +327,23 @@ def show_shares(args: argparse.Namespace) -> int:
     ]
     headers = ["share", "strategy", "instance type", "limit", "used", "borrowed", "lent", "idle", "RUNNABLE"]
     print(_table([*headers, "oldest wait"], rows))
+    note = configuration_note(latest, view.computed_at)
+    if note:
+        print(note)
     return 0
+
+
+def configuration_note(latest: LatestConfiguration, computed_at: float | None) -> str | None:
+    """The line ``shares`` adds while no quota scheduler has taken in the latest configuration
+    (``computed_at``: when the leader computed the view shown, None when none has)."""
+    if latest.version is None:
+        return "no quota configuration is applied yet (airflow-quota apply quota.yaml)"
+    if latest.taken_in:
+        return None
+    since = f"no quota scheduler has run since configuration version {latest.version} was stored"
+    if computed_at is None:
+        return f"{since}: its limits, nothing used, borrowed or lent yet (start one: airflow-quota scheduler)"
+    return f"{since}: these figures are of the version before it"
 
 
 def _share_record(share: ShareView, now: float) -> dict[str, Any]:

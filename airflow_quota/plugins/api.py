@@ -88,6 +88,10 @@ class SharesResponse(BaseModel):
     now: float
     scheduler: SchedulerStatus
     config_version: int | None
+    config_taken_in: bool = Field(
+        description="whether a quota scheduler has taken in config_version; before any has run, the shares are "
+        "that configuration's limits with nothing used, borrowed or lent"
+    )
     computed_at: float | None = Field(
         description="when the leading quota scheduler computed this view, at the commit that last changed it "
         "(None before its first commit); it stays exact until the next commit, ages are as of now"
@@ -241,10 +245,10 @@ router = APIRouter(prefix="/api", tags=["quotas"])
 
 @router.get("/shares", response_model=SharesResponse, summary="Shares with per-type use, lending and queue")
 def get_shares(store: StoreDep) -> SharesResponse:
-    """The leader's view of every share (``store/views.py``), with GPU-hours and cost."""
-    latest = store.latest_config()
+    """The leader's view of every share (``store/views.py``), with GPU-hours and cost; before a
+    quota scheduler has taken in any configuration, the latest one's limits with nothing used."""
     now = store.clock()
-    computed_at, shares = dashboard.share_summaries(store, now)
+    computed_at, shares, latest = dashboard.share_summaries(store, now)
     health = store.scheduler_health()
     return SharesResponse(
         now=now,
@@ -255,7 +259,8 @@ def get_shares(store: StoreDep) -> SharesResponse:
             silent_text=dashboard.words(health.silent_seconds),
             heartbeat_seconds=health.heartbeat_seconds,
         ),
-        config_version=latest[0] if latest else None,
+        config_version=latest.version,
+        config_taken_in=latest.taken_in,
         computed_at=computed_at,
         shares=shares,
     )

@@ -26,7 +26,7 @@ from __future__ import annotations
 import bisect
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Annotated, Any
+from typing import Annotated, Any, NamedTuple
 
 from pydantic import Field
 from sqlalchemy import func, or_, select
@@ -44,7 +44,7 @@ from airflow_quota.store.models import (
     Preemption,
 )
 from airflow_quota.store.repository import QuotaStore
-from airflow_quota.store.views import TypeView, read_view
+from airflow_quota.store.views import LatestConfiguration, TypeView, read_shown_view
 
 """States of a job that waits for capacity (SUBMITTED: not taken in by the scheduler yet)."""
 
@@ -154,12 +154,24 @@ def running_charges(store: QuotaStore, jobs: Sequence[JobRow], config: QuotaConf
     return charges
 
 
-def share_summaries(store: QuotaStore, now: float) -> tuple[float | None, list[ShareSummary]]:
-    """Every share of the leader's view (``store/views.py``), in configuration order, with when
-    that view was computed (None, and no shares, before the leader's first commit). Ages are
-    at ``now``; GPU-hours and cost add the running attempts' charges so far."""
+class Shares(NamedTuple):
+    """The shares as readers show them (``share_summaries``)."""
+
+    computed_at: float | None
+    """When the leader computed its view; None before its first commit."""
+    summaries: list[ShareSummary]
+    configuration: LatestConfiguration
+    """The latest configuration version and whether a quota scheduler has taken it in."""
+
+
+def share_summaries(store: QuotaStore, now: float) -> Shares:
+    """Every share of the view readers show (``store/views.py``, ``read_shown_view``), in
+    configuration order, with when the leader computed it: before a quota scheduler has taken
+    in any configuration, the latest stored one's shares and limits with nothing used
+    (``computed_at`` None). Ages are at ``now``; GPU-hours and cost add the running attempts'
+    charges so far."""
     with reachable(str(store.engine.url)), store.sessions() as session:
-        view = read_view(session)
+        view, latest = read_shown_view(session)
         holding = list(session.scalars(select(JobRow).where(JobRow.state.in_(HOLDING_STATES))))
         totals = {
             share: (float(gpu or 0.0), float(lost or 0.0), float(cost or 0.0), int(preempted or 0))
@@ -197,7 +209,7 @@ def share_summaries(store: QuotaStore, now: float) -> tuple[float | None, list[S
                 preemptions=preempted,
             )
         )
-    return view.computed_at, summaries
+    return Shares(view.computed_at, summaries, latest)
 
 
 def _type_usage(view: TypeView, now: float) -> TypeUsage:

@@ -34,7 +34,7 @@ from airflow_quota.store.models import (
     Preemption,
     Request,
 )
-from airflow_quota.store.views import QuotaView, read_view
+from airflow_quota.store.views import LatestConfiguration, QuotaView, read_shown_view, read_view
 
 NOTIFY_CHANNEL = "airflow_quota"
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
@@ -324,6 +324,13 @@ class QuotaStore:
         the oldest waiting job became RUNNABLE. Empty before the leader's first commit."""
         with self._session() as session:
             return read_view(session)
+
+    def shown_view(self) -> tuple[QuotaView, LatestConfiguration]:
+        """What readers show of the shares (``store/views.py``, ``read_shown_view``): the leader's
+        view, or before a quota scheduler has taken in any configuration, the latest stored
+        one's limits with nothing used; and whether a scheduler has taken in the latest version."""
+        with self._session() as session:
+            return read_shown_view(session)
 
     def scheduler_health(self) -> SchedulerHealth:
         """Whether a quota scheduler leads (its heartbeat, in the database's clock)."""

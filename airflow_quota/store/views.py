@@ -10,9 +10,14 @@ RUNNABLE job became RUNNABLE), and readers turn them into ages at read time with
 (pending reason, the entry waited for, positions, ``runnable_since``) is in the columns of
 ``quota_jobs`` the leader writes (``service/scheduler.py``, ``_job_columns``).
 
-Readers: ``airflow-quota shares`` (``QuotaStore.shares``), the JSON API and the Quotas page
+Readers: ``airflow-quota shares`` (``QuotaStore.shown_view``), the JSON API and the Quotas page
 (``store/dashboard.py``, ``share_summaries``), and the scheduler's gauges
 (``service/metrics.py``, from the view the leader just wrote).
+
+Before any quota scheduler has taken in a configuration, there is no leader's view: the readers
+show the latest stored configuration's shares and limits instead, with nothing used, borrowed,
+lent or waiting (``read_shown_view``), and say that no quota scheduler has run since it was
+stored (``LatestConfiguration``).
 """
 
 from __future__ import annotations
@@ -21,14 +26,16 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import delete, select
+from sqlalchemy import delete, func, select
 from sqlalchemy.orm import Session
 
+from airflow_quota.core.config import QuotaConfig, stored_config
+from airflow_quota.core.cycle import EPOCH
 from airflow_quota.core.model import Entry
 from airflow_quota.core.queues import ShareQueue
 from airflow_quota.core.state import QuotaState
 from airflow_quota.core.visibility import Waiting, most_placeable, pending_seconds, share_view, waiting
-from airflow_quota.store.models import PlaceableViewRow, ShareTypeViewRow, ShareViewRow
+from airflow_quota.store.models import ConfigVersion, PlaceableViewRow, Request, ShareTypeViewRow, ShareViewRow
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,6 +123,10 @@ class ViewBuilder:
     def view_of(self, state: QuotaState, now: float) -> QuotaView:
         """``core.visibility.share_view`` of every share, and ``most_placeable`` of every
         share, type and source, at ``now``."""
+        return QuotaView(self.shares_of(state), _placeable(state, now), now, _valid_until(state, now))
+
+    def shares_of(self, state: QuotaState) -> tuple[ShareView, ...]:
+        """``core.visibility.share_view`` of every share, in configuration order."""
         shares = []
         for share in state.config.shares:
             figures = share_view(state, share.name, self._waits(state, share.name))
@@ -136,7 +147,7 @@ class ViewBuilder:
                     types=tuple(TypeView(instance_type=name, **t) for name, t in sorted(figures["types"].items())),
                 )
             )
-        return QuotaView(tuple(shares), _placeable(state, now), now, _valid_until(state, now))
+        return tuple(shares)
 
     def _waits(self, state: QuotaState, share: str) -> Waiting:
         queue = state.queues[share]
@@ -228,6 +239,41 @@ def read_view(session: Session) -> QuotaView:
         for row in rows
     )
     return QuotaView(shares, tuple(read_placeable(session)), rows[0].computed_at if rows else None)
+
+
+@dataclass(frozen=True, slots=True)
+class LatestConfiguration:
+    """The latest configuration version stored (``airflow-quota apply``; None: none yet) and
+    whether a quota scheduler has taken it in: until one has, the view readers show is not
+    that version's."""
+
+    version: int | None
+    taken_in: bool
+
+
+def read_shown_view(session: Session) -> tuple[QuotaView, LatestConfiguration]:
+    """The view every reader shows, with the latest configuration and whether a quota
+    scheduler has taken it in. It is the leader's view (``read_view``) once a scheduler has
+    committed one; before that, the latest stored configuration's shares and limits with
+    nothing used, borrowed, lent or waiting (``configured_view``; ``computed_at`` None). A
+    view of an earlier version stays shown until the leader takes the latest in: its jobs
+    still hold what it shows."""
+    version = session.scalar(select(func.max(ConfigVersion.id)))
+    waiting_config = session.scalar(select(func.count()).where(Request.handled.is_(False), Request.kind == "config"))
+    latest = LatestConfiguration(version, taken_in=version is not None and not waiting_config)
+    view = read_view(session)
+    if view.computed_at is None and version is not None:
+        row = session.get(ConfigVersion, version)
+        assert row is not None
+        view = configured_view(stored_config(row.document))
+    return view, latest
+
+
+def configured_view(config: QuotaConfig) -> QuotaView:
+    """The view of ``config`` before any job: ``core.visibility.share_view`` of a fresh state,
+    each share's limits with nothing used, borrowed, lent or waiting; nothing computed by a
+    leader (``computed_at`` None) and no placeable figures (those need the leader's state)."""
+    return QuotaView(ViewBuilder().shares_of(QuotaState(config, EPOCH)))
 
 
 def read_placeable(session: Session, share: str | None = None) -> list[Placeable]:
