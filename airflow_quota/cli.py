@@ -131,14 +131,27 @@ def _report_skipped(skipped: list[Problem]) -> None:
 
 def _compare(args: argparse.Namespace) -> int:
     from airflow_quota.core.config import load_config
-    from airflow_quota.sim.compare import DEFAULT_POLICIES, compare, comparison_document, resolve_policies
+    from airflow_quota.sim.compare import (
+        DEFAULT_POLICIES,
+        compare,
+        comparison_document,
+        resolve_policies,
+        what_if_changes,
+        what_if_policy,
+    )
     from airflow_quota.sim.report import to_json
 
     if args.until is not None and not args.until >= 0:  # NaN too
         raise InvalidInput.single("--until", f"{args.until:g} must be ≥ 0")
+    changes = what_if_changes(args.what_if) if args.what_if else None
     trace = _read_trace(args)
     config = load_config(Path(args.quota))
     policies = resolve_policies(args.policy or list(DEFAULT_POLICIES), config)
+    if changes is not None:
+        what_if = what_if_policy(config, changes)
+        if any(policy.name == what_if.name for policy in policies):
+            raise InvalidInput.single("--policy", f"a policy named {what_if.name!r} is already compared")
+        policies.append(what_if)
     _prepare_outputs(args.report, args.plots)
     ticker = args.progress or sys.stderr.isatty()
     printer = _CompareProgress(len(policies), ticker)
@@ -314,7 +327,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="replay one trace under several quota policies and compare them",
         description="Replay one job trace under several policies: shares (the quota file as given), static "
         "(every share RESERVE at the same limits), open (one FIFO pool, no quotas) or the path of another "
-        "quota file. Prints a summary, or the JSON document with --json; --report writes an HTML report.",
+        "quota file; --what-if adds the quota file with share fields changed. Prints a summary, or the JSON "
+        "document with --json; --report writes an HTML report.",
     )
     _trace_arguments(compare, required=True)
     compare.add_argument(
@@ -322,6 +336,13 @@ def build_parser() -> argparse.ArgumentParser:
         action="append",
         metavar="POLICY",
         help="shares, static, open or a quota file; repeat to compare several (default: shares, static, open)",
+    )
+    compare.add_argument(
+        "--what-if",
+        action="append",
+        metavar="FIELD=VALUE",
+        help="also replay the quota file with this share field set on every share, as the policy 'what-if' "
+        "(repeat for several fields), e.g. starvation_after_seconds=86400",
     )
     compare.add_argument("--json", action="store_true", help="print the comparison as one JSON document")
     compare.add_argument("--report", metavar="OUT.html", help="write a self-contained HTML report (and OUT.json)")

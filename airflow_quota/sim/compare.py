@@ -13,7 +13,10 @@ A policy is one of
     without starvation reservations, so the pool packs as tightly as FIFO with backfilling
     allows. It is the utilisation bound the other policies are measured against;
 a path
-    another quota file, to compare any two configurations.
+    another quota file, to compare any two configurations;
+``what-if``
+    the quota configuration with some share fields changed on every share (``--what-if
+    FIELD=VALUE``, ``what_if_policy``): what a setting would do, beside the policy as given.
 
 Each policy replays the same trace through the simulator; the per-share figures are computed
 per *tenant* of the trace (its share under ``shares``), so the open pool's single share is
@@ -31,7 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from airflow_quota.core.config import QuotaConfig, Strategy, load_config
+from airflow_quota.core.config import QuotaConfig, Share, Strategy, load_config, parse_config
 from airflow_quota.core.explain import number
 from airflow_quota.core.measures import percentile
 from airflow_quota.core.model import Decision, Failed, Placed, Preempted, Rejected, Requeued, Submitted, Succeeded
@@ -43,6 +46,13 @@ from airflow_quota.sim.traces import Trace, TraceJobs, listed, map_rows, trace_s
 
 BUILTIN = ("shares", "static", "open")
 DEFAULT_POLICIES = BUILTIN
+WHAT_IF = "what-if"
+"""The name of the policy ``--what-if`` adds."""
+WHAT_IF_FIELDS = tuple(
+    name for name in Share.model_fields if name not in ("name", "capacity_limits", "access", "aws_conn_id")
+)
+"""The share fields a what-if may change: every field that holds one value and bears on the
+scheduling (not the name, the limits, access rules or the AWS connection)."""
 OPEN_SHARE = "open"
 NO_STARVATION = 1e12
 """Seconds: a starvation threshold never reached, so the open pool makes no reservation."""
@@ -128,6 +138,58 @@ def resolve_policies(names: list[str], config: QuotaConfig) -> list[Policy]:
     if problems:
         raise InvalidInput.single("--policy", "; ".join(problems))
     return policies
+
+
+def what_if_changes(items: list[str]) -> dict[str, Any]:
+    """``FIELD=VALUE`` items (``--what-if``) as share fields: VALUE is read as a YAML scalar
+    (``86400``, ``true``, ``LEND``), FIELD must be a one-value field of a share; a field given
+    twice keeps its last value."""
+    import yaml
+
+    changes: dict[str, Any] = {}
+    problems: list[Problem] = []
+    for item in items:
+        field_name, sep, text = item.partition("=")
+        field_name = field_name.strip()
+        if not sep or not field_name or not text.strip():
+            problems.append(Problem("--what-if", f"{item!r} must be FIELD=VALUE, e.g. starvation_after_seconds=86400"))
+            continue
+        if field_name not in WHAT_IF_FIELDS:
+            problems.append(
+                Problem("--what-if", f"{field_name!r} is not a share field it can change ({', '.join(WHAT_IF_FIELDS)})")
+            )
+            continue
+        try:
+            value = yaml.safe_load(text)
+        except yaml.YAMLError:
+            value = text  # not YAML: the share's own validation says what is wrong with it
+        if isinstance(value, dict | list):
+            problems.append(Problem("--what-if", f"{item!r}: the value must be a single value, not a list or mapping"))
+            continue
+        changes[field_name] = value
+    if problems:
+        raise InvalidInput(problems)
+    return changes
+
+
+def what_if_policy(config: QuotaConfig, changes: dict[str, Any]) -> Policy:
+    """The policy ``what-if``: ``config`` with ``changes`` set on every share (the same limits,
+    the same trace mapping). A value a share refuses is an error under ``--what-if``, once per
+    field, not once per share."""
+    raw = config.model_dump(mode="python", exclude_none=True)
+    for share in raw["shares"]:
+        share.update(changes)
+    try:
+        changed = parse_config(raw)
+    except InvalidInput as exc:
+        seen: dict[str, Problem] = {}
+        for problem in exc.problems:
+            field_name = problem.path.rpartition(".")[2]
+            shown = f"{field_name}={changes[field_name]!r}" if field_name in changes else problem.path
+            seen.setdefault(shown, Problem("--what-if", f"{shown}: {problem.message}"))
+        raise InvalidInput(list(seen.values())) from None
+    described = ", ".join(f"{name}={value}" for name, value in changes.items())
+    return Policy(WHAT_IF, f"the quota configuration with {described} on every share", changed)
 
 
 @dataclass
