@@ -5,13 +5,29 @@ of the amazon provider's ``get_provider_info`` (Airflow's runtime ``provider_inf
 so ``airflow providers list``, ``airflow providers hooks``, ``… links`` and ``… notifications``
 show the package, and the connection form offers an "Airflow Quota" connection type. Plain
 data, importing nothing: Airflow reads it at start-up.
+
+A provider that ships an executor declares its ``cli`` functions (Airflow 3.3's
+``ProvidersManager.cli_command_functions``): without the section, every ``airflow`` command
+imports the executor to ask it for commands and first logs a warning, "Please define the 'cli'
+section ...", on standard output, ahead of ``-o json`` output.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from airflow.cli.cli_config import CLICommand
 
 PACKAGE = "airflow_quota"
+
+
+def get_cli_commands() -> list[CLICommand]:
+    """The commands the provider adds to ``airflow``: none. ``QuotaExecutor`` needs none of its
+    own (its tasks' placements come from the quota scheduler), and the quota administration is
+    the ``airflow-quota`` command. Declared as the provider's ``cli`` section so that Airflow
+    does not fall back to importing the executor at every command, with a warning."""
+    return []
 
 
 def get_provider_info() -> dict[str, Any]:
@@ -57,6 +73,7 @@ def get_provider_info() -> dict[str, Any]:
         ],
         "notifications": [f"{PACKAGE}.notifications.log.QuotaLogNotifier"],
         "executors": [f"{PACKAGE}.executors.QuotaExecutor"],
+        "cli": [f"{PACKAGE}.get_provider_info.get_cli_commands"],
         "config": {
             "quota": {
                 "description": "Settings of airflow-quota (quota shares for GPU training).",

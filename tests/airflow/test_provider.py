@@ -75,3 +75,31 @@ def test_the_hook_reads_through_a_quota_connection(tmp_path: Path, monkeypatch: 
     ok, message = QuotaHook("team_quota").test_connection()
     assert ok and message.endswith("answers: configuration version 1"), message
     engine.dispose()
+
+
+def test_airflows_own_commands_print_no_warning_ahead_of_their_json(tmp_path: Path) -> None:
+    """Airflow 3.3 warns, on standard output, at every ``airflow`` command, about a provider
+    that ships an executor without a ``cli`` section ("Please define the 'cli' section ..."):
+    ``airflow plugins -o json`` would then not be JSON. The real command, in a fresh
+    ``AIRFLOW_HOME``, prints JSON alone, which lists the provider's plugin."""
+    import os
+    import subprocess
+    import sys
+
+    # a user's environment: none of the tests' Airflow settings (unit test mode logs on stdout too)
+    env = {name: value for name, value in os.environ.items() if not name.startswith("AIRFLOW")}
+    env["AIRFLOW_HOME"] = str(tmp_path / "airflow")
+    done = subprocess.run(
+        [sys.executable, "-m", "airflow", "plugins", "-o", "json"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "Please define the 'cli' section" not in done.stdout
+    assert "Please define the 'cli' section" not in done.stderr
+    plugins = json.loads(done.stdout)
+    assert "airflow_quota" in {plugin["name"] for plugin in plugins}, [plugin["name"] for plugin in plugins]
+    assert get_provider_info()["cli"] == ["airflow_quota.get_provider_info.get_cli_commands"]
