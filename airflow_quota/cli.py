@@ -314,7 +314,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="replay a scenario, or a cluster trace, through the quota scheduler",
         description="Replay a scenario file, or a job trace (--trace FORMAT:PATH) on a quota file (--quota).",
     )
-    simulate.add_argument("scenario", nargs="?", help="scenario YAML (see spec/simulate.md); or use --trace")
+    simulate.add_argument("scenario", nargs="?", help="scenario YAML (see docs/simulate.md); or use --trace")
     simulate.add_argument("--json", action="store_true", help="print one JSON document")
     simulate.add_argument("--until", type=float, default=None, metavar="SECONDS", help="stop the run at this time")
     simulate.add_argument("--log", action="store_true", help="log every decision with its reason on stderr")

@@ -1,5 +1,5 @@
-"""Bad input through the real command line (simulate.md, "Two kinds of bad input";
-quota-model.md 1 and 2).
+"""Bad input through the real command line (docs/simulate.md, "Two kinds of bad input";
+docs/model.md rules 1.2 and 2.1).
 
 A malformed scenario or quota.yaml is refused as a whole: exit status 2, nothing on standard
 output, no traceback, and every problem on standard error as a ``path: message`` line whose

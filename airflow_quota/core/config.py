@@ -1,4 +1,4 @@
-"""The quota configuration (quota-model.md section 1): pydantic models, YAML loading and the
+"""The quota configuration (docs/model.md section 1): pydantic models, YAML loading and the
 rules that span fields, every problem reported at once with its path.
 """
 
@@ -112,16 +112,16 @@ class Share(_Model):
     """How long a job waits, RUNNABLE, before it may preempt lower-priority jobs of its own
     share (a reclaim of lent capacity is never delayed). 0 preempts at once, as AWS does; the
     default lets the share's own finishes serve a job first, which on the synthetic workload
-    cuts the preemptions by 45% (docs/concepts.md, "In-share preemption waits: a deviation from
-    quota-model v2")."""
+    cuts the preemptions by 45% (docs/model.md rule 4.4.3; docs/concepts.md, "In-share preemption
+    waits, 600 s by default")."""
     state: ShareState = ShareState.ENABLED
     preemption_protection_seconds: float = Field(default=0, ge=0)
     preemption_grace_seconds: float = Field(default=0, ge=0)
     starvation_after_seconds: float = Field(default=172800, gt=0)
     starvation_reservation: bool = False
-    """Whether a starving job holds a reservation (quota-model.md 8). Off by default: measured
+    """Whether a starving job holds a reservation (docs/model.md rule 8.4). Off by default: measured
     on the ITP trace, every reservation rule tried cost more mean wait than it saved in the
-    tail (README, "Starvation: a deviation from quota-model v2")."""
+    tail (docs/concepts.md, "Starving jobs reserve nothing by default")."""
     max_priority: int = Field(default=9999, ge=0, le=9999, strict=True)
     require_checkpoint: bool = False
     preempted_alert_after: PositiveInt = 3
@@ -236,7 +236,7 @@ def instant_seconds(value: Instant, origin: datetime) -> float:
 
 
 def check_rules(config: QuotaConfig) -> list[Problem]:
-    """The rules of quota-model.md 1 that span fields; every broken one, each with its path."""
+    """The rules of docs/model.md rule 1.2 that span fields; every broken one, each with its path."""
     known = config.catalogue()
     problems = [
         Problem(f"pool.capacity.{type_name}", _unknown_type(type_name))

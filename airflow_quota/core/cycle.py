@@ -1,4 +1,4 @@
-"""The quota scheduler core (quota-model.md 4, 5, 6): ``QuotaScheduler`` and its cycle.
+"""The quota scheduler core (docs/model.md sections 4, 5, 6): ``QuotaScheduler`` and its cycle.
 
 ``QuotaScheduler`` holds the live quota state (``QuotaState``) and the ``Lifecycle`` that changes
 it. Its callers (the simulator, the quota service) tell it what happened (a submission, a job
@@ -7,7 +7,7 @@ time; every call returns the decisions it made, each with its reason. Nothing he
 clock or does I/O.
 
 Where to start reading: here, ``QuotaScheduler.run_cycle``, whose docstring numbers the steps
-of quota-model.md 4. The core then reads top-down in this order:
+of docs/model.md section 4. The core then reads top-down in this order:
 
 1. ``cycle.py``: what happened (the API) and the cycle's steps, in order;
 2. ``phases.py``: steps 2 to 5 and ``CycleWork``, the working sets handed from step to step;
@@ -159,7 +159,7 @@ class QuotaScheduler:
         return self.lifecycle.flush()
 
     def apply_config(self, config: QuotaConfig, now: float) -> list[Decision]:
-        """A new configuration takes effect in the next cycle (quota-model.md 5)."""
+        """A new configuration takes effect in the next cycle (docs/model.md rule 5.2)."""
         self.state.load_config(config, now)
         self._plan_timers()
         for seq in self.state.live_names.values():  # a wait shortened or newly asked for

@@ -1,5 +1,5 @@
 """Decisions rendered for people and files: one readable line for logs, and the event record
-of simulate.md (also kept in the quota database's decision log)."""
+of docs/simulate.md (also kept in the quota database's decision log)."""
 
 from __future__ import annotations
 

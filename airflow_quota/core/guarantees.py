@@ -1,4 +1,4 @@
-"""The watchdog of quota-model.md 8: a RUNNABLE job with an entry that fits under its share's
+"""The watchdog of docs/model.md rule 8.5: a RUNNABLE job with an entry that fits under its share's
 limit must not keep waiting unless for a plan window, provider capacity, a starving job's
 reservation, or victims. GUARANTEE_VIOLATED must never happen; this is what would notice.
 """

@@ -22,7 +22,7 @@ from airflow_quota.exceptions import Refused
 
 @dataclass(frozen=True, slots=True)
 class ConfigurationApplied:
-    """A configuration version takes effect (quota-model.md 5)."""
+    """A configuration version takes effect (docs/model.md rule 5.2)."""
 
     config: QuotaConfig
     version: int | None = None

@@ -1,4 +1,4 @@
-"""How jobs move between states when the core decides (quota-model.md 3, 6, 8): queued,
+"""How jobs move between states when the core decides (docs/model.md sections 3, 6, 8): queued,
 placed, preempted, stopped, requeued, failed, starving. Keeps the state's indexes, the timers
 and the outbox of decisions in step; the cycle and the scheduler's API call into it.
 """
@@ -275,7 +275,7 @@ class Lifecycle:
                 self.start_starving(other, now)
 
     def start_starving(self, job: Job, now: float) -> None:
-        """Past its threshold and overtaken (quota-model.md 8): the alert, and a reservation
+        """Past its threshold and overtaken (docs/model.md rules 8.2 to 8.4): the alert, and a reservation
         when it is the first starving job of its share."""
         state = self.state
         queue = state.queues[job.share]

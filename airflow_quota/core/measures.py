@@ -1,4 +1,4 @@
-"""The measures of quota-model.md 9: time integrals of use, borrowing and lending per share and
+"""The measures of docs/model.md section 9: time integrals of use, borrowing and lending per share and
 type, and per-job GPU-hours, lost work and cost. Everything is integrated exactly at the
 moments usage changes, so the figures do not depend on how often anyone looks.
 """

@@ -1,4 +1,4 @@
-"""Jobs, their states and reasons, and the decisions a cycle returns (quota-model.md 2, 3, 6)."""
+"""Jobs, their states and reasons, and the decisions a cycle returns (docs/model.md sections 2, 3, 6)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from airflow_quota.core.config import InstanceTypeName, Name, Uri, at_most
 
 
 class JobState(str, Enum):
-    """quota-model.md 3; shared by the store, backends, trigger and sensor."""
+    """docs/model.md rule 3.1; shared by the store, backends, trigger and sensor."""
 
     SUBMITTED = "SUBMITTED"
     RUNNABLE = "RUNNABLE"
@@ -111,7 +111,7 @@ class PreferenceEntry(BaseModel):
 
 
 class JobRequest(BaseModel):
-    """A submission: the job fields of quota-model.md 2 (the table's static rules), each
+    """A submission: the job fields of docs/model.md rule 2.1 (the table's static rules), each
     bounded (docs/configuration.md, "Limits")."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
@@ -357,4 +357,4 @@ class Alert(Decision):
     position: int | None
     age_seconds: float | None = None
     overtaken_by: int | None = None
-    """STARVING: how many placements of later jobs overtook it (quota-model.md 8)."""
+    """STARVING: how many placements of later jobs overtook it (docs/model.md rule 8.3)."""

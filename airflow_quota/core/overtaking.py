@@ -1,4 +1,4 @@
-"""Who overtook a waiting job (quota-model.md 8): the record that decides when a job starts
+"""Who overtook a waiting job (docs/model.md rules 8.1 and 8.2): the record that decides when a job starts
 starving, without rescanning queues at every placement.
 
 A job is *overtaken* when, since it last became RUNNABLE, a job later than it in submission

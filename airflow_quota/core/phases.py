@@ -1,4 +1,4 @@
-"""Steps 2 to 5 of the scheduling cycle (quota-model.md 4) and the working sets they hand on.
+"""Steps 2 to 5 of the scheduling cycle (docs/model.md rules 4.2 to 4.6) and the working sets they hand on.
 
 Steps 2, 3 and 4 are one walk each (walk.py) over the jobs that might fit now, driven by a
 policy: ``_WithinQuota`` (step 2, share by share), ``_Borrowing`` (step 3, across the

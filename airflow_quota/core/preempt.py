@@ -1,4 +1,4 @@
-"""Victim selection (quota-model.md 4, step 4). Only decides; the cycle carries the decision out.
+"""Victim selection (docs/model.md rule 4.4). Only decides; the cycle carries the decision out.
 
 What-if removals are passed to ``QuotaState.check`` as a list of victims, so the state itself
 is never changed while a victim set is being looked for.
@@ -68,7 +68,7 @@ def _below(state: QuotaState, share: str, instance_type: str, priority: int) -> 
 
 def may_preempt_in_share_now(state: QuotaState, job: Job, now: float) -> bool:
     """Its share has in-share preemption and the job has waited, RUNNABLE, for the share's
-    ``in_share_preemption_after_seconds`` (a deviation from quota-model v2: README)."""
+    ``in_share_preemption_after_seconds`` (docs/model.md rule 4.4.3)."""
     ends = patience_ends(state, job)
     return ends is not None and now >= ends
 

@@ -16,11 +16,11 @@ from sortedcontainers import SortedList
 from airflow_quota.core.model import Entry, Job
 
 JobKey = tuple[int, float, int]
-"""(−priority, first submission, seq): the order inside a share (quota-model.md 4)."""
+"""(−priority, first submission, seq): the order inside a share (docs/model.md rule 4.0.2)."""
 
 
 def victim_key(job: Job) -> tuple[int, float, float, int]:
-    """Candidate order among victims (quota-model.md 4, Preemption):
+    """Candidate order among victims (docs/model.md rule 4.4.4):
 
     1. lowest priority first,
     2. then the most recently placed,
@@ -232,7 +232,7 @@ class ShareQueue:
 
     def holder(self) -> JobKey | None:
         """The key of the job holding the share's reservation: its first starving job in queue
-        order (quota-model.md 8: at most one reservation per share)."""
+        order (docs/model.md rule 8.4: at most one reservation per share)."""
         return self.starving[0] if self.starving else None
 
     def reserves(self, instance_type: str) -> bool:

@@ -1,4 +1,4 @@
-"""Quota arithmetic per instance type (quota-model.md 4), in whole instances.
+"""Quota arithmetic per instance type (docs/model.md rule 4.0.1, the invariant), in whole instances.
 
 The invariant ``borrowed(T) <= lendable(T)`` rewrites, for limits that fit in the capacity, as
 

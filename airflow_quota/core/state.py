@@ -20,7 +20,7 @@ from airflow_quota.core.quota import Block, Plan, TypeLedger, holding_caps
 
 
 class Mode(Enum):
-    """Which rule a placement is checked against (the phases of quota-model.md 4)."""
+    """Which rule a placement is checked against (the steps of docs/model.md section 4)."""
 
     WITHIN_QUOTA = 2
     """U_s + n <= L_s and the invariant holds."""
@@ -33,7 +33,7 @@ class Mode(Enum):
 @dataclass(slots=True)
 class Changes:
     """What changed since the cycle last looked, so that it looks only there: a job that could
-    not fit before, and whose types did not get easier since, still cannot (quota-model.md 4).
+    not fit before, and whose types did not get easier since, still cannot (docs/model.md rule 4.0.5).
     The state's primitive changes, the lifecycle and the scheduler's API record here; the
     cycle takes what it needs (``CycleWork``, phases.py)."""
 
@@ -72,7 +72,7 @@ class QuotaState:
     backoff_until: dict[tuple[str, str | None], float] = field(default_factory=dict)
     meter: Meter = field(default_factory=Meter)
     overtakes: OvertakeLog = field(default_factory=OvertakeLog)
-    """Who overtook each RUNNABLE job (quota-model.md 8)."""
+    """Who overtook each RUNNABLE job (docs/model.md rule 8.1)."""
     share_usage: dict[str, int] = field(default_factory=dict)
     """Instances each share holds, all types together (for usage/limit ordering)."""
     share_limit: dict[str, int] = field(default_factory=dict)
@@ -92,7 +92,7 @@ class QuotaState:
     # -- configuration -------------------------------------------------------------------
 
     def load_config(self, config: QuotaConfig, now: float) -> None:
-        """Take a new configuration; usage stays, limits and capacity change (quota-model.md 5)."""
+        """Take a new configuration; usage stays, limits and capacity change (docs/model.md rule 5.2)."""
         for ledger in self.types.values():
             self.meter.touch(ledger, now)
         self.config = config
@@ -192,7 +192,7 @@ class QuotaState:
         return limit - used if self.protects(share, ledger, used, now) else 0
 
     def protects(self, share: str, ledger: TypeLedger, usage: int, now: float) -> bool:
-        """Lender protection (quota-model.md 4, step 3, v2): a share lends none of its idle
+        """Lender protection (docs/model.md rule 4.3.2): a share lends none of its idle
         capacity of the type while one of its RUNNABLE jobs has an entry on it that fits under
         its limit at ``usage`` and is not waiting for a plan window or provider capacity (that
         job is about to reclaim), or while a starving job of the share reserves the type.
@@ -215,7 +215,7 @@ class QuotaState:
         return False
 
     def borrowing_holder(self, instance_type: str) -> Job | None:
-        """The starving job that holds borrowing of the type pool-wide (quota-model.md 8): of
+        """The starving job that holds borrowing of the type pool-wide (docs/model.md rule 8.4.2): of
         the shares' reservations with an entry on the type larger than their share's limit
         (which only borrowing can serve), the earliest in borrowing order."""
         best: Job | None = None
@@ -244,7 +244,7 @@ class QuotaState:
 
     def borrowed_by(self, share: str, entry: Entry) -> int:
         """How many of the entry's own instances would be above the share's limit once placed,
-        ``max(0, min(n, U_s(T) + n − L_s(T)))`` (quota-model.md 4, step 3): never more than n."""
+        ``max(0, min(n, U_s(T) + n − L_s(T)))`` (docs/model.md rule 4.3.3): never more than n."""
         ledger = self.types[entry.instance_type]
         over = ledger.usage_of(share) + entry.count - ledger.limit_of(share)
         return max(0, min(entry.count, over))

@@ -1,4 +1,4 @@
-"""Whether the quota state accepts a submission (quota-model.md 2): the rules that depend on the
+"""Whether the quota state accepts a submission (docs/model.md rule 2.3): the rules that depend on the
 current configuration and the live jobs, beyond the static field rules of ``JobRequest``.
 """
 

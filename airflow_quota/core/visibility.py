@@ -1,4 +1,4 @@
-"""What a person asks of the queue (quota-model.md 7): why a job waits, where it stands, and
+"""What a person asks of the queue (docs/model.md section 7): why a job waits, where it stands, and
 what each share holds. Computed by the quota scheduler after it commits (the read model of
 ``store/views.py`` and the job columns of ``quota_jobs``), never in the cycle's hot path."""
 
@@ -93,7 +93,7 @@ def waiting(state: QuotaState, share: str) -> Waiting:
 
 
 def share_view(state: QuotaState, share: str, waits: Waiting | None = None) -> dict[str, Any]:
-    """What a share holds and waits for (quota-model.md 7): its RUNNABLE and running job
+    """What a share holds and waits for (docs/model.md rule 7.2): its RUNNABLE and running job
     counts and, per instance type with a limit, usage or demand: capacity, limit, used,
     borrowed, lent, idle, RUNNABLE count, and when the longest-waiting of those jobs became
     RUNNABLE (``oldest_runnable_since``, None when none waits; its age is ``pending_seconds``).

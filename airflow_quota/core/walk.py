@@ -1,4 +1,4 @@
-"""The walk each placing step of the cycle makes (quota-model.md 4, steps 2, 3 and 4): over the
+"""The walk each placing step of the cycle makes (docs/model.md rules 4.2, 4.3 and 4.4): over the
 jobs that might fit now, in the step's order, each job tried once, a bucket dropped as soon as
 its jobs can no longer fit.
 

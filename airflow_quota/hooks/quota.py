@@ -40,7 +40,7 @@ from airflow_quota.store.repository import QuotaStore
 from airflow_quota.store.settings import ENV_URL, configured_url, normalize, redacted
 from airflow_quota.store.views import share_placeable
 
-"""Job states after which nothing more happens (quota-model.md 3)."""
+"""Job states after which nothing more happens (docs/model.md rule 3.1)."""
 
 _STORES: dict[str, QuotaStore] = {}
 _STORES_LOCK = threading.Lock()

@@ -127,7 +127,7 @@ class JobModel(_Model):
     gpu_hours: float = Field(description="GPU-hours used, the running attempt so far included")
     lost_gpu_hours: float
     cost: float = Field(description="USD, the running attempt so far included")
-    pending_reason: str | None = Field(description="why a RUNNABLE job waits (quota-model.md 3)")
+    pending_reason: str | None = Field(description="why a RUNNABLE job waits (docs/model.md rule 3.3)")
     waiting_for: str | None = Field(description="the preference entry it waits for")
     position_in_share: int | None
     position_in_queue: int | None

@@ -1,4 +1,4 @@
-"""The simulator's output: the JSON document of simulate.md and a readable summary."""
+"""The simulator's output: the JSON document of docs/simulate.md and a readable summary."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The scenario file of simulate.md: models, loading, and the checks that refuse a malformed
+"""The scenario file of docs/simulate.md: models, loading, and the checks that refuse a malformed
 scenario as a whole (exit status 2) before anything runs.
 """
 

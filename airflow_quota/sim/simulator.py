@@ -1,4 +1,4 @@
-"""The discrete-event simulator of simulate.md: a SimPy-style heap of timed happenings driving
+"""The discrete-event simulator of docs/simulate.md: a SimPy-style heap of timed happenings driving
 the same ``QuotaScheduler`` the service runs, on a simulated clock.
 
 At each time t when something happens: first jobs that finish or fail at t release their
@@ -137,7 +137,7 @@ class Simulator:
 
     def _drop_stale(self) -> None:
         """Forget stale happenings at the head of the heap, so that no cycle runs at a time
-        when nothing happens (quota-model.md 4: a finish the attempt would have had is not
+        when nothing happens (docs/model.md rule 4.0.4: a finish the attempt would have had is not
         something that happens)."""
         while self._happenings:
             _, what, _, seq, attempt = self._happenings[0]

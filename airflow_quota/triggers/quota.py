@@ -36,7 +36,7 @@ class QuotaJobEvent:
     """The payload of ``QuotaJobTrigger``'s one event, as the operator and sensor read it.
 
     ``status`` is ``success`` (the job SUCCEEDED), ``failed`` (the job FAILED: ``reason`` is
-    its code of quota-model.md, PENDING_TIMEOUT, CAPACITY_ERROR, PREEMPTION_LIMIT,
+    its code of docs/model.md rule 3.2, PENDING_TIMEOUT, CAPACITY_ERROR, PREEMPTION_LIMIT,
     ATTEMPTS_EXHAUSTED or CANCELLED) or ``error`` (the job could not be followed: the database
     stayed unreachable, or the job does not exist).
     """

@@ -1,4 +1,4 @@
-"""The built-in instance-type catalogue (quota-model.md 1) and a configuration's
+"""The built-in instance-type catalogue (docs/model.md rule 1.6) and a configuration's
 ``instance_types``, which extends and overrides it."""
 
 from __future__ import annotations

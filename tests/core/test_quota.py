@@ -1,4 +1,4 @@
-"""Quota arithmetic per instance type (quota-model.md 4): ``share_term``, ``holding_cap`` and the
+"""Quota arithmetic per instance type (docs/model.md rule 4.0.1, the invariant): ``share_term``, ``holding_cap`` and the
 running sums of ``TypeLedger``, checked against hand computation and against a rebuild from
 scratch."""
 
@@ -181,7 +181,7 @@ def test_change_usage_keeps_running_sums_equal_to_recompute(case: tuple[TypeLedg
         rebuilt = copy.deepcopy(ledger)
         rebuilt.recompute()
         assert _snapshot(ledger) == _snapshot(rebuilt), f"after {share} {delta:+d}"
-        # and against the formulas of quota-model.md 4 directly
+        # and against the formulas of docs/model.md rule 4.0.1 directly
         names = set(ledger.limits) | set(ledger.usage)
         assert ledger.used == sum(ledger.usage.values())
         assert ledger.borrowed_total == sum(max(0, ledger.usage_of(s) - ledger.limit_of(s)) for s in names)

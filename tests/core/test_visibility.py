@@ -1,4 +1,4 @@
-"""What a person asks of the queue (quota-model.md 7): ``pending_reason``, ``pending_view``,
+"""What a person asks of the queue (docs/model.md section 7): ``pending_reason``, ``pending_view``,
 ``queue_position``, ``share_view`` and ``most_placeable`` on small states built through the
 scheduler's API, and ``most_placeable`` against every count on random scenarios."""
 
@@ -255,7 +255,7 @@ def test_share_view_of_a_lender() -> None:
 
 
 def test_share_view_reports_lent_capacity() -> None:
-    """quota-model.md 7: every share's view has, per type, what it lends. The lender's one idle
+    """docs/model.md rule 7.2: every share's view has, per type, what it lends. The lender's one idle
     ml.g5.xlarge is what the borrower runs above its limit (the pool has nothing unassigned), so
     the lender lends 1 of it and none of ml.c5.xlarge, and the borrower lends nothing."""
     state = borrowing_state().state

@@ -65,7 +65,7 @@ class World:
 
 
 def starving_in_an_hour(document: dict[str, Any]) -> dict[str, Any]:
-    """The walkthrough's quota with quota-model v2's 3,600 s starvation threshold on every share
+    """The walkthrough's quota with model v2's 3,600 s starvation threshold on every share
     (the default is 48 h): qs1-med and qs1-high, overtaken by qs1-low's raised priority, starve
     within the walkthrough's two hours, so the page has alerts to show."""
     shares = [{**share, "starvation_after_seconds": 3600} for share in document["shares"]]

@@ -1,4 +1,4 @@
-"""The output contract of simulate.md: ``airflow-quota simulate --json`` (keys, stability across
+"""The output contract of docs/simulate.md: ``airflow-quota simulate --json`` (keys, stability across
 hash seeds, measures computed by hand) and the human summary, through the real command line."""
 
 from __future__ import annotations
@@ -232,7 +232,7 @@ def test_share_wait_statistics(tmp_path: Path) -> None:
 
 def test_wait_statistics_of_uneven_waits(tmp_path: Path) -> None:
     """Durations 300, 100, 600: waits 0, 300, 400; mean 233.333, p50 300, max 400 (p95 of three
-    values depends on the percentile method, which simulate.md leaves open)."""
+    values depends on the percentile method: docs/simulate.md says nearest rank)."""
     jobs = [
         {"name": name, "duration": duration, "preferences": [{"instance_type": "ml.g5.xlarge", "count": 1}]}
         for name, duration in (("a", 300), ("b", 100), ("c", 600))

@@ -1,6 +1,6 @@
 """The backend interface: the quota scheduler starts, polls and stops *attempts* through it.
 
-An attempt is one placement of a job (quota-model.md 6). Its ``key`` (job id and attempt
+An attempt is one placement of a job (docs/model.md rule 6.1). Its ``key`` (job id and attempt
 number) is stable across scheduler restarts, so every call is idempotent: starting an attempt
 the backend already has does nothing, stopping one twice is harmless, and a scheduler that
 restarts after a crash asks ``poll`` what became of the attempts it had started.

@@ -52,7 +52,7 @@ held; and ``MaxRuntimeExceeded`` is a failure of the job itself (its own time li
 the scheduler asked for, so requeueing it as preempted would only repeat it.
 
 After CAPACITY_ERROR the scheduler skips the placed entry for ``capacity_backoff_seconds``
-(quota-model.md 4); the backend only carries that setting.
+(docs/model.md rule 6.5); the backend only carries that setting.
 """
 
 from __future__ import annotations
