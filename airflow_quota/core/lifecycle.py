@@ -276,11 +276,13 @@ class Lifecycle:
 
     def start_starving(self, job: Job, now: float) -> None:
         """Past its threshold and overtaken (docs/model.md rules 8.2 to 8.4): the alert, and a reservation
-        when it is the first starving job of its share."""
+        when it is the first starving job of its share. A job ahead of the share's holder takes
+        the reservation over at once, in the middle of the cycle too: the types the former holder
+        reserved got easier for the jobs behind it (``ShareQueue.add_starving``)."""
         state = self.state
         queue = state.queues[job.share]
         job.starving = True
-        queue.add_starving(job)
+        state.changes.improved |= queue.add_starving(job)
         age = now - job.runnable_since
         if AlertKind.STARVING not in job.alerts:
             overtaken = state.overtakes.overtaken(job)

@@ -93,7 +93,9 @@ class ShareQueue:
         """key → (when its wait ends, the job's entries), for the items of ``_waiting`` that are
         not stale."""
 
-    def add_runnable(self, job: Job) -> None:
+    def add_runnable(self, job: Job) -> frozenset[str]:
+        """Index a RUNNABLE job; returns the types of the reservation it takes over, if it is a
+        starving job that comes ahead of the share's holder (``add_starving``)."""
         key = job.key
         self.version += 1
         self.runnable.add(key)
@@ -108,10 +110,12 @@ class ShareQueue:
             least = self.least.get(entry.instance_type)
             if least is None or entry.count < least:
                 self.least[entry.instance_type] = entry.count
+        taken_over: frozenset[str] = frozenset()
         if job.starving:
-            self.add_starving(job)
+            taken_over = self.add_starving(job)
         if self.patience is not None:
             self._await(key, job.runnable_since + self.patience, job.entries)
+        return taken_over
 
     def remove_runnable(self, job: Job) -> list[str]:
         """Drop a job from the RUNNABLE indexes; returns the types it asked for (the share may
@@ -214,10 +218,19 @@ class ShareQueue:
         """The smallest count a RUNNABLE job of the share asks of the type, if any asks."""
         return self.least.get(instance_type)
 
-    def add_starving(self, job: Job) -> None:
-        if self.reserving:
-            self.starving.add(job.key)
-            self.starving_types[job.key] = job.instance_types
+    def add_starving(self, job: Job) -> frozenset[str]:
+        """The job starts starving (or comes back to the queue starving). When it comes ahead
+        of the share's holder in queue order, the reservation moves to it at once (docs/model.md
+        rule 8.4: the first starving job holds it): returns the former holder's types, which that
+        reservation no longer covers for the jobs behind it unless the new holder's does."""
+        if not self.reserving:
+            return frozenset()
+        before = self.holder()
+        self.starving.add(job.key)
+        self.starving_types[job.key] = job.instance_types
+        if before is None or job.key > before:
+            return frozenset()
+        return self.starving_types[before]
 
     def remove_starving(self, job: Job) -> None:
         if self.starving_types.pop(job.key, None) is not None:

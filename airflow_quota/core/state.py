@@ -300,8 +300,6 @@ class QuotaState:
             cap = ledger.cap_of(job.share)
             if cap is not None and own + n > cap:
                 return Block.BORROW_LIMIT if share.borrows else Block.SHARE_LIMIT
-            if own + n > limit and self.borrowing_held(name, job):
-                return Block.BORROWING_HELD
         if ledger.used - freed + ledger.draining + n > ledger.capacity:
             return Block.POOL_FULL
         after_usage = {s: ledger.usage_of(s) - r for s, r in removed.items()}
@@ -316,6 +314,10 @@ class QuotaState:
             strict_after = before + delta + self.protected_idle(ledger, now, after_usage, base=idle)
             if strict_after > ledger.capacity and strict_after > strict_before:
                 return Block.NOT_LENDABLE
+            if own + n > limit and self.borrowing_held(name, job):
+                # the last quota rule, so that a job is reported held only when the hold is what
+                # stops it: one the pool or the invariant stops anyway waits for quota
+                return Block.BORROWING_HELD
         return self.source_block(entry, now, freed_plan, freed_on_demand)
 
     def source_block(self, entry: Entry, now: float, freed_plan: int = 0, freed_on_demand: int = 0) -> Block | None:
@@ -337,7 +339,10 @@ class QuotaState:
     # -- primitive changes ---------------------------------------------------------------
 
     def enqueue(self, job: Job) -> None:
-        self.queues[job.share].add_runnable(job)
+        """Put a job in its share's queue. A starving job that comes back ahead of its share's
+        holder (a new priority) takes the reservation over: the types the former holder
+        reserved got easier for the jobs behind it."""
+        self.changes.improved |= self.queues[job.share].add_runnable(job)
 
     def dequeue(self, job: Job) -> None:
         """Take a job out of its share's queue; types its share may stop protecting become
