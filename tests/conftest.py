@@ -1,4 +1,4 @@
-"""Shared helpers: running the real command line, and where the shared specs live."""
+"""Shared helpers: running the real command line, and the scenario files the tests replay."""
 
 from __future__ import annotations
 
@@ -66,7 +66,9 @@ def missing(reason: str) -> NoReturn:
     pytest.skip(reason)
 
 
-SHARED = ROOT.parent / "shared"
+SCENARIOS = sorted((ROOT / "tests" / "scenarios").glob("*.yaml"))
+"""Every scenario file of tests/scenarios, each checking rules of docs/model.md (its header says
+which) through its ``expect`` block."""
 CLI = [sys.executable, "-m", "airflow_quota.cli"]
 
 

@@ -1,4 +1,4 @@
-"""Every scenario in ../shared/scenarios and tests/scenarios, run through the real command line
+"""Every scenario in tests/scenarios, run through the real command line
 (``airflow-quota simulate --json``), checked against its ``expect`` block:
 
 - ``events``: these, in this order (other events may come between);
@@ -16,9 +16,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.conftest import ROOT, SHARED, cli
-
-SCENARIOS = sorted((SHARED / "scenarios").glob("*.yaml")) + sorted((ROOT / "tests" / "scenarios").glob("*.yaml"))
+from tests.conftest import SCENARIOS, cli
 
 
 def matches(event: dict[str, Any], wanted: dict[str, Any]) -> bool:
@@ -57,7 +55,7 @@ def check_expectations(report: dict[str, Any], expect: dict[str, Any]) -> list[s
 
 
 def test_there_are_enough_scenarios() -> None:
-    assert len(list((ROOT / "tests" / "scenarios").glob("*.yaml"))) >= 20
+    assert len(SCENARIOS) >= 20
 
 
 @pytest.mark.parametrize("path", SCENARIOS, ids=[p.stem for p in SCENARIOS])

@@ -3,8 +3,6 @@ backend, a manual clock), make the same decisions as ``airflow-quota simulate``.
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -13,7 +11,7 @@ import pytest
 import yaml
 from sqlalchemy import Engine
 
-from airflow_quota.core.config import QuotaConfig, Share
+from airflow_quota.core.config import QuotaConfig
 from airflow_quota.exceptions import Refused
 from airflow_quota.service.backends.base import AttemptSpec
 from airflow_quota.service.backends.fake import FakeBackend
@@ -23,9 +21,9 @@ from airflow_quota.sim.report import build_report
 from airflow_quota.sim.scenario import LoadedScenario, apply_pool_update, apply_share_update, load_scenario
 from airflow_quota.sim.simulator import Simulator
 from airflow_quota.store.repository import QuotaStore
-from tests.conftest import ROOT, SHARED
+from benchmarks import congested
+from tests.conftest import ROOT, SCENARIOS
 
-ALL = sorted((SHARED / "scenarios").glob("*.yaml")) + sorted((ROOT / "tests" / "scenarios").glob("*.yaml"))
 COMPARED = ("PLACED", "PREEMPTED", "REQUEUED", "SUCCEEDED", "FAILED", "PRIORITY_CHANGED", "ALERT")
 KEYS = ("t", "type", "job", "share", "instance_type", "count", "borrowed", "training_plan", "kind", "by", "reason")
 
@@ -33,9 +31,6 @@ KEYS = ("t", "type", "job", "share", "instance_type", "count", "borrowed", "trai
 def _uses_provider(path: Path) -> bool:
     raw = yaml.safe_load(path.read_text())
     return "provider" in raw or any("provider" in e for e in raw.get("events", []))
-
-
-SCENARIOS = ALL
 
 
 def _absolute_plans(document: dict[str, Any], loaded: LoadedScenario) -> dict[str, Any]:
@@ -165,7 +160,7 @@ def test_the_walkthrough_on_postgresql(postgres_url: str) -> None:
 
     engine = make_engine(normalize(postgres_url))
     migrate(engine)
-    path = SHARED / "scenarios" / "aws-walkthrough.yaml"
+    path = ROOT / "tests" / "scenarios" / "s40_aws_walkthrough.yaml"
     simulated = build_report(Simulator(load_scenario(path)).run())["events"]
     assert _comparable(through_service(path, engine)) == _comparable(simulated)
 
@@ -173,21 +168,20 @@ def test_the_walkthrough_on_postgresql(postgres_url: str) -> None:
 # -- congested workloads (the model issue: the service and the simulator agree there too) ------
 
 CONGESTED = [(1, False, "sqlite"), (2, False, "postgresql"), (3, True, "sqlite")]
-"""(seed of gen_congested.py, reservations on in every share, database)."""
+"""(seed of ``benchmarks/congested.py``, reservations on in every share, database)."""
 
 
 def _congested(directory: Path, seed: int, reserving: bool, jobs: int = 150) -> Path:
-    out = directory / f"congested-{jobs}-{seed}.yaml"
-    generator = SHARED / "tools" / "gen_congested.py"
-    subprocess.run([sys.executable, str(generator), str(jobs), str(seed), str(out)], check=True, timeout=60)
-    if reserving and "starvation_reservation" in Share.model_fields:
-        # opt-in per share in the core (README's deviation from quota-model v2, section 8);
-        # without the switch every share reserves and the file is used as generated
-        raw = yaml.safe_load(out.read_text())
+    """The congested workload of ``seed`` as a scenario file (the service replays a file). With
+    ``reserving``, every share's starving jobs hold reservations (``starvation_reservation``,
+    off by default: docs/model.md section 8); the in-share wait stays as generated."""
+    raw = yaml.safe_load(congested.scenario(jobs, seed))
+    if reserving:
         for share in raw["quota"]["shares"]:
             share["starvation_reservation"] = True
-        out.write_text(yaml.safe_dump(raw, sort_keys=False))
-    assert not _uses_provider(out), "gen_congested.py emits no provider events"
+    out = directory / f"congested-{jobs}-{seed}.yaml"
+    out.write_text(yaml.safe_dump(raw, sort_keys=False))
+    assert not _uses_provider(out), "the congested workloads have no provider events"
     return out
 
 

@@ -13,7 +13,7 @@ from airflow_quota.sim.gc_tuning import BATCH_THRESHOLDS, fewer_collections
 from airflow_quota.sim.scenario import load_scenario, parse_scenario
 from airflow_quota.sim.simulator import Simulator
 from benchmarks import workload
-from tests.test_scenarios import SCENARIOS
+from tests.conftest import SCENARIOS
 
 
 def _garbage_after(run: Simulator) -> int:

@@ -14,9 +14,9 @@ import yaml
 
 from airflow_quota.core.catalogue import builtin_catalogue
 from airflow_quota.core.human_time import duration_words
-from tests.conftest import CLI, ROOT, SHARED, cli
+from tests.conftest import CLI, ROOT, cli
 
-WALKTHROUGH = SHARED / "scenarios" / "aws-walkthrough.yaml"
+WALKTHROUGH = ROOT / "tests" / "scenarios" / "s40_aws_walkthrough.yaml"
 OVERTAKEN = ROOT / "tests" / "scenarios" / "s25_overtaken_by_borrowing.yaml"
 """A scenario with a STARVING alert (the walkthrough raises none under the defaults)."""
 JOB_KEYS = {
