@@ -123,7 +123,7 @@ EXERCISED_BY: list[tuple[str, str, list[str]]] = [
         ['"celery",', '"worker",', '"--queues",', "QUEUES"],
     ),
     (
-        r"airflow-quota compare --trace itp:\.\./shared/traces/itp-2021 --quota examples/itp-quota\.yaml .*",
+        r"airflow-quota compare --trace itp:data/traces/itp-2021 --quota examples/itp-quota\.yaml .*",
         "benchmarks/itp_replay.py",
         ['"compare"', '"--policy"', '"--report"', '"--plots"', "examples/itp-quota.yaml"],
     ),

@@ -264,19 +264,19 @@ def test_generic_row_rules(tmp_path: Path, rows: list[str], expected: list[str])
 
 
 def test_parse_spec() -> None:
-    assert parse_spec("itp:../shared/traces/itp-2021") == ("itp", Path("../shared/traces/itp-2021"))
+    assert parse_spec("itp:data/traces/itp-2021") == ("itp", Path("data/traces/itp-2021"))
     with pytest.raises(InvalidInput):
         parse_spec("itp")
 
 
 def test_the_shipped_excerpt_is_unchanged_rows_of_the_trace() -> None:
-    """examples/traces/itp-excerpt holds rows of the shared trace, unchanged."""
-    shared = ROOT.parent / "shared" / "traces" / "itp-2021"
+    """examples/traces/itp-excerpt holds rows of the whole trace (data/traces/itp-2021), unchanged."""
+    trace = ROOT / "data" / "traces" / "itp-2021"
     excerpt = ROOT / "examples" / "traces" / "itp-excerpt"
     files = sorted(excerpt.glob("*.csv"))
     assert files
     for path in files:
-        original: set[tuple[Any, ...]] = {tuple(r.values()) for r in csv_rows(shared / path.name)}
+        original: set[tuple[Any, ...]] = {tuple(r.values()) for r in csv_rows(trace / path.name)}
         rows = {tuple(r.values()) for r in csv_rows(path)}
         assert rows <= original
 
