@@ -1,13 +1,15 @@
 """A real moto server in a subprocess, for the SageMaker and IAM paths (the backend's calls and
 the operator's role expansion and results), with dummy credentials and a region in the
-environment for clients built from it."""
+environment for clients built from it.
+
+The ``moto_url`` fixture (one server per test module) is imported by ``tests/airflow/conftest.py``
+and ``tests/service/conftest.py``, so their tests take it by name."""
 
 from __future__ import annotations
 
 import contextlib
 import importlib.util
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -16,14 +18,9 @@ from collections.abc import Iterator
 
 import pytest
 
+from airflow_quota.devtools.stack import free_port
+
 REGION = "us-east-1"
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 @contextlib.contextmanager
@@ -31,7 +28,7 @@ def moto_server() -> Iterator[str]:
     """The server's URL while it runs; the credentials and region are set meanwhile."""
     if importlib.util.find_spec("moto") is None:
         pytest.skip("moto is not installed: pip install 'moto[server]' to run the SageMaker moto tests")
-    port = _free_port()
+    port = free_port()
     url = f"http://127.0.0.1:{port}"
     credentials = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": REGION}
     server = subprocess.Popen(
@@ -65,3 +62,10 @@ def moto_server() -> Iterator[str]:
         except subprocess.TimeoutExpired:
             server.kill()
             server.wait()
+
+
+@pytest.fixture(scope="module")
+def moto_url() -> Iterator[str]:
+    """The URL of a moto server that runs for the test module (``moto_server``)."""
+    with moto_server() as url:
+        yield url

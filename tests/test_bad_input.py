@@ -15,7 +15,6 @@ import os
 import re
 import subprocess
 import threading
-import time
 from collections.abc import Callable, Iterator
 from datetime import date, datetime
 from pathlib import Path
@@ -31,6 +30,7 @@ from airflow_quota.store.engine import make_engine, migrate
 from airflow_quota.store.models import JobRow, Request
 from airflow_quota.store.repository import QuotaStore
 from tests.conftest import CLI, ROOT, Run, cli
+from tests.waiting import wait_for
 
 G5 = "ml.g5.xlarge"
 P4D = "ml.p4d.24xlarge"
@@ -814,14 +814,19 @@ def test_set_priority_waits_for_the_scheduler_and_reports_what_happened(
     url, engine = quota_db
     live = _submitted(engine)
 
+    def asked() -> bool:
+        with engine.connect() as c:
+            return bool(c.scalar(select(func.count()).select_from(Request).where(Request.kind == "set_priority")))
+
+    failures: list[AssertionError] = []
+
     def scheduler() -> None:
         """Once the change is asked (its request stored), write as the scheduler would."""
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            with engine.connect() as c:
-                if c.scalar(select(func.count()).select_from(Request).where(Request.kind == "set_priority")):
-                    break
-            time.sleep(0.05)
+        try:
+            wait_for(asked, 30, "the set_priority request to be stored")
+        except AssertionError as failure:  # reported by the test, after the command
+            failures.append(failure)
+            return
         if scheduler_writes:
             _set_row(engine, live.id, **scheduler_writes)
 
@@ -831,6 +836,7 @@ def test_set_priority_waits_for_the_scheduler_and_reports_what_happened(
         run = cli("jobs", "set-priority", str(live.id), "3", "--db", url, "--wait", "3")
     finally:
         writer.join()
+    assert not failures, f"{failures[0]}: {run}"
     assert run.code == code and "Traceback" not in run.stderr, run
     assert re.search(answer, (run.stderr or run.stdout).strip()), run
 

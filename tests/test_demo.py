@@ -31,6 +31,7 @@ def clean_copy(target: Path) -> None:
 
 
 @pytest.mark.skipif(shutil.which("make") is None or shutil.which("git") is None, reason="needs make and git")
+@pytest.mark.timeout(2700)  # its two make demo runs may take 1500 s and 900 s
 def test_make_demo_once_tells_the_quota_story(tmp_path: Path) -> None:
     copy = tmp_path / "airflow-quota"
     clean_copy(copy)

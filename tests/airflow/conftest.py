@@ -32,6 +32,9 @@ from airflow_quota.service.scheduler import QuotaService
 from airflow_quota.store.engine import make_engine, migrate
 from airflow_quota.store.models import JobRow
 from airflow_quota.store.repository import QuotaStore
+from tests.moto_server import moto_url
+
+__all__ = ["moto_url"]  # the fixture, shared from tests/moto_server.py
 
 QUOTA: dict[str, Any] = {
     "pool": {"capacity": {"ml.g5.xlarge": 2, "ml.c5.xlarge": 1}},
@@ -119,3 +122,10 @@ async def events_of(run: AsyncIterator[TriggerEvent], timeout: float = 10.0) -> 
         return [event async for event in run]
 
     return await asyncio.wait_for(collect(), timeout)
+
+
+def payload_of(event: TriggerEvent) -> dict[str, Any]:
+    """A trigger event's payload, which the quota triggers make a dict."""
+    payload = event.payload
+    assert isinstance(payload, dict)
+    return payload

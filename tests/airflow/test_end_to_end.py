@@ -29,12 +29,16 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from airflow_quota.devtools.stack import AirflowStack
 from tests.airflow.stacks import airflow_on_postgres
+from tests.waiting import wait_for
+
+# Airflow's start (up to START_TIMEOUT) counts towards the first test, and the walkthrough
+# alone may take WALKTHROUGH_TIMEOUT: twice the default limit (pyproject.toml) for each test.
+pytestmark = pytest.mark.timeout(1200)
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -272,23 +276,18 @@ def test_backfill_with_priority_override(airflow: AirflowStack) -> None:
     assert all(j.priority == {"train_encoder": 2, "train_ranker": 1}[j.task_id or ""] for j in others), others
 
 
-def _until(condition: Any, what: str, timeout: float) -> None:
-    """Poll ``condition()`` until it holds; fail naming ``what`` after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out after {timeout:.0f} s waiting for {what}"
-        time.sleep(0.5)
-
-
 def test_a_taskflow_training_waits_out_a_quota_scheduler_outage(airflow: AirflowStack) -> None:
     af = airflow
-    scheduler_running = lambda: af.api("GET", "/quota/api/shares")["scheduler"]["running"]  # noqa: E731
+
+    def scheduler_running() -> bool:
+        return bool(af.api("GET", "/quota/api/shares")["scheduler"]["running"])
+
     af.stop(["quota-scheduler"])
-    _until(lambda: not scheduler_running(), "the API to say no quota scheduler runs", 60)
+    wait_for(lambda: not scheduler_running(), 60, "the API to say no quota scheduler runs", interval=0.5)
 
     run_id = af.trigger(TASKFLOW, conf={"urgent": True, "gpus": 1})
     warning = "no quota scheduler is running"
-    _until(lambda: warning in af.task_log(TASKFLOW, run_id, "train"), "the waiting task's warning", 180)
+    wait_for(lambda: warning in af.task_log(TASKFLOW, run_id, "train"), 180, "the waiting task's warning", interval=0.5)
     assert af.ti_states(TASKFLOW, run_id)["train"] == "deferred"  # waiting in the triggerer, no slot
     (job,) = [j for j in af.store.jobs(dag_id=TASKFLOW) if j.run_id == run_id]
     assert (job.share, job.priority, job.state) == ("qs1", 3, "SUBMITTED")  # from the @task's outputs

@@ -28,6 +28,7 @@ test`` installs Debian's when absent); without any the test is skipped, or fails
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import shutil
 import signal
@@ -43,9 +44,12 @@ import yaml
 
 from airflow_quota.devtools.stack import BIN, AirflowStack, free_port
 from airflow_quota.executors.celery_delegate import WORKER_CELERY_CONFIG
-from tests.airflow.stacks import airflow_on_postgres
-from tests.airflow.test_executor_end_to_end import HERE, diagnosis, events, final_jobs, tries, wait_until
+from tests.airflow.stacks import EXECUTOR_DAGS, airflow_on_postgres, diagnosis, events, final_jobs, tries, wait_until
 from tests.conftest import missing
+
+# Airflow's and the workers' start count towards the first test, and the reclaim test alone may
+# wait 15 minutes at its deadlines: 25 minutes for each test (the default is 10, pyproject.toml).
+pytestmark = pytest.mark.timeout(1500)
 
 MACHINE_REDIS = "redis://127.0.0.1:6379/7"
 QUEUES = {"g5": "ml.g5.xlarge", "g4dn": "ml.g4dn.xlarge"}
@@ -119,8 +123,8 @@ def celery_stack(root: Path, broker_url: str) -> Iterator[AirflowStack]:
     with airflow_on_postgres(
         "celery",
         root,
-        dags=[HERE / "quota_exec_training.py", HERE / "quota_exec_celery.py"],
-        quota_config=HERE / "quota.yaml",
+        dags=[EXECUTOR_DAGS / "quota_exec_training.py", EXECUTOR_DAGS / "quota_exec_celery.py"],
+        quota_config=EXECUTOR_DAGS / "quota.yaml",
         # the pool's four instances: a task sent to a worker counts in the executor's slots, and the
         # reclaiming task is queued to the executor only while one is free
         parallelism=4,
@@ -156,7 +160,7 @@ def celery_stack(root: Path, broker_url: str) -> Iterator[AirflowStack]:
                 ],
             )
         for worker in QUEUES:
-            wait_until(f"the {worker} Celery worker ready", lambda w=worker: ready_line(stack, w), stack, 90)
+            wait_until(f"the {worker} Celery worker ready", functools.partial(ready_line, stack, worker), stack, 90)
         yield stack
 
 
@@ -237,7 +241,7 @@ def test_a_scheduler_killed_while_a_celery_task_runs_and_one_waits_in_the_broker
 
 def lab_grace() -> float:
     """The lab share's ``preemption_grace_seconds`` in the test's ``quota.yaml``."""
-    shares = yaml.safe_load((HERE / "quota.yaml").read_text())["shares"]
+    shares = yaml.safe_load((EXECUTOR_DAGS / "quota.yaml").read_text())["shares"]
     return float(next(s for s in shares if s["name"] == "lab")["preemption_grace_seconds"])
 
 

@@ -22,21 +22,21 @@ from __future__ import annotations
 
 import contextlib
 import itertools
-import json
 import os
 import signal
-import time
 from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from airflow_quota.devtools.stack import AirflowStack
-from tests.airflow.stacks import airflow_on_postgres
+from tests.airflow.stacks import EXECUTOR_DAGS, airflow_on_postgres, diagnosis, events, final_jobs, tries, wait_until
 
-HERE = Path(__file__).resolve().parent / "executor_dags"
+# Airflow's start (up to START_TIMEOUT) counts towards the first test, and a test waits minutes
+# for its holds and runs: twice the default limit (pyproject.toml) for each test.
+pytestmark = pytest.mark.timeout(1200)
+
 DAG_FILES = ("quota_exec_training.py", "quota_exec_shares.py", "quota_exec_reclaim.py", "quota_exec_adopt.py")
 DAG_IDS = ("quota_exec_blocker", "quota_exec_shares", "quota_exec_lab", "quota_exec_ops", "quota_exec_adopt")
 QUEUED_TIMEOUT = 30
@@ -48,8 +48,8 @@ def airflow(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AirflowStack]:
     with airflow_on_postgres(
         "exec",
         tmp_path_factory.mktemp("airflow-exec"),
-        dags=[HERE / name for name in DAG_FILES],
-        quota_config=HERE / "quota.yaml",
+        dags=[EXECUTOR_DAGS / name for name in DAG_FILES],
+        quota_config=EXECUTOR_DAGS / "quota.yaml",
         parallelism=6,
         components=("scheduler", "dag-processor", "api-server", "quota-scheduler"),
         wait_for_dags=DAG_IDS,
@@ -64,47 +64,6 @@ def airflow(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AirflowStack]:
         },
     ) as stack:
         yield stack
-
-
-def events(af: AirflowStack) -> list[dict[str, Any]]:
-    """What the trainings recorded (``quota_exec_training.py``), in order."""
-    path = Path(af.env["AIRFLOW_QUOTA_EXAMPLE_CHECKPOINTS"]) / "events.jsonl"
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-
-
-def wait_until(what: str, condition: Any, af: AirflowStack, timeout: float) -> None:
-    """Poll ``condition`` until it holds; fail with the logs' tails at the deadline."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return
-        if af.dead():
-            pytest.fail(f"Airflow processes died while waiting for {what}: {af.dead()}\n{af.tails()}")
-        time.sleep(1)
-    pytest.fail(f"{what}: not within {timeout:.0f} s\n{af.tails(40)}")
-
-
-def tries(af: AirflowStack, dag_id: str, run_id: str) -> dict[str, dict[str, Any]]:
-    """Per task: its state, try number and when it was queued, started and ended."""
-    rows = af.query(
-        "SELECT task_id, state, try_number, queued_dttm, start_date, end_date FROM task_instance "
-        "WHERE dag_id = :d AND run_id = :r",
-        d=dag_id,
-        r=run_id,
-    )
-    return {r[0]: {"state": r[1], "try": r[2], "queued": r[3], "start": r[4], "end": r[5]} for r in rows}
-
-
-def diagnosis(af: AirflowStack, *runs: tuple[str, str]) -> str:
-    lines = [f"{dag}/{run}: {af.run_state(dag, run)} {tries(af, dag, run)}" for dag, run in runs]
-    lines += [f"quota job {j.id} {j.task_id} {j.state} {j.reason or ''} {j.detail or ''}" for j in af.store.jobs()]
-    return "\n".join(lines) + "\n" + af.tails(30)
-
-
-def final_jobs(af: AirflowStack, dag_id: str) -> dict[str | None, tuple[str, int]]:
-    return {j.task_id: (j.state, j.attempts) for j in af.store.jobs(dag_id=dag_id)}
 
 
 def seconds(later: datetime, earlier: datetime) -> float:

@@ -8,13 +8,12 @@ import re
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from datetime import timedelta
 from types import SimpleNamespace
-from typing import Any, cast
+from typing import Any
 
 import pytest
-from airflow.sdk import BaseOperator, Context
+from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowException, AirflowFailException, TaskDeferred
 
 from airflow_quota.core.catalogue import builtin_catalogue
@@ -24,36 +23,9 @@ from airflow_quota.operators import training as training_module
 from airflow_quota.operators.training import QuotaTrainingOperator, client_token, derived_job_name
 from airflow_quota.sensors.quota import QuotaCapacitySensor, QuotaJobSensor
 from airflow_quota.store.models import JobRow
-from airflow_quota.triggers.quota import QuotaJobTrigger
 from tests.airflow.conftest import G5, QuotaWorld
-
-RUN_ID = "scheduled__2026-01-01T00:00:00+00:00"
-
-
-@dataclass
-class TaskInstance:
-    """The few task-instance fields the operator reads, and the XComs it pushes."""
-
-    dag_id: str = "train_daily"
-    task_id: str = "train"
-    run_id: str = RUN_ID
-    map_index: int = -1
-    try_number: int = 1
-    xcoms: dict[str, Any] = field(default_factory=dict)
-
-    def xcom_push(self, key: str, value: Any) -> None:
-        self.xcoms[key] = value
-
-
-@dataclass
-class DagRun:
-    conf: dict[str, Any] = field(default_factory=dict)
-
-
-def context(
-    ti: TaskInstance | None = None, conf: dict[str, Any] | None = None, params: dict[str, Any] | None = None
-) -> Context:
-    return cast(Context, {"ti": ti or TaskInstance(), "dag_run": DagRun(conf or {}), "params": params or {}})
+from tests.airflow.task_context import RUN_ID, TaskInstance, context, deferred
+from tests.waiting import wait_for
 
 
 def operator(**overrides: Any) -> QuotaTrainingOperator:
@@ -66,15 +38,6 @@ def operator(**overrides: Any) -> QuotaTrainingOperator:
         "poll_interval": 0.01,
     }
     return QuotaTrainingOperator(**{**arguments, **overrides})
-
-
-def deferred(op: QuotaTrainingOperator, ctx: Context) -> QuotaJobTrigger:
-    with pytest.raises(TaskDeferred) as deferral:
-        op.execute(ctx)
-    assert deferral.value.method_name == "execute_complete"
-    trigger = deferral.value.trigger
-    assert isinstance(trigger, QuotaJobTrigger)
-    return trigger
 
 
 # -- execute ---------------------------------------------------------------------------------
@@ -140,8 +103,7 @@ def test_a_retry_after_a_failed_or_cancelled_job_submits_a_new_one(world: QuotaW
 
 def test_not_deferrable_waits_in_the_worker(world: QuotaWorld) -> None:
     def drive() -> None:
-        while not world.store.jobs():
-            threading.Event().wait(0.01)
+        wait_for(world.store.jobs, 30, "the operator to submit its job", interval=0.01)
         world.step(1000.0)
         world.step(1001.0)
 
@@ -174,8 +136,7 @@ def test_waiting_in_the_worker_logs_once_when_max_pending_time_falls_due(
     monkeypatch.setattr(op.hook, "get_job", counted)
 
     def drive() -> None:
-        while len(world.store.jobs()) < 3:
-            threading.Event().wait(0.01)
+        wait_for(lambda: len(world.store.jobs()) >= 3, 30, "the operator to submit its job", interval=0.01)
         world.step(1001.0)  # taken in: waits, at most until 8201
         for _ in range(5):  # the worker reads the waiting job again and again
             assert waiting_reads.acquire(timeout=30)

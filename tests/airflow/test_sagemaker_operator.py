@@ -21,8 +21,8 @@ from airflow_quota.operators.training import QuotaTrainingOperator
 from airflow_quota.plugins.links import SageMakerTrainingJobLink, TrainingLogsLink
 from airflow_quota.service.backends.sagemaker import SageMakerBackend
 from tests.airflow.conftest import G5, QUOTA, QuotaWorld, quota_world
-from tests.airflow.test_operators import TaskInstance, context, deferred
-from tests.moto_server import REGION, moto_server
+from tests.airflow.task_context import TaskInstance, context, deferred
+from tests.moto_server import REGION
 
 ROLE_NAME = "SageMakerTraining"
 REQUEST: dict[str, Any] = {
@@ -36,12 +36,6 @@ REQUEST: dict[str, Any] = {
     "StoppingCondition": {"MaxRuntimeInSeconds": "86400"},
 }
 """A request as Jinja leaves it: a role name, integers as text."""
-
-
-@pytest.fixture(scope="module")
-def moto_url() -> Iterator[str]:
-    with moto_server() as url:
-        yield url
 
 
 @pytest.fixture

@@ -13,7 +13,7 @@ from airflow_quota.hooks.quota import QuotaHook
 from airflow_quota.sensors.quota import QuotaCapacitySensor, QuotaJobSensor
 from airflow_quota.triggers.quota import QuotaCapacityTrigger, QuotaJobTrigger
 from tests.airflow.conftest import G5, QuotaWorld
-from tests.airflow.test_operators import context
+from tests.airflow.task_context import context
 
 
 def job_sensor(job_id: int | str, **arguments: Any) -> QuotaJobSensor:

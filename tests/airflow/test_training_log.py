@@ -8,7 +8,6 @@ import asyncio
 import itertools
 import json
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import boto3
@@ -23,9 +22,9 @@ from airflow_quota.triggers.training_log import (
     CloudWatchTrainingLog,
     LocalTrainingLog,
 )
-from tests.airflow.conftest import QuotaWorld, events_of, request
-from tests.airflow.test_triggers import _payload, _until
-from tests.moto_server import REGION, moto_server
+from tests.airflow.conftest import QuotaWorld, events_of, payload_of, request
+from tests.moto_server import REGION
+from tests.waiting import wait_for_async
 
 
 def test_a_local_log_gives_each_complete_line_once(tmp_path: Path) -> None:
@@ -73,29 +72,25 @@ def test_the_task_log_shows_the_trainings_lines_while_it_runs(
         with world.engine.begin() as connection:
             connection.execute(update(Attempt).where(Attempt.job_id == job.id).values(external_name=str(log)))
         await asyncio.to_thread(world.step, 1001.0)  # running
-        await _until(lambda: logged("epoch 1") == 1, "the first line")
+        await wait_for_async(lambda: logged("epoch 1") == 1, what="the first line")
         with log.open("a") as handle:
             handle.write("epoch 2\nsaving a check")
-        await _until(lambda: logged("epoch 2") == 1, "a line written while it runs, without the job changing")
+        await wait_for_async(
+            lambda: logged("epoch 2") == 1, what="a line written while it runs, without the job changing"
+        )
         with log.open("a") as handle:
             handle.write("point\n")
         await asyncio.to_thread(world.step, 1100.0)  # it ends: the last line comes with the end
         return await task
 
     events = asyncio.run(scenario())
-    assert _payload(events[0])["status"] == "success"  # type: ignore[arg-type]
+    assert payload_of(events[0])["status"] == "success"  # type: ignore[arg-type]
     logged("")
     assert seen == [
         "[training, attempt 1] epoch 1",
         "[training, attempt 1] epoch 2",
         "[training, attempt 1] saving a checkpoint",
     ]
-
-
-@pytest.fixture(scope="module")
-def moto_url() -> Iterator[str]:
-    with moto_server() as url:
-        yield url
 
 
 def test_a_sagemaker_jobs_cloudwatch_streams_give_each_event_once(

@@ -27,7 +27,8 @@ from airflow_quota.store.repository import QuotaStore
 from airflow_quota.triggers import quota as trigger_module
 from airflow_quota.triggers.quota import QuotaCapacityTrigger, QuotaJobEvent, QuotaJobTrigger, scheduler_silence
 from airflow_quota.triggers.watch import JobWatch
-from tests.airflow.conftest import G5, QUOTA, QuotaWorld, events_of, request
+from tests.airflow.conftest import G5, QUOTA, QuotaWorld, events_of, payload_of, request
+from tests.waiting import wait_for_async
 
 TRIGGERS: list[BaseTrigger] = [
     QuotaJobTrigger(job_id=7, quota_conn_id="quota_default", poll_interval=5.0),
@@ -64,19 +65,14 @@ async def _follow(world: QuotaWorld, trigger: QuotaJobTrigger, moments: list[flo
         return watches[0].rounds if watches else 0
 
     for at in moments:
-        seen = rounds()
-        await _until(
-            lambda seen=seen: following.done() or rounds() >= seen + 2,
-            f"the trigger to read the state before {at}",
-        )
+        target = rounds() + 2
+
+        def read_twice_more(target: int = target) -> bool:
+            return following.done() or rounds() >= target
+
+        await wait_for_async(read_twice_more, what=f"the trigger to read the state before {at}")
         await asyncio.to_thread(world.step, at)
     return await following
-
-
-def _payload(event: TriggerEvent) -> dict[str, Any]:
-    payload = event.payload
-    assert isinstance(payload, dict)
-    return payload
 
 
 def logged(capsys: pytest.CaptureFixture[str], needle: str) -> list[str]:
@@ -108,7 +104,7 @@ def test_a_job_followed_to_success_gives_one_event_and_logs_each_change(
     job = world.submit("train", {"duration": 100, "startup": 10})
     trigger = QuotaJobTrigger(job_id=job.id, quota_conn_id="quota_default", poll_interval=0.01)
     events = asyncio.run(_follow(world, trigger, [1000.0, 1020.0, 1200.0]))
-    assert [_payload(e) for e in events] == [
+    assert [payload_of(e) for e in events] == [
         {
             "status": "success",
             "job_id": job.id,
@@ -132,7 +128,7 @@ def test_a_waiting_job_logs_its_reason_and_position(world: QuotaWorld, capsys: p
     late = world.submit("late", {"duration": 10})
     trigger = QuotaJobTrigger(job_id=late.id, quota_conn_id="quota_default", poll_interval=0.01)
     events = asyncio.run(_follow(world, trigger, [1001.0, 1100.0, 1101.0, 1200.0]))
-    assert _payload(events[0])["status"] == "success"
+    assert payload_of(events[0])["status"] == "success"
     messages = logged(capsys, f"quota job {late.id} (late)")
     waiting = f"quota job {late.id} (late) in share research is RUNNABLE: WAITING_FOR_QUOTA for 1x ml.g5.xlarge"
     assert any(m.startswith(waiting) and "position 1 in its share" in m for m in messages), messages
@@ -167,7 +163,7 @@ def test_a_broken_database_gives_an_error_event_not_an_exception(
     trigger = QuotaJobTrigger(job_id=1, quota_conn_id="quota_broken", poll_interval=0.01)
     events = asyncio.run(events_of(trigger.run()))
     assert len(events) == 1
-    payload = _payload(events[0])
+    payload = payload_of(events[0])
     assert payload["status"] == "error" and payload["job_id"] == 1
     assert "the quota database stayed unreadable" in payload["message"]
 
@@ -181,7 +177,7 @@ def test_a_job_the_scheduler_refused_gives_an_error_event_naming_why(world: Quot
         inbox.handled, inbox.outcome, inbox.error = True, "refused", "share: share 'research' is DISABLED"
         session.delete(session.get(JobRow, job.id))
     events = asyncio.run(events_of(QuotaJobTrigger(job_id=job.id, poll_interval=0.01).run()))
-    assert [_payload(e) for e in events] == [
+    assert [payload_of(e) for e in events] == [
         {
             "status": "error",
             "job_id": job.id,
@@ -210,14 +206,16 @@ def test_the_capacity_trigger_fires_once_the_share_could_place(world: QuotaWorld
 
     async def scenario(said: list[MutableMapping[str, Any]]) -> list[TriggerEvent]:
         following = asyncio.ensure_future(events_of(trigger.run()))
-        await _until(lambda: any("cannot place the list yet" in str(line) for line in said), "the first check")
+        await wait_for_async(
+            lambda: any("cannot place the list yet" in str(line) for line in said), what="the first check"
+        )
         assert not following.done()  # it waits while the share cannot place
         await asyncio.to_thread(world.step, 1100.0)
         return await following
 
     with structlog.testing.capture_logs() as said:
         events = asyncio.run(scenario(said))
-    assert [_payload(e) for e in events] == [
+    assert [payload_of(e) for e in events] == [
         {
             "status": "success",
             "share": "prod",
@@ -240,7 +238,7 @@ def test_the_task_log_shows_each_alert_of_its_job_once(world: QuotaWorld, capsys
     world.submit("small", {"duration": 10})  # placed when hog1 ends: it overtakes late
     trigger = QuotaJobTrigger(job_id=late.id, quota_conn_id="quota_default", poll_interval=0.01)
     events = asyncio.run(_follow(world, trigger, [1001.0, 1062.0, 1063.0, 1500.0, 2001.0, 2002.0, 2020.0]))
-    assert _payload(events[0])["status"] == "success"
+    assert payload_of(events[0])["status"] == "success"
     captured = capsys.readouterr()
     warnings = [  # the trigger's lines (the quota scheduler runs in this process too, and logs the alert itself)
         line.split("] ", 1)[1].rsplit(" [", 1)[0]
@@ -271,17 +269,17 @@ def test_a_waiting_task_warns_once_while_no_quota_scheduler_runs_and_says_when_o
 
     async def scenario() -> list[TriggerEvent]:
         task = asyncio.create_task(events_of(trigger.run(), timeout=60))
-        await _until(lambda: said(down) == 1, "the warning")
+        await wait_for_async(lambda: said(down) == 1, what="the warning")
         await asyncio.to_thread(world.step, 1001.0)  # taken in while the warning stands: no second one
-        await _until(lambda: said("is RUNNABLE") == 1, "the job's change")
+        await wait_for_async(lambda: said("is RUNNABLE") == 1, what="the job's change")
         assert await asyncio.to_thread(world.service.lock.acquire)  # a quota scheduler leads and beats
-        await _until(lambda: said(back) == 1, "the all-clear")
+        await wait_for_async(lambda: said(back) == 1, what="the all-clear")
         for at in (2001.0, 2011.0):  # hog1 ends, late runs and ends
             await asyncio.to_thread(world.step, at)
         return await task
 
     events = asyncio.run(scenario())
-    assert _payload(events[0])["status"] == "success"
+    assert payload_of(events[0])["status"] == "success"
     assert said(down) == 1 and said(back) == 1
     assert [line for line in lines if "no quota scheduler" in line and "[warning" in line] != []
 
@@ -380,16 +378,16 @@ def test_a_waiting_task_logs_once_when_its_max_pending_time_falls_due(
     async def scenario() -> list[TriggerEvent]:
         task = asyncio.create_task(events_of(trigger.run(), timeout=60))
         await asyncio.to_thread(world.step, 1001.0)  # taken in: RUNNABLE until 4601 at most
-        await _until(lambda: said(due) == 1, "the deadline's line")
+        await wait_for_async(lambda: said(due) == 1, what="the deadline's line")
         world.submit("urgent", {"duration": 10}, priority=10)
         await asyncio.to_thread(world.step, 1002.0)  # urgent goes ahead: late is second
-        await _until(lambda: said(behind) == 1, "the job's new position")
+        await wait_for_async(lambda: said(behind) == 1, what="the job's new position")
         for at in (2001.0, 2011.0):  # the hogs end, urgent and late run and end
             await asyncio.to_thread(world.step, at)
         return await task
 
     events = asyncio.run(scenario())
-    assert _payload(events[0])["status"] == "success"
+    assert payload_of(events[0])["status"] == "success"
     assert said(due) == 1 and said("max_pending_time") == 1
 
 
@@ -422,14 +420,6 @@ async def _cancel(tasks: list[asyncio.Task[list[TriggerEvent]]]) -> None:
     await asyncio.gather(*tasks, return_exceptions=True)
 
 
-async def _until(condition: Callable[[], bool], what: str, timeout: float = 30.0) -> None:
-    """Wait, letting the loop run, until ``condition()`` holds; fail naming ``what`` after ``timeout``."""
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out after {timeout} s waiting for {what}"
-        await asyncio.sleep(0.01)
-
-
 async def _stopped(task: asyncio.Task[None] | None) -> bool:
     """Whether a watch's task ends (it was cancelled and must get the loop to finish)."""
     assert task is not None
@@ -445,14 +435,16 @@ def test_many_job_triggers_share_one_reader_whose_queries_do_not_grow_with_them(
     async def follow(count: int) -> tuple[int, int]:
         """(SELECTs, reads) during ``window`` seconds while ``count`` triggers wait."""
         tasks = _start(*(QuotaJobTrigger(job_id=job_id, poll_interval=interval) for job_id in jobs[:count]))
-        deadline = time.monotonic() + 20  # all joined (a loaded machine may take a while)
-        while not ((running := JobWatch.running()) and running[0].watching == count):
-            assert time.monotonic() < deadline, f"{count} triggers did not all join: {running}"
-            await asyncio.sleep(0.05)
-        (watch,) = running
+        await wait_for_async(  # all joined (a loaded machine may take a while)
+            lambda: [w.watching for w in JobWatch.running()] == [count],
+            20,
+            lambda: f"{count} triggers to join one watch (watches: {JobWatch.running()})",
+        )
+        (watch,) = JobWatch.running()
         settled = watch.rounds + 2  # and their first reads are behind them
-        while watch.rounds < settled:
-            await asyncio.sleep(0.01)
+        await wait_for_async(
+            lambda: watch.rounds >= settled, 20, what=f"two more rounds of the watch of {count} triggers"
+        )
         with counting_selects(engine) as selects:
             rounds = watch.rounds
             await asyncio.sleep(window)
@@ -482,16 +474,16 @@ def test_a_trigger_is_woken_within_one_interval_of_its_jobs_change(world: QuotaW
     async def scenario() -> float:
         tasks = _start(*(QuotaJobTrigger(job_id=job_id, poll_interval=interval) for job_id in waiting))
         (mine,) = _start(QuotaJobTrigger(job_id=quick.id, poll_interval=interval))
-        await _until(
+        await wait_for_async(
             lambda: [(w.watching, w.rounds > 0) for w in JobWatch.running()] == [(31, True)],
-            "the 31 triggers to join one watch and its first round",
+            what="the 31 triggers to join one watch and its first round",
         )
         await asyncio.to_thread(world.step, 1001.0)  # RUNNING
         await asyncio.to_thread(world.step, 1020.0)  # SUCCEEDED
         changed = time.monotonic()
         events = await mine
         noticed = time.monotonic() - changed
-        assert _payload(events[0])["status"] == "success"
+        assert payload_of(events[0])["status"] == "success"
         await _cancel(tasks)
         return noticed
 
@@ -538,11 +530,13 @@ def test_a_new_trigger_gets_its_first_read_at_once_whatever_the_interval(world: 
 
     async def scenario() -> float:
         slow = _start(QuotaJobTrigger(job_id=waiting.id, poll_interval=30.0))
-        await _until(lambda: [w.rounds > 0 for w in JobWatch.running()] == [True], "the watch's first round")
+        await wait_for_async(
+            lambda: [w.rounds > 0 for w in JobWatch.running()] == [True], what="the watch's first round"
+        )
         # the next round is 30 s away
         started = time.monotonic()
         events = await events_of(QuotaJobTrigger(job_id=done.id, poll_interval=30.0).run())
-        assert _payload(events[0])["status"] == "success"
+        assert payload_of(events[0])["status"] == "success"
         elapsed = time.monotonic() - started
         await _cancel(slow)
         return elapsed
@@ -555,12 +549,12 @@ def test_a_cancelled_trigger_leaves_its_watch_and_the_last_one_stops_it(world: Q
 
     async def scenario() -> None:
         tasks = _start(*(QuotaJobTrigger(job_id=job_id, poll_interval=0.05) for job_id in (first, second)))
-        await _until(lambda: [w.watching for w in JobWatch.running()] == [2], "one watch of both triggers")
+        await wait_for_async(lambda: [w.watching for w in JobWatch.running()] == [2], what="one watch of both triggers")
         (watch,) = JobWatch.running()
         task = watch.task
         assert task is not None
         await _cancel(tasks[:1])
-        await _until(lambda: watch.watching == 1, "the cancelled trigger to leave the watch")
+        await wait_for_async(lambda: watch.watching == 1, what="the cancelled trigger to leave the watch")
         assert not task.done() and JobWatch.running() == [watch]
         await _cancel(tasks[1:])
         assert await _stopped(task)
@@ -585,7 +579,9 @@ def test_two_databases_get_two_watches(world: QuotaWorld, tmp_path: Path, monkey
             QuotaJobTrigger(job_id=here.id, quota_conn_id="quota_default", poll_interval=0.05),
             QuotaJobTrigger(job_id=there.id, quota_conn_id="quota_other", poll_interval=0.05),
         )
-        await _until(lambda: sorted(w.watching for w in JobWatch.running()) == [1, 1], "two watches of one trigger")
+        await wait_for_async(
+            lambda: sorted(w.watching for w in JobWatch.running()) == [1, 1], what="two watches of one trigger"
+        )
         watches = JobWatch.running()
         assert sorted(w.url for w in watches) == sorted([world.url, other_url])
         assert [w.watching for w in watches] == [1, 1]
@@ -655,7 +651,7 @@ def test_read_failures_give_every_trigger_the_error_event_after_read_attempts(
     )
     for job_id, fired in zip(jobs, events, strict=True):
         assert len(fired) == 1, fired
-        payload = _payload(fired[0])
+        payload = payload_of(fired[0])
         assert (payload["status"], payload["job_id"], payload["state"], payload["reason"]) == (
             "error",
             job_id,

@@ -22,7 +22,10 @@ from sqlalchemy import Engine
 from airflow_quota.devtools.stack import free_port
 from airflow_quota.store.engine import make_engine, migrate
 from tests.conftest import missing
+from tests.moto_server import moto_url
 from tests.service.chaos import Scheduler
+
+__all__ = ["moto_url"]  # the fixture, shared from tests/moto_server.py
 
 DEFAULT_ADMIN = "postgresql://postgres@127.0.0.1:5432/test"
 

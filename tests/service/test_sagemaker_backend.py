@@ -42,9 +42,8 @@ from airflow_quota.service.backends.base import (
     ListedChange,
 )
 from airflow_quota.service.backends.sagemaker import SageMakerBackend, training_job_name
-from tests.moto_server import moto_server
+from tests.moto_server import REGION
 
-REGION = "us-east-1"
 ACCOUNT = "123456789012"
 PLAN_ARN = f"arn:aws:sagemaker:{REGION}:{ACCOUNT}:training-plan/p5-week"
 NAME_PATTERN = re.compile(r"^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}$")
@@ -740,13 +739,6 @@ def test_an_unknown_training_job_status_is_an_error(client: Any, stubber: Stubbe
 
 
 # -- against a real moto server ------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def moto_url() -> Iterator[str]:
-    """A moto server in a subprocess (tests/moto_server.py)."""
-    with moto_server() as url:
-        yield url
 
 
 def test_moto_create_describe_and_status(moto_url: str) -> None:
