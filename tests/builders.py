@@ -1,10 +1,13 @@
-"""Builders for configurations and scenarios used across the tests (fluent, readable)."""
+"""Builders for configurations, scenarios and job requests used across the tests (fluent,
+readable): ``share``, ``quota``, ``job`` and ``scenario`` write the documents a user writes;
+``request`` makes the core's ``JobRequest`` that the store and the service take."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from airflow_quota.core.config import parse_config
+from airflow_quota.core.model import JobRequest, PreferenceEntry
 from airflow_quota.sim.scenario import LoadedScenario, parse_scenario
 from tests.conftest import ROOT
 
@@ -30,3 +33,12 @@ def job(
 def scenario(quota_raw: dict[str, Any], *events: dict[str, Any], **extra: Any) -> LoadedScenario:
     parse_config(quota_raw)
     return parse_scenario({"quota": quota_raw, "events": list(events), **extra}, ROOT)
+
+
+def request(
+    name: str, share: str = "research", *prefs: tuple[str, int], priority: int = 1, **fields: Any
+) -> JobRequest:
+    """A job request for ``prefs`` ((instance type, count), most preferred first; one
+    ml.g5.xlarge when none are given) in ``share``; ``fields`` set the request's other fields."""
+    entries = [PreferenceEntry(instance_type=t, count=n) for t, n in (prefs or (("ml.g5.xlarge", 1),))]
+    return JobRequest(name=name, share=share, priority=priority, preferences=entries, **fields)

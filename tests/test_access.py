@@ -13,11 +13,11 @@ import yaml
 from sqlalchemy import Engine, func, select
 
 from airflow_quota.core.access import Actor
-from airflow_quota.core.model import JobRequest
 from airflow_quota.exceptions import PriorityChangeDenied, SubmissionDenied
 from airflow_quota.store.engine import make_engine, migrate
 from airflow_quota.store.models import JobRow, Request
 from airflow_quota.store.repository import QuotaStore
+from tests.builders import request
 from tests.conftest import cli
 
 G5 = "ml.g5.xlarge"
@@ -50,10 +50,6 @@ def db(tmp_path: Path) -> Iterator[tuple[str, Engine, QuotaStore]]:
     engine.dispose()
 
 
-def job(name: str = "j1", share: str = "team-a", priority: int = 1) -> JobRequest:
-    return JobRequest(name=name, share=share, priority=priority, preferences=[{"instance_type": G5, "count": 1}])
-
-
 def stored(engine: Engine) -> tuple[int, int]:
     """Jobs and inbox requests in the quota database (the configuration is one request)."""
     with engine.connect() as c:
@@ -69,7 +65,7 @@ def test_a_submission_from_a_dag_the_rule_leaves_out_is_refused_and_nothing_is_s
 ) -> None:
     _, engine, store = db
     with pytest.raises(SubmissionDenied) as denied:
-        store.submit(job(), "fake", actor=TEAM_B_DAG, client_token="t1")
+        store.submit(request("j1", "team-a"), "fake", actor=TEAM_B_DAG, client_token="t1")
     assert str(denied.value) == (
         "access.submit: share 'team-a' takes submissions only from DAGs 'team_a_*', DAGs tagged 'team-a' or "
         "users 'alice'; asked by DAG 'team_b_train' (tags 'team-b'; bundle 'dags-folder'): no pattern matches"
@@ -85,15 +81,15 @@ def test_a_submission_from_a_dag_the_rule_leaves_out_is_refused_and_nothing_is_s
 )
 def test_a_submission_the_rule_lists_is_stored(db: tuple[str, Engine, QuotaStore], actor: Actor) -> None:
     _, engine, store = db
-    row = store.submit(job(), "fake", actor=actor)
+    row = store.submit(request("j1", "team-a"), "fake", actor=actor)
     assert (row.share, row.state) == ("team-a", "SUBMITTED")
     assert stored(engine) == (1, 2)
 
 
 def test_a_share_without_rules_takes_anyone_even_nobody_known(db: tuple[str, Engine, QuotaStore]) -> None:
     _, _, store = db
-    assert store.submit(job(share="open"), "fake").share == "open"
-    store.set_priority(store.submit(job("j2", share="open"), "fake").id, 7)
+    assert store.submit(request("j1", "open"), "fake").share == "open"
+    store.set_priority(store.submit(request("j2", "open"), "fake").id, 7)
 
 
 def test_a_priority_override_needs_the_set_priority_rule_too(db: tuple[str, Engine, QuotaStore]) -> None:
@@ -101,15 +97,18 @@ def test_a_priority_override_needs_the_set_priority_rule_too(db: tuple[str, Engi
     users only, and a scheduled run has no triggering user."""
     _, engine, store = db
     with pytest.raises(PriorityChangeDenied, match=r"^access.set_priority: share 'team-a' lets only users"):
-        store.submit(job(priority=9), "fake", actor=TEAM_A_DAG, priority_overridden=True)
+        store.submit(request("j1", "team-a", priority=9), "fake", actor=TEAM_A_DAG, priority_overridden=True)
     assert stored(engine) == (0, 1)
     by_oncall = Actor.of_dag("team_a_train", user="oncall-kim")
-    assert store.submit(job(priority=9), "fake", actor=by_oncall, priority_overridden=True).priority == 9
+    assert (
+        store.submit(request("j1", "team-a", priority=9), "fake", actor=by_oncall, priority_overridden=True).priority
+        == 9
+    )
 
 
 def test_a_priority_change_by_someone_the_rule_leaves_out_is_refused(db: tuple[str, Engine, QuotaStore]) -> None:
     _, engine, store = db
-    row = store.submit(job(), "fake", actor=TEAM_A_DAG)
+    row = store.submit(request("j1", "team-a"), "fake", actor=TEAM_A_DAG)
     with pytest.raises(PriorityChangeDenied) as denied:
         store.set_priority(row.id, 5, TEAM_A_DAG)
     assert str(denied.value) == (
@@ -154,7 +153,7 @@ def test_a_cli_priority_change_the_rule_leaves_out_exits_2_with_the_rule(
     db: tuple[str, Engine, QuotaStore], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     url, engine, store = db
-    store.submit(job(), "fake", actor=TEAM_A_DAG)
+    store.submit(request("j1", "team-a"), "fake", actor=TEAM_A_DAG)
     as_user(monkeypatch, "bob")
     refused = cli("jobs", "set-priority", "j1", "5", "--db", url, "--wait", "0")
     assert (refused.code, refused.stdout) == (2, ""), refused

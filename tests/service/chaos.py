@@ -42,13 +42,14 @@ from typing import Any
 from sqlalchemy import Engine, func, select, text
 
 from airflow_quota.core.config import QuotaConfig
-from airflow_quota.core.model import JobRequest, PreferenceEntry
+from airflow_quota.core.model import JobRequest
 from airflow_quota.core.quota import TypeLedger, holding_cap
 from airflow_quota.service.backends.base import STOPPED_BEFORE_START
 from airflow_quota.store.engine import make_engine, migrate
 from airflow_quota.store.models import Attempt, EventRow, JobRow, Leader
 from airflow_quota.store.repository import QuotaStore
 from airflow_quota.store.settings import normalize
+from tests.builders import request
 from tests.conftest import CLI, ROOT
 from tests.waiting import wait_for
 
@@ -189,9 +190,20 @@ def prepared(url: str, config: dict[str, Any] = POOL) -> tuple[Engine, QuotaStor
     return engine, store
 
 
-def request(name: str, share: str, types: dict[str, int], priority: int = 1) -> JobRequest:
-    entries = [PreferenceEntry(instance_type=t, count=n) for t, n in types.items()]
-    return JobRequest(name=name, share=share, priority=priority, preferences=entries)
+PREFERENCES: list[tuple[tuple[str, int], ...]] = [
+    (("ml.g5.xlarge", 1),),
+    (("ml.g5.xlarge", 2),),
+    (("ml.g5.2xlarge", 1), ("ml.g5.xlarge", 1)),
+]
+"""The preference lists of the random jobs: one or two xlarge, or a 2xlarge before an xlarge."""
+
+
+def random_request(rng: random.Random, name: str) -> JobRequest:
+    """A job in a random share of ``POOL`` (research twice as often), with random preferences
+    and a priority from 1 to 5."""
+    share = rng.choice(["research", "research", "prod", "critical"])
+    preferences = rng.choice(PREFERENCES)
+    return request(name, share, *preferences, priority=rng.randint(1, 5))
 
 
 def submit_many(
@@ -200,10 +212,8 @@ def submit_many(
     """``n`` fake jobs spread over the shares, types, counts and priorities of ``POOL``."""
     rng = random.Random(seed)
     for i in range(n):
-        share = rng.choice(["research", "research", "prod", "critical"])
-        types = rng.choice([{"ml.g5.xlarge": 1}, {"ml.g5.xlarge": 2}, {"ml.g5.2xlarge": 1, "ml.g5.xlarge": 1}])
         seconds = duration(i) if callable(duration) else duration
-        store.submit(request(f"{prefix}-{i}", share, types, rng.randint(1, 5)), "fake", {"duration": seconds})
+        store.submit(random_request(rng, f"{prefix}-{i}"), "fake", {"duration": seconds})
 
 
 def counts(engine: Engine) -> dict[str, int]:
@@ -434,8 +444,8 @@ def mixed_workload(rng: random.Random, prefix: str, n: int) -> list[tuple[JobReq
         else:
             share, priority = rng.choice(["research", "prod", "prod", "critical"]), rng.randint(2, 6)
             duration = rng.uniform(0.3, 3.0)
-        types = rng.choice([{"ml.g5.xlarge": 1}, {"ml.g5.xlarge": 2}, {"ml.g5.2xlarge": 1, "ml.g5.xlarge": 1}])
-        jobs.append((request(f"{prefix}-{i}", share, types, priority), round(duration, 2)))
+        preferences = rng.choice(PREFERENCES)
+        jobs.append((request(f"{prefix}-{i}", share, *preferences, priority=priority), round(duration, 2)))
     return jobs
 
 

@@ -12,7 +12,6 @@ import threading
 import pytest
 from sqlalchemy import Engine, text
 
-from airflow_quota.core.model import JobRequest, PreferenceEntry
 from airflow_quota.service.backends.base import (
     AttemptReport,
     AttemptSpec,
@@ -27,6 +26,7 @@ from airflow_quota.service.scheduler import QuotaService
 from airflow_quota.store.lock import LeadershipLost, leader_lock
 from airflow_quota.store.models import Attempt
 from airflow_quota.store.repository import QuotaStore
+from tests.builders import request
 
 WAIT = 30.0
 """The longest any condition below is waited for (a hung test fails instead of hanging)."""
@@ -35,15 +35,6 @@ POOL = {
     "pool": {"capacity": {"ml.g5.xlarge": 8}},
     "shares": [{"name": "research", "capacity_limits": {"ml.g5.xlarge": 8}, "strategy": "LEND_AND_BORROW"}],
 }
-
-
-def job(name: str, priority: int = 1) -> JobRequest:
-    return JobRequest(
-        name=name,
-        share="research",
-        priority=priority,
-        preferences=[PreferenceEntry(instance_type="ml.g5.xlarge", count=1)],
-    )
 
 
 def spec(job_id: int) -> AttemptSpec:
@@ -80,7 +71,7 @@ def test_a_step_returns_while_a_start_is_in_flight_and_marks_it_done_later(engin
     clock = ManualClock(1000.0)
     store = QuotaStore(engine, clock.now)
     store.apply_config(POOL)
-    submitted = store.submit(job("slow-start"), "fake", {"duration": 60})
+    submitted = store.submit(request("slow-start"), "fake", {"duration": 60})
     fake = GatedStarts(clock)
     service = QuotaService(engine, {"fake": fake}, clock=clock)
     service.poller.start()
@@ -114,7 +105,7 @@ def test_a_start_outcome_arriving_after_the_lease_is_lost_is_not_written(engine:
     clock = ManualClock(1000.0)
     store = QuotaStore(engine, clock.now)
     store.apply_config(POOL)
-    submitted = store.submit(job("taken-over"), "fake", {"duration": 60})
+    submitted = store.submit(request("taken-over"), "fake", {"duration": 60})
     fake = GatedStarts(clock)
     service = QuotaService(engine, {"fake": fake}, clock=clock, holder="deposed")
     assert service.lock.acquire()
@@ -151,7 +142,7 @@ def test_a_start_outcome_after_its_attempt_was_preempted_keeps_only_its_name(eng
     clock = ManualClock(1000.0)
     store = QuotaStore(engine, clock.now)
     store.apply_config(POOL)
-    submitted = store.submit(job("preempted-while-starting"), "fake", {"duration": 60})
+    submitted = store.submit(request("preempted-while-starting"), "fake", {"duration": 60})
     service = QuotaService(engine, {"fake": FakeBackend(clock.now)}, clock=clock)
     service.step()  # placed and started inline
     key = (submitted.id, 1)

@@ -17,6 +17,7 @@ from sqlalchemy import Engine, select, text
 from airflow_quota.service.backends.fake import FakeBackend
 from airflow_quota.service.clock import WallClock
 from airflow_quota.store.models import Leader
+from tests.builders import request
 from tests.service.chaos import (
     Env,
     Scheduler,
@@ -27,7 +28,6 @@ from tests.service.chaos import (
     fake_attempts,
     mixed_workload,
     prepared,
-    request,
     submit_many,
     submit_over_time,
 )
@@ -64,7 +64,7 @@ def test_killed_between_committing_placements_and_starting_them(
     env = Env(postgres_url, tmp_path)
     engine, store = prepared(postgres_url)
     for i in range(40):
-        store.submit(request(f"batch-{i}", "research", {"ml.g5.xlarge": 1}), "fake", {"duration": 1.5})
+        store.submit(request(f"batch-{i}"), "fake", {"duration": 1.5})
     watcher = Watcher(postgres_url, store.latest_config()[1]).start()  # type: ignore[index]
 
     first = Scheduler(env)
@@ -104,11 +104,11 @@ def test_killed_between_committing_preemptions_and_stopping_victims(
     schedulers.append(first)
     for i in range(10):
         # they run far longer than the test (a loaded machine must not let one finish first)
-        store.submit(request(f"low-{i}", "research", {"ml.g5.xlarge": 1}, 1), "fake", {"duration": 600})
+        store.submit(request(f"low-{i}", priority=1), "fake", {"duration": 600})
     wait_for(lambda: counts(engine)["running_attempts"] == 10, 30, "10 low-priority jobs running")
     watcher = Watcher(postgres_url, store.latest_config()[1]).start()  # type: ignore[index]
     for i in range(10):
-        store.submit(request(f"high-{i}", "research", {"ml.g5.xlarge": 1}, 5), "fake", {"duration": 1})
+        store.submit(request(f"high-{i}", priority=5), "fake", {"duration": 1})
     stops = kill_when(first, engine, PENDING_STOPS)
     assert stops > 0
 

@@ -37,7 +37,7 @@ from airflow_quota.store.models import EventRow, Leader
 from airflow_quota.store.repository import QuotaStore
 from airflow_quota.store.settings import normalize
 from tests.conftest import missing
-from tests.service.chaos import Env, Scheduler, Watcher, all_final, check_books, counts, prepared, request
+from tests.service.chaos import Env, Scheduler, Watcher, all_final, check_books, counts, prepared, random_request
 from tests.waiting import wait_for
 
 SUBMITTER = "quota-test-submitter"
@@ -75,9 +75,7 @@ def submit_jobs(
     engine = make_engine(normalize(url), pool_size=1, connect_args={"application_name": SUBMITTER})
     store = QuotaStore(engine)
     for i in range(n):
-        share = rng.choice(["research", "research", "prod", "critical"])
-        types = rng.choice([{"ml.g5.xlarge": 1}, {"ml.g5.xlarge": 2}, {"ml.g5.2xlarge": 1, "ml.g5.xlarge": 1}])
-        job = request(f"{prefix}-{i}", share, types, rng.randint(1, 5))
+        job = random_request(rng, f"{prefix}-{i}")
         store.submit(job, "fake", {"duration": round(rng.uniform(*seconds), 2)})
         if pause:
             time.sleep(rng.expovariate(1 / pause))

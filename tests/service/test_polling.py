@@ -19,7 +19,6 @@ import pytest
 from botocore.stub import Stubber
 from sqlalchemy import Engine, select
 
-from airflow_quota.core.model import JobRequest, PreferenceEntry
 from airflow_quota.service.backends.base import (
     AttemptReport,
     AttemptSpec,
@@ -46,6 +45,7 @@ from airflow_quota.service.polling import (
 from airflow_quota.service.scheduler import QuotaService
 from airflow_quota.store.models import Input
 from airflow_quota.store.repository import QuotaStore
+from tests.builders import request
 from tests.waiting import wait_for
 
 WAIT = 30.0
@@ -265,12 +265,6 @@ POOL = {
 }
 
 
-def job(name: str) -> JobRequest:
-    return JobRequest(
-        name=name, share="research", priority=1, preferences=[PreferenceEntry(instance_type="ml.g5.xlarge", count=1)]
-    )
-
-
 class GatedFake(FakeBackend):
     """The fake backend whose polls wait on ``gate`` once ``closed`` is set."""
 
@@ -291,7 +285,7 @@ def test_a_step_returns_while_a_poll_is_blocked_and_takes_the_report_in_later(en
     clock = ManualClock(1000.0)
     store = QuotaStore(engine, clock.now)
     store.apply_config(POOL)
-    submitted = store.submit(job("blocked"), "fake", {"duration": 60})
+    submitted = store.submit(request("blocked"), "fake", {"duration": 60})
     fake = GatedFake(clock)
     service = QuotaService(engine, {"fake": fake}, clock=clock)
     service.step()  # placed and started, inline
@@ -329,7 +323,7 @@ def test_every_change_is_noticed_within_one_interval(engine: Engine) -> None:
     store.apply_config(POOL)
     durations = {f"job-{i}": 7.0 + 3.3 * i for i in range(12)}
     for name, duration in durations.items():
-        store.submit(job(name), "fake", {"duration": duration, "startup": 1.5})
+        store.submit(request(name), "fake", {"duration": duration, "startup": 1.5})
     fake = FakeBackend(clock.now, poll_interval_seconds=interval)
     service = QuotaService(engine, {"fake": fake}, clock=clock)
     while clock.now() < 120.0:
@@ -551,7 +545,7 @@ def test_a_new_leader_lists_what_changed_while_no_leader_ran_without_describing_
     clock = ManualClock(0.0)
     store = QuotaStore(engine, clock.now)
     store.apply_config(POOL)
-    ids = [store.submit(job(f"run-{i}"), "fake", {"duration": 150 if i == 7 else 10_000}).id for i in range(8)]
+    ids = [store.submit(request(f"run-{i}"), "fake", {"duration": 150 if i == 7 else 10_000}).id for i in range(8)]
     fake = ListingFake(clock)
     first = QuotaService(engine, {"fake": fake}, clock=clock)
     while clock.now() < 100.0:
@@ -648,8 +642,8 @@ def test_the_leader_places_freed_capacity_at_once_not_at_its_next_poll_interval(
             "shares": [{"name": "research", "capacity_limits": {"ml.g5.xlarge": 1}, "strategy": "LEND_AND_BORROW"}],
         }
     )
-    first = store.submit(job("first"), "fake", {"duration": 1.0})
-    second = store.submit(job("second"), "fake", {"duration": 600.0})
+    first = store.submit(request("first"), "fake", {"duration": 1.0})
+    second = store.submit(request("second"), "fake", {"duration": 600.0})
     service = QuotaService(engine, {"fake": FakeBackend(WallClock().now)}, poll_seconds=60.0, lease_seconds=30.0)
     stop = threading.Event()
     leader = threading.Thread(target=service.run, args=(stop,))

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 from sqlalchemy import Engine, select
 
-from airflow_quota.core.model import JobRequest, PreferenceEntry
 from airflow_quota.service.backends.fake import FakeBackend
 from airflow_quota.service.clock import ManualClock
 from airflow_quota.service.scheduler import QuotaService
 from airflow_quota.store.models import Attempt, Preemption
 from airflow_quota.store.repository import QuotaStore
+from tests.builders import request
 
 POOL = {
     "pool": {"capacity": {"ml.g5.xlarge": 2, "ml.g5.2xlarge": 2}},
@@ -27,26 +27,23 @@ POOL = {
 }
 
 
-def job(name: str, share: str, *types: str) -> JobRequest:
-    entries = [PreferenceEntry(instance_type=t, count=1) for t in types]
-    return JobRequest(name=name, share=share, priority=1, preferences=entries)
-
-
 def test_the_preemption_stops_the_preempted_attempt(engine: Engine) -> None:
     clock = ManualClock(1000.0)
     store = QuotaStore(engine, clock.now)
     fake = FakeBackend(clock.now)
     store.apply_config(POOL)
-    store.submit(job("own", "research", "ml.g5.xlarge"), "fake", {"duration": 600})
-    store.submit(job("own-2x", "research", "ml.g5.2xlarge"), "fake", {"duration": 600})
-    mover = store.submit(job("mover", "research", "ml.g5.2xlarge", "ml.g5.xlarge"), "fake", {"duration": 600})
+    store.submit(request("own"), "fake", {"duration": 600})
+    store.submit(request("own-2x", "research", ("ml.g5.2xlarge", 1)), "fake", {"duration": 600})
+    mover = store.submit(
+        request("mover", "research", ("ml.g5.2xlarge", 1), ("ml.g5.xlarge", 1)), "fake", {"duration": 600}
+    )
     service = QuotaService(engine, {"fake": fake}, clock=clock)
     service.step()
     clock.advance_to(1010.0)
     service.step()  # all run; mover borrows prod's idle 2xlarge
     assert [a.instance_type for a in store.attempts(mover.id)] == ["ml.g5.2xlarge"]
 
-    store.submit(job("reclaimer", "prod", "ml.g5.2xlarge"), "fake", {"duration": 600})
+    store.submit(request("reclaimer", "prod", ("ml.g5.2xlarge", 1)), "fake", {"duration": 600})
     clock.advance_to(1020.0)
     service.step()  # prod reclaims the 2xlarge; mover moves to prod's idle xlarge at once
     with engine.connect() as c:

@@ -17,6 +17,7 @@ from airflow_quota.store.engine import DatabaseUnavailable, current_revision, he
 from airflow_quota.store.models import Base, ConfigVersion, Input, JobRow, Request
 from airflow_quota.store.repository import QuotaStore
 from airflow_quota.store.settings import ENV_URL, database_url
+from tests.builders import request
 
 QUOTA = {
     "pool": {"capacity": {"ml.g5.xlarge": 3}},
@@ -26,12 +27,6 @@ QUOTA = {
         {"name": "off", "capacity_limits": {"ml.g5.xlarge": 1}, "state": "DISABLED"},
     ],
 }
-
-
-def job(name: str, share: str = "qs1", count: int = 1, priority: int = 1) -> JobRequest:
-    return JobRequest(
-        name=name, share=share, priority=priority, preferences=[{"instance_type": "ml.g5.xlarge", "count": count}]
-    )
 
 
 def rows(engine: Engine, table: type) -> int:
@@ -64,7 +59,7 @@ def test_an_invalid_configuration_stores_nothing(engine: Engine) -> None:
 def test_a_share_with_live_jobs_cannot_be_removed(engine: Engine) -> None:
     store = QuotaStore(engine)
     store.apply_config(QUOTA)
-    store.submit(job("train", share="qs2"), "fake", {"duration": 1})
+    store.submit(request("train", "qs2"), "fake", {"duration": 1})
     without_qs2 = {**QUOTA, "shares": [s for s in QUOTA["shares"] if s["name"] != "qs2"]}
     with pytest.raises(InvalidInput, match="share 'qs2' has live jobs"):
         store.apply_config(without_qs2)
@@ -83,11 +78,11 @@ def test_configurations_are_versioned(engine: Engine) -> None:
 @pytest.mark.parametrize(
     ("request_", "rule"),
     [
-        (job("big", count=4), "more than the pool's capacity"),
-        (job("mine", share="qs2", count=2), "can hold at most 1x"),
-        (job("off", share="off"), "DISABLED"),
-        (job("nobody", share="nobody"), "no share named"),
-        (job("vip", priority=60), "max_priority"),
+        (request("big", "qs1", ("ml.g5.xlarge", 4)), "more than the pool's capacity"),
+        (request("mine", "qs2", ("ml.g5.xlarge", 2)), "can hold at most 1x"),
+        (request("off", "off"), "DISABLED"),
+        (request("nobody", "nobody"), "no share named"),
+        (request("vip", "qs1", priority=60), "max_priority"),
     ],
     ids=["count over capacity", "LEND share over its limit", "disabled share", "unknown share", "priority too high"],
 )
@@ -101,24 +96,24 @@ def test_a_submission_the_quota_refuses_stores_nothing(engine: Engine, request_:
 
 def test_no_submission_before_a_configuration(engine: Engine) -> None:
     with pytest.raises(SubmissionRejected, match="no quota configuration"):
-        QuotaStore(engine).submit(job("early"), "fake")
+        QuotaStore(engine).submit(request("early", "qs1"), "fake")
 
 
 def test_a_live_name_is_taken_once_and_a_token_finds_its_job(engine: Engine) -> None:
     store = QuotaStore(engine)
     store.apply_config(QUOTA)
-    first = store.submit(job("train"), "fake", {"duration": 1}, client_token="dag.task.run.1")
-    again = store.submit(job("train"), "fake", {"duration": 1}, client_token="dag.task.run.1")
+    first = store.submit(request("train", "qs1"), "fake", {"duration": 1}, client_token="dag.task.run.1")
+    again = store.submit(request("train", "qs1"), "fake", {"duration": 1}, client_token="dag.task.run.1")
     assert again.id == first.id
     with pytest.raises(SubmissionRejected, match="already named 'train'"):
-        store.submit(job("train"), "fake", {"duration": 1})
+        store.submit(request("train", "qs1"), "fake", {"duration": 1})
     assert rows(engine, JobRow) == 1
 
 
 def test_priority_changes_are_checked_against_the_share(engine: Engine) -> None:
     store = QuotaStore(engine)
     store.apply_config(QUOTA)
-    submitted = store.submit(job("train"), "fake", {"duration": 1})
+    submitted = store.submit(request("train", "qs1"), "fake", {"duration": 1})
     with pytest.raises(ChangeRefused, match="max_priority 50"):
         store.set_priority(submitted.id, 51)
     store.set_priority(submitted.id, 50)
@@ -131,9 +126,9 @@ def test_the_scheduler_takes_the_inbox_in_and_a_restart_replays_it(engine: Engin
     store = QuotaStore(engine, clock.now)
     fake = FakeBackend(clock.now)
     store.apply_config(QUOTA)
-    a = store.submit(job("a"), "fake", {"duration": 100})
-    b = store.submit(job("b"), "fake", {"duration": 100})
-    c = store.submit(job("c"), "fake", {"duration": 100})
+    a = store.submit(request("a", "qs1"), "fake", {"duration": 100})
+    b = store.submit(request("b", "qs1"), "fake", {"duration": 100})
+    c = store.submit(request("c", "qs1"), "fake", {"duration": 100})
     service = QuotaService(engine, {"fake": fake}, clock=clock)
     service.step()
     states = {j.name: j.state for j in store.jobs()}
