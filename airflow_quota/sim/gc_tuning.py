@@ -4,7 +4,7 @@ A run keeps every job and decision for its report, so the heap grows with the ru
 CPython's default thresholds (700, 10, 10) the collector runs a full collection every time
 the long-lived objects grow by a quarter, and each one walks the whole heap: on the 100k-job
 full load that was 12 full collections and about a sixth of the CPU time, and the cost per job grew
-with the run (BENCHMARKS.md, "Garbage collection in a batch run"). The simulator makes no
+with the run (docs/design-notes.md, "Garbage collection in a batch run"). The simulator makes no
 reference cycles (a collection after a whole run with the collector off finds nothing to
 free: ``tests/sim/test_gc_tuning.py``), so collecting less often frees the same memory, by
 reference counting, and costs none. The thresholds are mypy's for its builds.
