@@ -270,8 +270,8 @@ def measure(
 
     samples = sampler.samples
     waiting = [s for s in samples if s.waiting_jobs > 0]
-    window = [s for s in waiting if all_submitted is not None and s.at >= all_submitted] or waiting
-    cpu = (window[-1].triggerer_cpu - window[0].triggerer_cpu) / max(1e-9, window[-1].at - window[0].at)
+    measured = [s for s in waiting if all_submitted is not None and s.at >= all_submitted] or waiting
+    cpu = (measured[-1].triggerer_cpu - measured[0].triggerer_cpu) / max(1e-9, measured[-1].at - measured[0].at)
     mib = 1024 * 1024
     return {
         "tasks": tasks,

@@ -20,6 +20,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -31,7 +32,7 @@ from benchmarks import workload
 RESULTS = Path(__file__).resolve().parent / "results"
 
 
-def _request(rng: random.Random, config: dict, i: int) -> JobRequest:
+def _request(rng: random.Random, config: dict[str, Any], i: int) -> JobRequest:
     share = rng.choice(config["shares"])
     types = rng.sample(list(share["capacity_limits"]), min(len(share["capacity_limits"]), rng.randint(1, 3)))
     prefs = [{"instance_type": t, "count": min(rng.randint(1, 4), share["capacity_limits"][t])} for t in types]

@@ -247,7 +247,7 @@ def bench_latency(jobs: int, poll_seconds: float) -> dict[str, float]:
         with engine.connect() as c:
             placements = c.execute(select(Attempt.job_id, Attempt.number, Attempt.placed_at)).all()
             # when each attempt ended in the backend, as the backend reported it
-            ends = sorted(c.scalars(select(Attempt.ended_at).where(Attempt.ended_at.is_not(None))))
+            ends = sorted(end for end in c.scalars(select(Attempt.ended_at)) if end is not None)
         engine.dispose()
     latencies = []
     for _, _, placed_at in placements:

@@ -31,6 +31,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -39,14 +40,16 @@ from airflow_quota.core.cycle import QuotaScheduler
 from airflow_quota.sim.compare import open_pool
 from airflow_quota.sim.report import build_report
 from airflow_quota.sim.simulator import Simulator
-from airflow_quota.sim.traces import read_trace, trace_scenario
+from airflow_quota.sim.traces import Trace, TraceRow, read_trace, trace_scenario
 from benchmarks.itp_replay import INSTANCE_TYPE, TRACE, itp_quota
 
 DAY = 86400.0
 HOUR = 3600.0
 
 
-def bursts(rows: list, limits: dict[str, int], start: float, end: float, max_wait_h: float) -> list[dict]:
+def bursts(
+    rows: list[TraceRow], limits: dict[str, int], start: float, end: float, max_wait_h: float
+) -> list[dict[str, Any]]:
     """Per share: the work its jobs submitted in [start, end) asked for, against its limit."""
     out = []
     for share, limit in sorted(limits.items()):
@@ -94,14 +97,14 @@ class LendableMeter:
         self.last = now
 
 
-def open_pool_peaks(trace: object, raw: dict, start: float, end: float) -> dict[str, int]:
+def open_pool_peaks(trace: Trace, raw: dict[str, Any], start: float, end: float) -> dict[str, int]:
     """Each tenant's peak GPUs in use during [start, end) when the trace runs on the open pool
     (one share, no quotas: a job runs from submit + wait for its duration, never preempted)."""
     config = parse_config(raw)
-    jobs = trace_scenario(trace, open_pool(config), share_of=lambda _tenant: "open", types_from=config)  # type: ignore[arg-type]
+    jobs = trace_scenario(trace, open_pool(config), share_of=lambda _tenant: "open", types_from=config)
     report = build_report(Simulator(jobs.scenario).run())["jobs"]
     changes: list[tuple[float, int, str]] = []
-    for row in trace.rows:  # type: ignore[attr-defined]
+    for row in trace.rows:
         began = row.submit + report[row.name]["wait_seconds"]
         changes += [(began, row.gpus, row.tenant), (began + row.duration, -row.gpus, row.tenant)]
     in_use: dict[str, int] = {}

@@ -82,14 +82,16 @@ def jobs(count: int, config: dict[str, Any], load: float = 1.0, seed: int = 11) 
 
 def _max_count(share: dict[str, Any], config: dict[str, Any]) -> Any:
     def cap(instance_type: str) -> int:
-        limit = share["capacity_limits"].get(instance_type, 0)
+        limit: int = share["capacity_limits"].get(instance_type, 0)
         if share["strategy"] != "LEND_AND_BORROW":
             return limit
-        borrow = share.get("borrow_limit", -1)
+        borrow: int = share.get("borrow_limit", -1)
         if borrow >= 0:
             return limit * (100 + borrow) // 100
-        total = sum(s["capacity_limits"].get(instance_type, 0) for s in config["shares"] if s["strategy"] != "RESERVE")
-        unassigned = config["pool"]["capacity"][instance_type] - sum(
+        total: int = sum(
+            s["capacity_limits"].get(instance_type, 0) for s in config["shares"] if s["strategy"] != "RESERVE"
+        )
+        unassigned: int = config["pool"]["capacity"][instance_type] - sum(
             s["capacity_limits"].get(instance_type, 0) for s in config["shares"]
         )
         return total + unassigned
