@@ -21,7 +21,7 @@ from sortedcontainers import SortedList
 from airflow_quota.core.lifecycle import Lifecycle, queued
 from airflow_quota.core.model import Entry, FailureReason, Job
 from airflow_quota.core.preempt import find_victims, may_preempt_in_share_now, most_under_cap, within_cap_with_victims
-from airflow_quota.core.queues import JobKey
+from airflow_quota.core.queues import BorrowingPlace, JobKey, borrowing_place
 from airflow_quota.core.quota import Block
 from airflow_quota.core.state import Changes, Mode, QuotaState
 from airflow_quota.core.walk import Bucket, Waited, WalkPolicy, walk
@@ -155,15 +155,14 @@ class _Borrowing(WalkPolicy):
         """(job, entry, block) of the check ``keeps`` just made: the walk tries that job at once,
         nothing changing in between, so ``attempt`` need not check that entry again."""
 
-    def order(self, key: JobKey) -> tuple[float, int, JobKey]:
-        """After every job of higher priority in its own share, then by first submission."""
+    def order(self, key: JobKey) -> BorrowingPlace:
+        """After every job of higher priority in its own share, then by first submission
+        (``queues.borrowing_place``, on the priority levels of the step's start)."""
         share = self.state.jobs[key[2]].share
         levels = self.levels.get(share)
         if levels is None:
             levels = self.levels[share] = self.state.queues[share].priority_levels()
-        before = levels.get(key[0], (float("-inf"), 0))
-        holder = max(before, (key[1], key[2]))
-        return (holder[0], holder[1], key)
+        return borrowing_place(levels, key)
 
     def most(self, share: str, instance_type: str) -> float:
         return self._room(instance_type, share)

@@ -18,6 +18,22 @@ from airflow_quota.core.model import Entry, Job
 JobKey = tuple[int, float, int]
 """(−priority, first submission, seq): the order inside a share (docs/model.md rule 4.0.2)."""
 
+BorrowingPlace = tuple[float, int, JobKey]
+"""((first submission, seq) of the latest job among a job and those ahead of it in its share's
+queue, the job's key): a job's place in the borrowing order."""
+
+
+def borrowing_place(levels: dict[int, tuple[float, int]], key: JobKey) -> BorrowingPlace:
+    """Where the RUNNABLE job of ``key`` stands in the borrowing order of step 3 (FIFO of first
+    submission across shares, a job considered only after the jobs ahead of it in its own
+    share): at the latest first submission among it and the jobs of higher priority in its share,
+    given its share's ``ShareQueue.priority_levels``. The same place decides who is "later in
+    borrowing order" than a starving job whose reservation holds borrowing (docs/model.md rule
+    8.4.2): a holder behind a job of higher priority stands at that job's place."""
+    before = levels.get(key[0], (float("-inf"), 0))
+    latest = max(before, (key[1], key[2]))
+    return (latest[0], latest[1], key)
+
 
 def victim_key(job: Job) -> tuple[int, float, float, int]:
     """Candidate order among victims (docs/model.md rule 4.4.4):
@@ -94,8 +110,10 @@ class ShareQueue:
         not stale."""
 
     def add_runnable(self, job: Job) -> frozenset[str]:
-        """Index a RUNNABLE job; returns the types of the reservation it takes over, if it is a
-        starving job that comes ahead of the share's holder (``add_starving``)."""
+        """Index a RUNNABLE job. Returns the types of the share's reservation when the job comes
+        ahead of its holder: a starving job takes the reservation over (``add_starving``), and any
+        job moves the holder later in borrowing order (``borrowing_place``), so the types it
+        held got easier for the jobs it no longer comes before."""
         key = job.key
         self.version += 1
         self.runnable.add(key)
@@ -110,12 +128,13 @@ class ShareQueue:
             least = self.least.get(entry.instance_type)
             if least is None or entry.count < least:
                 self.least[entry.instance_type] = entry.count
-        taken_over: frozenset[str] = frozenset()
+        holder = self.holder()
+        eased = self.starving_types[holder] if holder is not None and key < holder else frozenset()
         if job.starving:
-            taken_over = self.add_starving(job)
+            self.add_starving(job)
         if self.patience is not None:
             self._await(key, job.runnable_since + self.patience, job.entries)
-        return taken_over
+        return eased
 
     def remove_runnable(self, job: Job) -> list[str]:
         """Drop a job from the RUNNABLE indexes; returns the types it asked for (the share may
@@ -213,6 +232,15 @@ class ShareQueue:
             index = end
         self._levels = (self.version, levels)
         return levels
+
+    def borrowing_place(self, key: JobKey) -> BorrowingPlace:
+        """The RUNNABLE job's place in the borrowing order (``borrowing_place``), as the share's
+        queue stands now."""
+        return borrowing_place(self.priority_levels(), key)
+
+    def lower_priority_waits(self, key: JobKey) -> bool:
+        """Whether a RUNNABLE job of the share has a lower priority than the job of ``key``."""
+        return bool(self.runnable) and self.runnable[-1][0] > key[0]
 
     def smallest(self, instance_type: str) -> int | None:
         """The smallest count a RUNNABLE job of the share asks of the type, if any asks."""

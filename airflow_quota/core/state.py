@@ -15,7 +15,7 @@ from airflow_quota.core.config import QuotaConfig, Share, instant_seconds
 from airflow_quota.core.measures import Meter, charge
 from airflow_quota.core.model import Entry, Job, Placement
 from airflow_quota.core.overtaking import OvertakeLog
-from airflow_quota.core.queues import ShareQueue
+from airflow_quota.core.queues import BorrowingPlace, ShareQueue
 from airflow_quota.core.quota import Block, Plan, TypeLedger, holding_caps
 
 
@@ -217,30 +217,47 @@ class QuotaState:
     def borrowing_holder(self, instance_type: str) -> Job | None:
         """The starving job that holds borrowing of the type pool-wide (docs/model.md rule 8.4.2): of
         the shares' reservations with an entry on the type larger than their share's limit
-        (which only borrowing can serve), the earliest in borrowing order."""
+        (which only borrowing can serve), the earliest in borrowing order (``borrowing_place``)."""
         best: Job | None = None
+        best_place: BorrowingPlace | None = None
         for name in self.reserving_shares:
-            key = self.queues[name].holder()
+            queue = self.queues[name]
+            key = queue.holder()
             if key is None:
                 continue
             holder = self.jobs[key[2]]
-            if best is not None and holder.seq > best.seq:
-                continue
             only_borrowing = instance_type in holder.instance_types and (
                 holder.entry_on(instance_type).count > self.types[instance_type].limit_of(name)
             )
             if only_borrowing:
-                best = holder
+                place = queue.borrowing_place(key)
+                if best_place is None or place < best_place:
+                    best, best_place = holder, place
         return best
+
+    def borrowing_held_types(self) -> set[str]:
+        """The types whose borrowing some starving job holds pool-wide (``borrowing_holder``):
+        those of the holders' entries larger than their share's limit."""
+        held: set[str] = set()
+        for name in self.reserving_shares:
+            key = self.queues[name].holder()
+            if key is not None:
+                for entry in self.jobs[key[2]].entries:
+                    if entry.count > self.types[entry.instance_type].limit_of(name):
+                        held.add(entry.instance_type)
+        return held
 
     def borrowing_held(self, instance_type: str, job: Job) -> bool:
         """Whether a starving job earlier than ``job`` in borrowing order holds borrowing of
-        the type: then ``job`` may not place anything that borrows it. Jobs ahead of the
-        holder in its own share's order come before it in borrowing order too."""
+        the type: then ``job`` may not place anything that borrows it. Both stand where step 3
+        would consider them (``borrowing_place``): a job after the jobs ahead of it in its own
+        share, so a holder behind a job of higher priority stands at that job's place, and the
+        jobs ahead of the holder in its own share come before it."""
         holder = self.borrowing_holder(instance_type)
-        if holder is None or holder is job or holder.seq > job.seq:
+        if holder is None or holder is job:
             return False
-        return not (holder.share == job.share and job.key < holder.key)
+        place = self.queues[holder.share].borrowing_place(holder.key)
+        return place < self.queues[job.share].borrowing_place(job.key)
 
     def borrowed_by(self, share: str, entry: Entry) -> int:
         """How many of the entry's own instances would be above the share's limit once placed,
@@ -339,14 +356,16 @@ class QuotaState:
     # -- primitive changes ---------------------------------------------------------------
 
     def enqueue(self, job: Job) -> None:
-        """Put a job in its share's queue. A starving job that comes back ahead of its share's
-        holder (a new priority) takes the reservation over: the types the former holder
-        reserved got easier for the jobs behind it."""
+        """Put a job in its share's queue. A job that comes ahead of its share's holder moves
+        the holder later in borrowing order, and a starving one takes its reservation over: the
+        types the holder reserved got easier for some jobs (``ShareQueue.add_runnable``)."""
         self.changes.improved |= self.queues[job.share].add_runnable(job)
 
     def dequeue(self, job: Job) -> None:
         """Take a job out of its share's queue; types its share may stop protecting become
-        lendable, and a starving job's reservation is lifted."""
+        lendable, and a starving job's reservation is lifted. The jobs of lower priority of a
+        borrowing share move earlier in borrowing order (``borrowing_place``): one held by a
+        starving job's borrowing hold may now come before its holder."""
         if job.starving:
             self.changes.improved |= job.instance_types
         self.overtakes.forget(job)
@@ -357,6 +376,8 @@ class QuotaState:
             smallest = queue.smallest(name)
             if job.entry_on(name).count <= headroom and (smallest is None or smallest > headroom):
                 self.changes.improved.add(name)
+        if self.reserving_shares and self.shares[job.share].borrows and queue.lower_priority_waits(job.key):
+            self.changes.improved |= self.borrowing_held_types()
 
     def take(self, job: Job, entry: Entry, now: float) -> None:
         """Count ``entry`` in the job's share usage and in its source."""

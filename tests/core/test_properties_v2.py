@@ -236,7 +236,7 @@ def reservation_check(scheduler: QuotaScheduler, now: float) -> ReservationCheck
     """After a cycle: each share's holder (``queue.holder()``) is its first starving job in
     queue order when the share reserves, else there is none; starving jobs are RUNNABLE and
     past their threshold; every job HELD_FOR_STARVING_JOB has, for the type it waits for, a
-    holder ahead of it in its share, or an earlier holder (in submission order) of a
+    holder ahead of it in its share, or an earlier holder (in borrowing order, rule 4.3.3) of a
     LEND_AND_BORROW share whose entry on the type is above its share's limit."""
     state = scheduler.state
     check = ReservationCheck()
@@ -273,8 +273,7 @@ def reservation_check(scheduler: QuotaScheduler, now: float) -> ReservationCheck
         t = entry.instance_type
         in_share = job.share in holders and holders[job.share].key < job.key and t in holders[job.share].instance_types
         by_borrowing = any(
-            h.seq < job.seq
-            and not (h.share == job.share and job.key < h.key)
+            state.queues[h.share].borrowing_place(h.key) < state.queues[job.share].borrowing_place(job.key)
             and t in h.instance_types
             and state.shares[h.share].strategy is Strategy.LEND_AND_BORROW
             and h.entry_on(t).count > state.types[t].limit_of(h.share)
