@@ -359,7 +359,9 @@ class QuotaState:
         """Put a job in its share's queue. A job that comes ahead of its share's holder moves
         the holder later in borrowing order, and a starving one takes its reservation over: the
         types the holder reserved got easier for some jobs (``ShareQueue.add_runnable``)."""
-        self.changes.improved |= self.queues[job.share].add_runnable(job)
+        eased = self.queues[job.share].add_runnable(job)
+        if eased:
+            self.changes.improved |= eased
 
     def dequeue(self, job: Job) -> None:
         """Take a job out of its share's queue; types its share may stop protecting become
