@@ -241,7 +241,9 @@ class Lifecycle:
         victim.stopping = False
         victim.stopping_for = None
         retries = victim.request.preemption_retries
-        if retries is not None and len(victim.preemptions) > retries:
+        if victim.state.is_final:
+            pass  # cancelled while it stopped (rule 5.5): it stays FAILED; its preemptor still waited
+        elif retries is not None and len(victim.preemptions) > retries:
             self.fail(victim, FailureReason.PREEMPTION_LIMIT, f"preempted {len(victim.preemptions)} times", now)
         else:
             self.make_runnable(victim, now)
