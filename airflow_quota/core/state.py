@@ -19,6 +19,12 @@ from airflow_quota.core.queues import BorrowingPlace, ShareQueue
 from airflow_quota.core.quota import Block, Plan, TypeLedger, holding_caps
 
 
+def borrows(usage: int, count: int, limit: int) -> bool:
+    """Whether a share at ``usage`` of a type (its victims removed) borrows by taking ``count``
+    more: some of them are above its ``limit`` (docs/model.md rule 4.3.3, ``borrowed`` > 0)."""
+    return usage + count > limit
+
+
 class Mode(Enum):
     """Which rule a placement is checked against (the steps of docs/model.md section 4)."""
 
@@ -325,13 +331,16 @@ class QuotaState:
         before = ledger.pressure
         if before + delta > ledger.capacity and delta > 0:
             return Block.NOT_LENDABLE
-        if mode is not Mode.WITHIN_QUOTA:
+        if mode is not Mode.WITHIN_QUOTA and borrows(own, n, limit):
+            # lender protection and the borrowing hold bind only a placement that borrows (rules
+            # 4.3.2, 4.4, 8.4.2): a reclaim or an in-share swap that leaves its share within its
+            # limit uses its guarantee, as a step-2 placement does
             idle = self.protected_idle(ledger, now) if idle is None else idle
             strict_before = before + idle
             strict_after = before + delta + self.protected_idle(ledger, now, after_usage, base=idle)
             if strict_after > ledger.capacity and strict_after > strict_before:
                 return Block.NOT_LENDABLE
-            if own + n > limit and self.borrowing_held(name, job):
+            if self.borrowing_held(name, job):
                 # the last quota rule, so that a job is reported held only when the hold is what
                 # stops it: one the pool or the invariant stops anyway waits for quota
                 return Block.BORROWING_HELD
