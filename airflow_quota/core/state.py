@@ -346,16 +346,23 @@ class QuotaState:
                 return Block.BORROWING_HELD
         return self.source_block(entry, now, freed_plan, freed_on_demand)
 
+    def backing_off(self, entry: Entry, now: float) -> bool:
+        """Whether the entry's source, its plan or its type on demand, is skipped after a
+        capacity error (docs/model.md rule 6.5: by every job, until its back-off ends)."""
+        return self.backoff_until.get((entry.instance_type, entry.training_plan), -1.0) > now
+
     def source_block(self, entry: Entry, now: float, freed_plan: int = 0, freed_on_demand: int = 0) -> Block | None:
         """Whether the entry's source (its plan, or the provider on demand) can give it now."""
         if entry.training_plan is not None:
             plan = self.plans[entry.training_plan]
             if not plan.active(now):
                 return Block.PLAN_NOT_ACTIVE
+            if self.backing_off(entry, now):
+                return Block.BACKING_OFF
             if plan.used - freed_plan + entry.count > plan.count:
                 return Block.PLAN_FULL
             return None
-        if self.backoff_until.get((entry.instance_type, None), -1.0) > now:
+        if self.backing_off(entry, now):
             return Block.BACKING_OFF
         ledger = self.types[entry.instance_type]
         if ledger.available is not None and ledger.on_demand_used - freed_on_demand + entry.count > ledger.available:
