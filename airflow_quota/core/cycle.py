@@ -159,13 +159,18 @@ class QuotaScheduler:
         return self.lifecycle.flush()
 
     def apply_config(self, config: QuotaConfig, now: float) -> list[Decision]:
-        """A new configuration takes effect in the next cycle (docs/model.md rule 5.2)."""
+        """A new configuration takes effect in the next cycle (docs/model.md rule 5.2). A changed
+        wait before in-share preemption, or a changed starvation threshold, applies to the jobs
+        already waiting, counted from when they became RUNNABLE."""
+        thresholds = {name: share.starvation_after_seconds for name, share in self.state.shares.items()}
         self.state.load_config(config, now)
         self._plan_timers()
-        for seq in self.state.live_names.values():  # a wait shortened or newly asked for
+        for seq in self.state.live_names.values():  # a wait or a threshold changed
             job = self.state.jobs[seq]
             if queued(job):
                 self.lifecycle.await_patience(job, now)
+                if thresholds.get(job.share) != self.state.shares[job.share].starvation_after_seconds:
+                    self.lifecycle.await_starvation(job, now)
         return self.lifecycle.flush()
 
     def set_provider_available(self, instance_type: str, available: int | None, now: float) -> None:

@@ -111,6 +111,18 @@ class Lifecycle:
         if ends is not None and ends > now:
             self.timer(ends, PATIENCE, (job.seq, job.runnable_since))
 
+    def await_starvation(self, job: Job, now: float) -> None:
+        """After a configuration change (docs/model.md rule 5.2), the queued job's starvation
+        threshold is its share's new one: a cycle when it falls due, or the next cycle when the
+        job is past it already. A job no longer past it is not watched for overtaking until then.
+        A job starving already stays so."""
+        if job.starving:
+            return
+        due = job.runnable_since + self.state.shares[job.share].starvation_after_seconds
+        if due > now:
+            self.state.overtakes.unwatch(job)
+        self.timer(max(due, now), STARVE, (job.seq, job.runnable_since))
+
     def start_ready(self, now: float) -> None:
         """Step 0 of the cycle: preemptors whose victims have all stopped are placed."""
         state = self.state

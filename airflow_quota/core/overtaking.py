@@ -82,11 +82,18 @@ class OvertakeLog:
 
     def watch(self, job: Job) -> None:
         """``job`` is past its threshold and nobody overtook it yet: the next overtaking
-        placement makes it starve."""
+        placement makes it starve. Watching a watched job changes nothing."""
+        if job.seq in self._watching:
+            return
         channels = self.channels(job)
         self._watching[job.seq] = channels
         for channel in channels:
             self._watched[channel].add(job.seq)
+
+    def unwatch(self, job: Job) -> None:
+        """``job`` is no longer past its threshold (its share's was raised): an overtaking
+        placement does not make it starve until it is past the new one."""
+        self.forget(job)
 
     def forget(self, job: Job) -> None:
         """``job`` left the queue (placed, stopped, failed): it is watched no more."""
