@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import heapq
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from sortedcontainers import SortedList
@@ -264,12 +264,18 @@ class ShareQueue:
         if self.starving_types.pop(job.key, None) is not None:
             self.starving.remove(job.key)
 
-    def set_reserving(self, reserving: bool) -> None:
-        """The share's ``starvation_reservation`` changed: without it, nothing is reserved."""
+    def set_reserving(self, reserving: bool, starving: Iterable[Job] = ()) -> None:
+        """The share's ``starvation_reservation`` changed: without it, nothing is reserved.
+        Switched on, the share's ``starving`` RUNNABLE jobs hold from now on, the first of them
+        the reservation (docs/model.md rules 5.2 and 8.4): they need not start starving again."""
+        was = self.reserving
         self.reserving = reserving
         if not reserving:
             self.starving.clear()
             self.starving_types.clear()
+        elif not was:
+            for job in starving:
+                self.add_starving(job)
 
     def holder(self) -> JobKey | None:
         """The key of the job holding the share's reservation: its first starving job in queue

@@ -106,7 +106,9 @@ class QuotaState:
         self.shares = {s.name: s for s in config.shares}
         for name, share in self.shares.items():
             queue = self.queues.setdefault(name, ShareQueue())
-            queue.set_reserving(share.starvation_reservation)
+            if share.starvation_reservation != queue.reserving:
+                starving = [job for key in queue.runnable if (job := self.jobs[key[2]]).starving]
+                queue.set_reserving(share.starvation_reservation, starving)
             patience = share.in_share_preemption_after_seconds if share.in_share_preemption else None
             if patience != queue.patience:
                 queue.set_patience(patience, [self.jobs[key[2]] for key in queue.runnable])

@@ -11,6 +11,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from airflow_quota.core.access import ShareAccess
 from airflow_quota.core.config import (
     PositiveInt,
     QuotaConfig,
@@ -62,7 +63,9 @@ class JobRef(_Model):
 
 
 class ShareUpdate(_Model):
-    """Changes only the fields it gives; a mapping such as capacity_limits is replaced whole."""
+    """Changes only the fields it gives; a mapping such as capacity_limits is replaced whole.
+    Every field of a share but its name (docs/model.md section 1.1); the configuration it
+    leaves is validated whole."""
 
     name: str
     capacity_limits: dict[str, PositiveInt] | None = None
@@ -74,9 +77,12 @@ class ShareUpdate(_Model):
     preemption_protection_seconds: float | None = None
     preemption_grace_seconds: float | None = None
     starvation_after_seconds: float | None = None
+    starvation_reservation: bool | None = None
     max_priority: int | None = None
     require_checkpoint: bool | None = None
     preempted_alert_after: int | None = None
+    aws_conn_id: str | None = None
+    access: ShareAccess | None = None
 
 
 class PoolUpdate(_Model):
