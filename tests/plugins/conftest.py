@@ -29,9 +29,13 @@ os.environ.setdefault("AIRFLOW__CORE__UNIT_TEST_MODE", "True")
 from urllib.parse import urlsplit
 
 import httpx
+from sqlalchemy import inspect, text
 
 from airflow_quota.devtools.stack import AirflowStack, StackSettings
+from airflow_quota.store.engine import make_engine
 from airflow_quota.store.lock import leader_lock
+from airflow_quota.store.models import Base
+from airflow_quota.store.settings import normalize
 from tests.conftest import ROOT
 from tests.plugins.walkthrough import World, play
 
@@ -52,10 +56,25 @@ class Served:
     stack: AirflowStack
     world: World
     heartbeat: Heartbeat
+    quota: dict[str, Any] | None = None
+    """The quota the walkthrough was played with (None: the example's)."""
 
     @property
     def url(self) -> str:
         return self.stack.api_url
+
+    def replay(self) -> None:
+        """Play the walkthrough again, as of now, into the emptied quota database (a fraction of
+        a second): what an earlier test changed (a priority, the preemptions it caused, a
+        stopped heartbeat) is gone, and the api-server, which keeps running, shows the state of
+        ``UNTIL`` again."""
+        self.heartbeat.stop()
+        self.heartbeat.lock.release()
+        self.world.service.engine.dispose()
+        empty(self.stack.quota_url)
+        self.world = play(self.stack.quota_url, UNTIL, quota=self.quota)
+        self.heartbeat = Heartbeat(self.world.service.engine)
+        self.heartbeat.start()
 
     def client(self, user: str | None = None, token: str | None = None, **kwargs: Any) -> httpx.Client:
         """An HTTP client on the api-server, logged in as ``user`` (or with ``token``), or not."""
@@ -105,11 +124,26 @@ def serve(root: Path, quota: dict[str, Any] | None = None) -> Iterator[Served]:
         world = play(stack.quota_url, UNTIL, quota=quota)
         heartbeat = Heartbeat(world.service.engine)
         heartbeat.start()
+        served = Served(stack, world, heartbeat, quota)
         try:
-            yield Served(stack, world, heartbeat)
+            yield served
         finally:
-            heartbeat.stop()
-            world.service.engine.dispose()
+            served.heartbeat.stop()
+            served.world.service.engine.dispose()
+
+
+def empty(url: str) -> None:
+    """Delete every row of the quota database's tables (the schema and its revision stay), and
+    restart SQLite's ids, so a walkthrough played again gets the same job ids."""
+    engine = make_engine(normalize(url))
+    try:
+        with engine.begin() as connection:
+            for table in reversed(Base.metadata.sorted_tables):
+                connection.execute(table.delete())
+            if engine.dialect.name == "sqlite" and inspect(connection).has_table("sqlite_sequence"):
+                connection.execute(text("DELETE FROM sqlite_sequence"))
+    finally:
+        engine.dispose()
 
 
 @dataclass

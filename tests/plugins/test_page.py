@@ -1,14 +1,21 @@
 """The Quotas page in headless Chromium, inside a real Airflow 3.3 UI: log in, open Quotas from
 the navigation, check what the page shows against the walkthrough at 7850 s (see
 ``conftest.UNTIL``), change a job's priority and see the quota scheduler apply it, then the
-page on a narrow screen and a job's page. Screenshots go to ``docs/``.
+page on a narrow screen and a job's page.
 
-The tests share one browser and run in file order: each continues where the previous left.
-Chromium and its driver are Debian's (``make browser`` installs them).
+The tests share one browser and one api-server, and none depends on another having run: each
+starts from the walkthrough played again (``Served.replay``), signs in afresh and opens the page
+it looks at. Chromium and its driver are Debian's (``make browser`` installs them).
+
+The screenshots are the ones ``docs/quotas-page.md`` shows. They go to a temporary folder, or
+to ``QUOTA_SCREENSHOTS_DIR`` when it is set; to refresh the documentation's::
+
+    QUOTA_SCREENSHOTS_DIR=docs .venv/bin/pytest tests/plugins/test_page.py
 """
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 from collections.abc import Callable, Iterator
@@ -25,11 +32,12 @@ from selenium.webdriver.remote.webelement import WebElement
 from selenium.webdriver.support.ui import WebDriverWait
 
 from airflow_quota.core.human_time import clock_time, duration_words
-from tests.conftest import ROOT, missing
+from tests.conftest import missing
 from tests.plugins.conftest import Served, serve
 
 CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
-DOCS = ROOT / "docs"
+SCREENSHOTS_DIR = "QUOTA_SCREENSHOTS_DIR"
+"""The variable naming the folder for the screenshots (``docs`` refreshes the documentation's)."""
 WIDE, NARROW = (1440, 1100), (390, 844)
 T = TypeVar("T")
 
@@ -56,6 +64,37 @@ def browser() -> Iterator[WebDriver]:
     driver.implicitly_wait(0)
     yield driver
     driver.quit()
+
+
+@pytest.fixture(scope="module")
+def screenshots(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Where the screenshots go: ``QUOTA_SCREENSHOTS_DIR``, else a temporary folder (a test run
+    writes nothing into the repository)."""
+    chosen = os.environ.get(SCREENSHOTS_DIR)
+    folder = Path(chosen) if chosen else tmp_path_factory.mktemp("screenshots")
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
+@pytest.fixture
+def walkthrough(served: Served) -> Served:
+    """The walkthrough at ``UNTIL``, as of now, whatever an earlier test changed."""
+    served.replay()
+    return served
+
+
+@pytest.fixture
+def signed_in(walkthrough: Served, browser: WebDriver) -> WebDriver:
+    """The browser signed in to the Airflow UI as ``editor`` (afresh), at the page's full size."""
+    sign_in(browser, walkthrough)
+    return browser
+
+
+@pytest.fixture
+def quotas(signed_in: WebDriver) -> WebDriver:
+    """The browser on Quotas, opened from the Airflow navigation, inside the page's frame."""
+    open_quotas(signed_in)
+    return signed_in
 
 
 def wait_for(driver: WebDriver, condition: Callable[[WebDriver], Any], seconds: float = 20, what: str = "") -> Any:
@@ -177,37 +216,51 @@ def viewport(driver: WebDriver, width: int, height: int, mobile: bool = False) -
     driver.execute_cdp_cmd("Emulation.setDeviceMetricsOverride", metrics)
 
 
-def screenshot(driver: WebDriver, name: str, full_height: bool = False) -> Path:
-    """Save a screenshot to docs/; with ``full_height`` the viewport first grows to the page."""
+def screenshot(driver: WebDriver, folder: Path, name: str, full_height: bool = False) -> Path:
+    """Save a screenshot in ``folder``; with ``full_height`` the viewport first grows to the page."""
     if full_height:
         width = driver.execute_script("return window.innerWidth")
         mobile = width < 600
         viewport(driver, width, driver.execute_script("return document.documentElement.scrollHeight"), mobile)
-    DOCS.mkdir(exist_ok=True)
-    path = DOCS / name
+    path = folder / name
     assert driver.save_screenshot(str(path)), path
     if full_height:
         driver.execute_cdp_cmd("Emulation.clearDeviceMetricsOverride", {})
     return path
 
 
-def test_log_in_and_open_quotas_from_the_airflow_navigation(served: Served, browser: WebDriver) -> None:
-    browser.get(served.url + "/")
-    username = wait_for(browser, lambda d: d.find_element(By.CSS_SELECTOR, "input[name=username]"), what="login")
+def sign_in(driver: WebDriver, served: Served) -> None:
+    """Sign in to the Airflow UI as ``editor`` from a browser that forgot any earlier session,
+    with the page at the window's size (no viewport a test set before)."""
+    driver.switch_to.default_content()
+    driver.execute_cdp_cmd("Emulation.clearDeviceMetricsOverride", {})
+    driver.get(served.url + "/")
+    driver.delete_all_cookies()
+    driver.execute_script("window.localStorage.clear(); window.sessionStorage.clear();")
+    driver.get(served.url + "/")
+    username = wait_for(driver, lambda d: d.find_element(By.CSS_SELECTOR, "input[name=username]"), what="login")
     username.send_keys("editor")
-    browser.find_element(By.CSS_SELECTOR, "input[name=password]").send_keys(served.stack.password("editor"))
-    browser.find_element(By.XPATH, "//button[normalize-space()='Sign in']").click()
-    quotas = wait_for(
-        browser,
-        lambda d: d.find_element(By.XPATH, "//a[normalize-space()='Quotas' and contains(@href, '/plugin/quotas')]"),
-        60,
-        "nav",
-    )
-    quotas.click()
-    frame = wait_for(browser, lambda d: d.find_element(By.CSS_SELECTOR, "iframe[src$='/quota/']"), what="iframe")
-    assert "/plugin/quotas" in browser.current_url
-    browser.switch_to.frame(frame)
-    loaded(browser)
+    driver.find_element(By.CSS_SELECTOR, "input[name=password]").send_keys(served.stack.password("editor"))
+    driver.find_element(By.XPATH, "//button[normalize-space()='Sign in']").click()
+    wait_for(driver, quotas_link, 60, "the Airflow navigation")
+
+
+def quotas_link(driver: WebDriver) -> WebElement:
+    return driver.find_element(By.XPATH, "//a[normalize-space()='Quotas' and contains(@href, '/plugin/quotas')]")
+
+
+def open_quotas(driver: WebDriver) -> None:
+    """Click Quotas in the Airflow navigation and enter the page's frame once it has rendered."""
+    wait_for(driver, quotas_link, 60, "the Quotas link").click()
+    frame = wait_for(driver, lambda d: d.find_element(By.CSS_SELECTOR, "iframe[src$='/quota/']"), what="iframe")
+    assert "/plugin/quotas" in driver.current_url
+    driver.switch_to.frame(frame)
+    loaded(driver)
+
+
+def test_log_in_and_open_quotas_from_the_airflow_navigation(walkthrough: Served, browser: WebDriver) -> None:
+    sign_in(browser, walkthrough)
+    open_quotas(browser)
     assert [s.get_attribute("data-share") for s in browser.find_elements(By.CSS_SELECTOR, "section.share")] == [
         "qs1",
         "qs2",
@@ -215,7 +268,8 @@ def test_log_in_and_open_quotas_from_the_airflow_navigation(served: Served, brow
     ]
 
 
-def test_each_share_has_bars_of_own_use_borrowed_lent_and_idle(browser: WebDriver) -> None:
+def test_each_share_has_bars_of_own_use_borrowed_lent_and_idle(quotas: WebDriver) -> None:
+    browser = quotas
     assert bar(browser, "qs1") == {"own": 1, "borrowed": 1}  # qs1-low within its limit, qs1-high borrowing
     assert bar(browser, "qs2") == {"lent": 1}  # qs2-job has ended; qs1 borrows its instance
     assert bar(browser, "qs3") == {"own": 1}  # RESERVE: qs3-job on its own instance
@@ -230,8 +284,9 @@ def test_each_share_has_bars_of_own_use_borrowed_lent_and_idle(browser: WebDrive
     wait_for(browser, charts_drawn, what="the utilisation charts")
 
 
-def test_the_queue_shows_positions_and_pending_reasons(served: Served, browser: WebDriver) -> None:
-    med = served.world.ids["qs1-med"]
+def test_the_queue_shows_positions_and_pending_reasons(walkthrough: Served, quotas: WebDriver) -> None:
+    browser = quotas
+    med = walkthrough.world.ids["qs1-med"]
     queue = rows(browser, "qs1", "queue")
     assert [row[:2] + row[3:5] for row in queue] == [["1 / 1", "qs1-med", "WAITING_FOR_QUOTA", "1x ml.g5.xlarge"]]
     # waiting since its preemption at 600 s, 7250 s ago: the API's words for the API's figure
@@ -250,7 +305,8 @@ def test_the_queue_shows_positions_and_pending_reasons(served: Served, browser: 
     assert rows(browser, "qs2", "queue") == [] and "Nobody waits." in card(browser, "qs2").text
 
 
-def test_running_jobs_show_their_instances_and_a_borrowing_badge(browser: WebDriver) -> None:
+def test_running_jobs_show_their_instances_and_a_borrowing_badge(quotas: WebDriver) -> None:
+    browser = quotas
     running = {row[0]: row[1] for row in rows(browser, "qs1", "running")}
     assert running == {"qs1-low": "1× ml.g5.xlarge", "qs1-high": "1× ml.g5.xlarge borrowing 1"}
     badges = card(browser, "qs1").find_elements(By.CSS_SELECTOR, '[data-role="borrowing"]')
@@ -262,7 +318,8 @@ def test_running_jobs_show_their_instances_and_a_borrowing_badge(browser: WebDri
     assert card(browser, "qs2").find_elements(By.CSS_SELECTOR, '[data-role="in-share"]') == []
 
 
-def test_preemption_history_and_open_alerts(browser: WebDriver) -> None:
+def test_preemption_history_and_open_alerts(quotas: WebDriver, screenshots: Path) -> None:
+    browser = quotas
     cells = [row[1:5] for row in texts(browser, "#preemptions tbody tr")]
     assert cells == [
         ["qs1-high (qs1)", "IN_SHARE", "qs1-low (qs1)", "1× ml.g5.xlarge"],
@@ -298,14 +355,15 @@ def test_preemption_history_and_open_alerts(browser: WebDriver) -> None:
     )
     assert raised.removesuffix(" ago") in words_within(now - at), (raised, now - at)
     browser.switch_to.default_content()
-    screenshot(browser, "quotas-page.png")
+    screenshot(browser, screenshots, "quotas-page.png")
     browser.switch_to.frame(browser.find_element(By.CSS_SELECTOR, "iframe[src$='/quota/']"))
 
 
 def test_changing_a_priority_reaches_the_store_and_the_page_shows_it_applied(
-    served: Served, browser: WebDriver
+    walkthrough: Served, quotas: WebDriver, screenshots: Path
 ) -> None:
     """qs1-med raised from 2 to 5: it preempts qs1-high (priority 3) inside qs1 and runs."""
+    served, browser = walkthrough, quotas
     med = served.world.ids["qs1-med"]
     set_priority(browser, med, "5")
     notice = wait_for(browser, lambda d: d.find_element(By.ID, "notice").text, what="the answer to the change")
@@ -325,12 +383,13 @@ def test_changing_a_priority_reaches_the_store_and_the_page_shows_it_applied(
         "qs1-med (qs1)",
     ]
     browser.switch_to.default_content()
-    screenshot(browser, "quotas-page-priority.png")
+    screenshot(browser, screenshots, "quotas-page-priority.png")
 
 
-def test_the_page_fits_a_narrow_screen(served: Served, browser: WebDriver) -> None:
+def test_the_page_fits_a_narrow_screen(walkthrough: Served, signed_in: WebDriver, screenshots: Path) -> None:
+    browser = signed_in
     viewport(browser, *NARROW, mobile=True)
-    browser.get(served.url + "/quota/")
+    browser.get(walkthrough.url + "/quota/")
     loaded(browser)
     wait_for(browser, charts_drawn, what="the utilisation charts")
     width = browser.execute_script("return window.innerWidth")
@@ -340,10 +399,15 @@ def test_the_page_fits_a_narrow_screen(served: Served, browser: WebDriver) -> No
     assert len(lefts) == 1  # one column
     for share in ("qs1", "qs2", "qs3"):
         assert card(browser, share).size["width"] <= width
-    screenshot(browser, "quotas-page-narrow.png", full_height=True)
+    screenshot(browser, screenshots, "quotas-page-narrow.png", full_height=True)
 
 
-def test_a_job_page_tells_the_job_story(served: Served, browser: WebDriver) -> None:
+def test_a_job_page_tells_the_job_story(walkthrough: Served, signed_in: WebDriver, screenshots: Path) -> None:
+    """qs1-high's page once qs1-med, raised to 5 (as the priority test does through the page),
+    has preempted it a second time."""
+    served, browser = walkthrough, signed_in
+    served.world.store.set_priority(served.world.ids["qs1-med"], 5)
+    served.world.settle()
     high = served.world.ids["qs1-high"]
     viewport(browser, 1200, 900)
     browser.get(f"{served.url}/quota/jobs/{high}")
@@ -363,12 +427,13 @@ def test_a_job_page_tells_the_job_story(served: Served, browser: WebDriver) -> N
     assert field["submitted"].text in clock_texts(job.submitted_at)
     assert field["waiting since"].text.endswith(")") and "UTC (" in field["waiting since"].text
     assert browser.find_element(By.CSS_SELECTOR, '[data-role="cancel"]').is_displayed()
-    screenshot(browser, "quotas-page-job.png", full_height=True)
+    screenshot(browser, screenshots, "quotas-page-job.png", full_height=True)
 
 
-def test_a_banner_says_when_no_quota_scheduler_runs(served: Served, browser: WebDriver) -> None:
+def test_a_banner_says_when_no_quota_scheduler_runs(walkthrough: Served, signed_in: WebDriver) -> None:
     """Issue 16: a stopped quota scheduler is not silent. The banner appears once the leader has
     missed three heartbeats and goes when one beats again."""
+    served, browser = walkthrough, signed_in
     viewport(browser, 1200, 900)
     browser.get(f"{served.url}/quota/")
     loaded(browser)
