@@ -12,13 +12,13 @@ import importlib.util
 import os
 import subprocess
 import sys
-import time
 import urllib.request
 from collections.abc import Iterator
 
 import pytest
 
 from airflow_quota.devtools.stack import free_port
+from tests.waiting import wait_for
 
 REGION = "us-east-1"
 
@@ -37,19 +37,21 @@ def moto_server() -> Iterator[str]:
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
     )
+
+    def answers() -> bool:
+        try:
+            urllib.request.urlopen(f"{url}/moto-api/", timeout=1).close()
+            return True
+        except OSError:
+            return False
+
+    def running() -> None:
+        if server.poll() is not None:
+            stderr = server.stderr.read().decode() if server.stderr else ""
+            pytest.fail(f"moto server exited with {server.returncode}: {stderr[-2000:]}")
+
     try:
-        deadline = time.monotonic() + 30
-        while True:  # poll until the server answers (a condition, with a deadline)
-            try:
-                urllib.request.urlopen(f"{url}/moto-api/", timeout=1).close()
-                break
-            except OSError:
-                if server.poll() is not None:
-                    stderr = server.stderr.read().decode() if server.stderr else ""
-                    pytest.fail(f"moto server exited with {server.returncode}: {stderr[-2000:]}")
-                if time.monotonic() > deadline:
-                    pytest.fail("moto server did not answer within 30 s")
-                time.sleep(0.1)
+        wait_for(answers, 30, "the moto server to answer", interval=0.1, check=running)
         with pytest.MonkeyPatch.context() as patch:
             for key, value in credentials.items():
                 patch.setenv(key, value)

@@ -10,7 +10,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Mapping, Sequence
 from types import SimpleNamespace
 from typing import Any
@@ -31,6 +30,7 @@ from airflow_quota.executors.jobs import TaskIdentity
 from airflow_quota.executors.placement import INSTANCE_TYPE, JOB_ID, SHARE, TRAINING_PLAN, Placement
 from airflow_quota.executors.quota_executor import QuotaExecutor, Released, executor_delegate
 from airflow_quota.get_provider_info import get_provider_info
+from tests.waiting import wait_for
 
 PLACEMENT = Placement("research", 7, 2, "ml.g5.xlarge", 1, None, "/ckpt/enc", 1)
 
@@ -167,10 +167,11 @@ def test_the_worker_signals_only_the_task_process_of_the_try_it_is_asked_for_and
     target, other = sleeper(f"airflow worker -- {target_id}"), sleeper(f"airflow worker -- {other_id}")
     forks: list[psutil.Process] = []
     try:
-        deadline = time.monotonic() + 20
-        while not (titled(target, f"airflow worker -- {target_id}") and titled(other, f"airflow worker -- {other_id}")):
-            assert time.monotonic() < deadline, "the sleepers never took their titles"
-            time.sleep(0.05)
+        wait_for(
+            lambda: titled(target, f"airflow worker -- {target_id}") and titled(other, f"airflow worker -- {other_id}"),
+            20,
+            "the sleepers to take their titles",
+        )
         forks = [*psutil.Process(target.pid).children(), *psutil.Process(other.pid).children()]
 
         unknown = celery_worker.signal_task(None, ti_id="0190f1aa-0000-7000-8000-00000000dead")

@@ -50,7 +50,7 @@ from airflow_quota.store.models import Attempt, EventRow, JobRow, Leader
 from airflow_quota.store.repository import QuotaStore
 from airflow_quota.store.settings import normalize
 from tests.builders import request
-from tests.conftest import CLI, ROOT
+from tests.conftest import CLI, ROOT, cli
 from tests.waiting import wait_for
 
 HOLDING = ("SCHEDULED", "STARTING", "RUNNING")
@@ -173,9 +173,10 @@ class Scheduler:
 
 
 def cli_json(url: str, *args: str) -> Any:
-    done = subprocess.run([*CLI, *args, "--db", url, "--json"], capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stderr
-    return json.loads(done.stdout)
+    """What ``airflow-quota ARGS --db URL --json`` prints, parsed; the command must succeed."""
+    run = cli(*args, "--db", url, "--json")
+    assert run.code == 0, run
+    return run.json()
 
 
 # -- the database ---------------------------------------------------------------------------

@@ -6,7 +6,6 @@ from __future__ import annotations
 import re
 import signal
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
@@ -18,7 +17,7 @@ from airflow_quota.store.engine import make_engine
 from airflow_quota.store.models import ConfigVersion, EventRow, JobRow, Request
 from airflow_quota.store.settings import normalize
 from tests.conftest import CLI, ROOT, Run, cli
-from tests.service.chaos import Env, Scheduler
+from tests.service.chaos import Env, Scheduler, cli_json
 from tests.waiting import wait_for
 
 UNREACHABLE = "postgresql://postgres@127.0.0.1:1/x"
@@ -185,10 +184,12 @@ def test_the_scheduler_keeps_retrying_an_unreachable_database(tmp_path: Path) ->
         command = [*CLI, "scheduler", "--db", UNREACHABLE, "--state-dir", str(tmp_path), "--poll-seconds", "0.05"]
         proc = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
         try:
-            deadline = time.monotonic() + 60  # Airflow's imports take seconds on a loaded machine
-            while proc.poll() is None and log.read_text().count("unreachable") < 3:
-                assert time.monotonic() < deadline, log.read_text()
-                time.sleep(0.1)
+            wait_for(  # Airflow's imports take seconds on a loaded machine
+                lambda: proc.poll() is not None or log.read_text().count("unreachable") >= 3,
+                60,
+                lambda: f"three tries (or an exit) in the log:\n{log.read_text()}",
+                interval=0.1,
+            )
             alive = proc.poll() is None
             text = log.read_text()
             assert alive, f"the scheduler exited with {proc.returncode} instead of retrying:\n{text}"
@@ -207,12 +208,6 @@ def test_the_scheduler_keeps_retrying_an_unreachable_database(tmp_path: Path) ->
 
 
 # -- happy paths ----------------------------------------------------------------------------
-
-
-def cli_json(url: str, *args: str) -> object:
-    run = cli(*args, "--db", url, "--json")
-    assert run.code == 0, run
-    return run.json()
 
 
 def test_the_admin_commands_with_a_scheduler_running(

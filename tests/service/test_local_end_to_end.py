@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import re
 import sys
-import time
+from collections.abc import Callable
 from pathlib import Path
 
 from sqlalchemy import Engine
@@ -16,6 +16,7 @@ from airflow_quota.service.backends.local import LocalBackend
 from airflow_quota.service.scheduler import QuotaService
 from airflow_quota.store.repository import QuotaStore
 from tests.service.local_attempts import TRAIN
+from tests.waiting import wait_for
 
 QUOTA = {
     "pool": {"capacity": {"ml.g5.xlarge": 1}},
@@ -36,14 +37,14 @@ def training(steps: int) -> dict[str, object]:
     return {"command": [sys.executable, str(TRAIN), "--steps", str(steps), "--step-seconds", "0.05"]}
 
 
-def run_until(service: QuotaService, store: QuotaStore, done: object, seconds: float = 60) -> None:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
+def run_until(service: QuotaService, store: QuotaStore, done: Callable[[], bool], seconds: float = 60) -> None:
+    """Step the quota service every 0.05 s until ``done()``; fail after ``seconds``."""
+
+    def stepped_and_done() -> bool:
         service.step()
-        if callable(done) and done():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"not done after {seconds} s: {[(j.name, j.state) for j in store.jobs()]}")
+        return done()
+
+    wait_for(stepped_and_done, seconds, lambda: f"the jobs to be done: {[(j.name, j.state) for j in store.jobs()]}")
 
 
 def test_preempted_training_resumes_from_its_checkpoint(sqlite_url: str, tmp_path: Path) -> None:

@@ -32,6 +32,7 @@ from sqlalchemy import func, select
 from airflow_quota.store.models import JobRow, Leader
 from tests.conftest import ROOT
 from tests.service.chaos import Env, Scheduler, Watcher, all_final, check_books, counts, prepared
+from tests.waiting import wait_for
 
 JOBS = int(os.environ.get("QUOTA_SOAK_JOBS", "100"))
 SEED = int(os.environ.get("QUOTA_SOAK_SEED", "1"))
@@ -78,10 +79,8 @@ def test_soak(postgres_url: str, tmp_path: Path, schedulers: list[Scheduler]) ->
 
     live = [Scheduler(env), Scheduler(env)]
     schedulers.extend(live)
-    started = time.monotonic()
-    while not any(s.leads() for s in live):  # jobs arrive while a leader runs, not all before it leads
-        assert time.monotonic() - started < 60, [s.log()[-2000:] for s in live]
-        time.sleep(0.05)
+    # jobs arrive while a leader runs, not all before it leads
+    wait_for(lambda: any(s.leads() for s in live), 60, lambda: f"a leader: {[s.log()[-2000:] for s in live]}")
     pythonpath = os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])
     submitters = [
         subprocess.Popen(
@@ -119,10 +118,12 @@ def test_soak(postgres_url: str, tmp_path: Path, schedulers: list[Scheduler]) ->
         schedulers.append(fresh)
         live.append(fresh)
         standby = live[0]
-        while not any(s.leads() for s in live) and time.monotonic() - killed_at < 10:
-            time.sleep(0.05)
+        wait_for(
+            lambda: standby.leads() or fresh.leads(),  # noqa: B023 (waited for within the iteration)
+            10,
+            lambda: f"a takeover:\n{standby.log()[-2000:]}",  # noqa: B023
+        )
         takeovers.append(time.monotonic() - killed_at)
-        assert standby.leads() or fresh.leads(), f"nobody took over within 10 s:\n{standby.log()[-2000:]}"
 
     for p in submitters:
         assert p.wait(timeout=60) == 0, p.stderr.read() if p.stderr else ""
