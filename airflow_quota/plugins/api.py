@@ -39,7 +39,8 @@ from fastapi import APIRouter, Depends, HTTPException, Query, Request, Response,
 from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from airflow_quota.core.model import LIVE_STATES, JobState
+from airflow_quota.core.human_time import clock_time
+from airflow_quota.core.model import HOLDING_STATES, LIVE_STATES, JobState
 from airflow_quota.core.visibility import pending_seconds
 from airflow_quota.exceptions import ChangeRefused, PriorityChangeDenied
 from airflow_quota.plugins import URL_PREFIX
@@ -86,6 +87,7 @@ class SchedulerStatus(BaseModel):
 
 class SharesResponse(BaseModel):
     now: float
+    now_text: str = Field(description="now on a UTC clock (core.human_time), as the page's header says it")
     scheduler: SchedulerStatus
     config_version: int | None
     config_taken_in: bool = Field(
@@ -119,11 +121,18 @@ class JobModel(_Model):
     instance_type: str | None = Field(description="where the current or last attempt was placed")
     count: int | None
     training_plan: str | None
-    borrowed: int = Field(description="instances above the share's limit at the last placement")
+    borrowed: int = Field(
+        description="of the instances it holds, how many are above its share's limit now (0 when it holds none): "
+        "docs/model.md rule 4.3.3's count with the placements still held taken in the order they were made "
+        "(dashboard.borrowed_now); it falls when jobs of the share placed before it leave"
+    )
+    borrowed_when_placed: int = Field(description="instances above the share's limit at its last placement")
     attempts: int
     preemptions: int
     wait_seconds: float = Field(description="time waited before its placements (the current wait not included)")
     wait_text: str = Field(description="wait_seconds in words (core.human_time)")
+    waited_seconds: float = Field(description="time waited in all: wait_seconds and, while RUNNABLE, the current wait")
+    waited_text: str = Field(description="waited_seconds in words (core.human_time)")
     gpu_hours: float = Field(description="GPU-hours used, the running attempt so far included")
     lost_gpu_hours: float
     cost: float = Field(description="USD, the running attempt so far included")
@@ -172,22 +181,29 @@ class AttemptModel(_Model):
     running_since_text: str | None = Field(default=None, description="running_since on a UTC clock (core.human_time)")
     ended_at: float | None
     ended_at_text: str | None = Field(default=None, description="ended_at on a UTC clock (core.human_time)")
-    reason: str | None
+    reason: str | None = Field(description="the backend's reason as it gave it (ExitCode:-15, a FailureReason)")
+    why_ended: str | None = Field(
+        default=None,
+        description='why it ended, for people: "stopped by SIGTERM: preempted" (dashboard.attempt_reason_text)',
+    )
 
     @classmethod
-    def of(cls, attempt: Any, now: float) -> AttemptModel:
-        """An attempt row with its instants for people as of ``now``."""
+    def of(cls, attempt: Any, now: float, preempted: bool = False, cancelled: bool = False) -> AttemptModel:
+        """An attempt row with its instants and its end for people as of ``now``; ``preempted``
+        and ``cancelled`` say what stopped it."""
         return cls.model_validate(attempt).model_copy(
             update={
                 "placed_at_text": dashboard.clock(attempt.placed_at, now),
                 "running_since_text": dashboard.clock(attempt.running_since, now),
                 "ended_at_text": dashboard.clock(attempt.ended_at, now),
+                "why_ended": dashboard.attempt_reason_text(attempt.status, attempt.reason, preempted, cancelled),
             }
         )
 
 
 class JobDetailResponse(BaseModel):
     now: float
+    now_text: str = Field(description="now on a UTC clock (core.human_time), as the page's header says it")
     job: JobModel
     attempts: list[AttemptModel]
     preemptions: list[dashboard.PreemptionRecord] = Field(description="preemptions this job suffered")
@@ -252,6 +268,7 @@ def get_shares(store: StoreDep) -> SharesResponse:
     health = store.scheduler_health()
     return SharesResponse(
         now=now,
+        now_text=clock_time(now, now),
         scheduler=SchedulerStatus(
             running=not health.down,
             leader=health.leader,
@@ -279,8 +296,12 @@ def get_jobs(
     jobs = dashboard.list_jobs(store, share=share, states=state, dag_id=dag_id, limit=limit)
     readable = access.readable(jobs, lambda job: job.dag_id)
     charges = dashboard.running_charges(store, readable)
+    borrowing = dashboard.current_borrowing(store, readable)
     now = store.clock()
-    return JobsResponse(now=now, jobs=[job_model(request, job, access, now, charges.get(job.id)) for job in readable])
+    return JobsResponse(
+        now=now,
+        jobs=[job_model(request, job, access, now, charges.get(job.id), borrowing.get(job.id, 0)) for job in readable],
+    )
 
 
 @router.get("/jobs/{job_id}", response_model=JobDetailResponse, summary="One job: attempts, preemptions, cost, story")
@@ -292,10 +313,24 @@ def get_job(request: Request, job_id: int, store: StoreDep, access: DagAccessDep
     access.require_read(detail.job)
     preemptions = hide_preemptors(store, access, detail.preemptions)
     caused = access.readable(detail.caused, lambda p: p.dag_id)
+    preempted = {p.attempt for p in detail.preemptions}
+    cancelled = detail.job.reason == "CANCELLED"
+    last = max((a.number for a in detail.attempts), default=None)
     return JobDetailResponse(
         now=now,
-        job=job_model(request, detail.job, access, now, dashboard.running_charges(store, [detail.job]).get(job_id)),
-        attempts=[AttemptModel.of(a, now) for a in detail.attempts],
+        now_text=clock_time(now, now),
+        job=job_model(
+            request,
+            detail.job,
+            access,
+            now,
+            dashboard.running_charges(store, [detail.job]).get(job_id),
+            dashboard.current_borrowing(store, [detail.job]).get(job_id, 0),
+        ),
+        attempts=[
+            AttemptModel.of(a, now, preempted=a.number in preempted, cancelled=cancelled and a.number == last)
+            for a in detail.attempts
+        ],
         preemptions=preemptions,
         caused=caused,
         alerts=list(detail.alerts),
@@ -494,6 +529,10 @@ COMPUTED_COLUMNS = (
     "pending_seconds",
     "pending_text",
     "wait_text",
+    "waited_seconds",
+    "waited_text",
+    "borrowed",
+    "borrowed_when_placed",
     "submitted_at_text",
 )
 """``JobModel`` fields that ``job_model`` computes rather than copies from the row."""
@@ -505,10 +544,12 @@ def job_model(
     access: DagAccess,
     now: float,
     running: dashboard.Charge | None = None,
+    borrowed: int = 0,
 ) -> JobModel:
-    """A job row with its links, what its running attempt has cost so far, how long it has
-    waited at ``now`` (from the ``runnable_since`` the scheduler wrote), and whether this user
-    may change it."""
+    """A job row with its links, what its running attempt has cost so far, how many of its
+    instances are above its share's limit now (``borrowed``, ``dashboard.current_borrowing``),
+    how long it has waited at ``now`` (from the ``runnable_since`` the scheduler wrote), and
+    whether this user may change it."""
     root = request.scope.get("root_path", "") or URL_PREFIX
     airflow_root = root[: -len(URL_PREFIX)] if root.endswith(URL_PREFIX) else ""
     task_url = None
@@ -530,6 +571,10 @@ def job_model(
         pending_seconds=pending,
         pending_text=dashboard.words(pending),
         wait_text=dashboard.words(job.wait_seconds),
+        waited_seconds=(waited := job.wait_seconds + (pending or 0.0)),
+        waited_text=dashboard.words(waited),
+        borrowed=borrowed if job.state in HOLDING_STATES else 0,
+        borrowed_when_placed=job.borrowed,
         submitted_at_text=dashboard.clock(job.submitted_at, now),
         preferences=[PreferenceModel.model_validate(p) for p in job.request.get("preferences", [])],
         can_edit=(can_edit := job.state in LIVE_STATES and access.allows("PUT", job.dag_id)),

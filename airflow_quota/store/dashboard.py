@@ -24,6 +24,7 @@ step function of instances held per share and type, as the core's ``Meter`` inte
 from __future__ import annotations
 
 import bisect
+import signal
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Annotated, Any, NamedTuple
@@ -239,6 +240,73 @@ def _share_totals() -> Any:
     ).group_by(JobRow.share)
 
 
+# -- borrowing now -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Holding:
+    """A job that holds instances of one type now: its open attempt's placement and size."""
+
+    job_id: int
+    placed_at: float
+    decision: int
+    """The PLACED decision's place in the log: the order of placements made at one instant."""
+    count: int
+
+
+def borrowed_now(holdings: Sequence[Holding], limit: int) -> dict[int, int]:
+    """How many of each holding job's instances are above its share's ``limit`` now, for the
+    jobs of one share on one instance type: ``docs/model.md`` rule 4.3.3's borrowed count
+    (``max(0, min(n, U_s(T) − L_s(T)))``, ``U_s(T)`` after the placement) with the placements
+    still held taken again in the order they were made, each counting the usage of those before
+    it. A job placed above the limit is therefore no longer borrowing once the jobs placed
+    before it have left, and the counts always add up to the share's borrowed figure
+    ``max(0, U_s(T) − L_s(T))``. Placements made at one instant go in the order the cycle
+    decided them (as the scheduler's poller orders open attempts)."""
+    counts: dict[int, int] = {}
+    used = 0
+    for holding in sorted(holdings, key=lambda h: (h.placed_at, h.decision, h.job_id)):
+        used += holding.count
+        counts[holding.job_id] = max(0, min(holding.count, used - limit))
+    return counts
+
+
+def current_borrowing(store: QuotaStore, jobs: Sequence[JobRow]) -> dict[int, int]:
+    """``borrowed_now`` for each job among ``jobs`` that holds capacity (SCHEDULED, STARTING,
+    RUNNING), against the limits of the view readers show (``read_shown_view``, the figures of
+    the share's bars). A job not in the answer holds nothing: it borrows nothing now."""
+    shares = {job.share for job in jobs if job.state in HOLDING_STATES}
+    if not shares:
+        return {}
+    decision = (
+        select(func.max(EventRow.id))
+        .where(EventRow.job_id == Attempt.job_id, EventRow.type == "PLACED")
+        .correlate(Attempt)
+        .scalar_subquery()
+    )
+    with reachable(str(store.engine.url)), store.sessions() as session:
+        view, _ = read_shown_view(session)
+        rows = list(
+            session.execute(
+                select(JobRow.id, JobRow.share, Attempt.instance_type, Attempt.count, Attempt.placed_at, decision)
+                .join(Attempt, Attempt.job_id == JobRow.id)
+                .where(
+                    JobRow.share.in_(sorted(shares)),
+                    JobRow.state.in_(HOLDING_STATES),
+                    Attempt.ended_at.is_(None),
+                )
+            )
+        )
+    limits = {(share.share, t.instance_type): t.limit for share in view.shares for t in share.types}
+    groups: dict[tuple[str, str], list[Holding]] = {}
+    for job_id, share, instance_type, count, placed_at, placed in rows:
+        groups.setdefault((share, instance_type), []).append(Holding(job_id, placed_at, placed or 0, count))
+    counts: dict[int, int] = {}
+    for key, holdings in groups.items():
+        counts.update(borrowed_now(holdings, limits.get(key, 0)))
+    return counts
+
+
 # -- jobs --------------------------------------------------------------------------------------
 
 
@@ -303,6 +371,61 @@ def job_detail(store: QuotaStore, job_id: int, now: float | None = None) -> JobD
         alerts=alert_records(store, job_id=job_id, now=now),
         story=story,
     )
+
+
+# -- why an attempt ended ----------------------------------------------------------------------
+
+
+def attempt_reason_text(
+    status: str, reason: str | None, preempted: bool = False, cancelled: bool = False
+) -> str | None:
+    """Why an attempt ended, for people: how it ended (the backend's ``reason``: "stopped by
+    SIGTERM" for ``ExitCode:-15``, "exited with code 1" for ``ExitCode:1``, another reason as
+    it is) and, after a colon, what stopped it ("preempted", "cancelled"):
+    "stopped by SIGTERM: preempted". The raw ``reason`` stays beside it in the API and on the
+    page. None for an attempt with nothing to say (running, succeeded)."""
+    how: str | None = None
+    code = _exit_code(reason)
+    if code is not None:
+        if code < 0:
+            signal_name = _signal_name(-code)
+            how = (
+                f"stopped by {signal_name}"
+                if (preempted or cancelled or status == "STOPPED")
+                else f"killed by {signal_name}"
+            )
+        elif code == 0:
+            how = "exited normally"
+        else:
+            how = f"exited with code {code}"
+    elif status == "CAPACITY_ERROR":
+        how = "no capacity at the provider" + (f" ({reason})" if reason else "")
+    elif reason:
+        how = reason
+    elif status == "NOT_STARTED":
+        how = "never started"
+    elif status in ("STOPPED", "STOPPING"):
+        how = "stopped"
+    cause = "preempted" if preempted else "cancelled" if cancelled else None
+    return ": ".join(part for part in (how, cause) if part) or None
+
+
+def _exit_code(reason: str | None) -> int | None:
+    """N of a backend's ``ExitCode:N`` reason; None for any other reason."""
+    if reason is None or not reason.startswith("ExitCode:"):
+        return None
+    try:
+        return int(reason.removeprefix("ExitCode:"))
+    except ValueError:
+        return None
+
+
+def _signal_name(number: int) -> str:
+    """SIGTERM for 15; "signal 99" for a number this platform does not name."""
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
 
 
 # -- preemptions -------------------------------------------------------------------------------

@@ -192,12 +192,16 @@ def test_jobs_filter_by_state_share_and_dag_and_show_where_waiting_jobs_stand(se
     ] == [("qs1-med", "WAITING_FOR_QUOTA", "1x ml.g5.xlarge", 1, 1)]
     assert waiting[0]["waiting_since"] is not None
     texts = for_people(waiting[0], answer["now"])
-    assert texts.keys() == {"wait_text", "waiting_since_text", "pending_text", "submitted_at_text"}
+    assert texts.keys() == {"wait_text", "waited_text", "waiting_since_text", "pending_text", "submitted_at_text"}
     assert texts["pending_text"].startswith("2 hours")  # waiting since its preemption at 600 s
+    # waited in all: before its first placement (none: placed at once) and its current wait
+    assert waiting[0]["waited_seconds"] == pytest.approx(waiting[0]["wait_seconds"] + waiting[0]["pending_seconds"])
+    assert str(texts["waited_text"]).startswith("2 hours")
     qs1 = viewer.get("/quota/api/jobs", params={"share": "qs1"}).json()["jobs"]
     assert [j["name"] for j in qs1] == ["qs1-med", "qs1-low", "qs1-high"]  # queue first, then newest first
     running = {j["name"]: (j["state"], j["instance_type"], j["count"], j["borrowed"]) for j in qs1[1:]}
     assert running == {"qs1-low": ("RUNNING", "ml.g5.xlarge", 1, 0), "qs1-high": ("RUNNING", "ml.g5.xlarge", 1, 1)}
+    assert qs1[0]["borrowed"] == 0 and qs1[0]["borrowed_when_placed"] == 1  # qs1-med holds nothing now
 
     live = viewer.get("/quota/api/jobs", params=[("state", "RUNNING"), ("state", "RUNNABLE")]).json()["jobs"]
     assert {j["name"] for j in live} == {"qs1-med", "qs1-low", "qs1-high", "qs3-job"}
@@ -250,6 +254,12 @@ def test_one_job_has_its_attempts_preemptions_cost_and_story(served: Served, vie
     assert [a["ended_at_text"] is None for a in answer["attempts"]] == [False, True]
     attempts = [(a["number"], a["status"], a["instance_type"], a["count"], a["borrowed"]) for a in answer["attempts"]]
     assert attempts == [(1, "STOPPED", "ml.g5.xlarge", 1, 0), (2, "RUNNING", "ml.g5.xlarge", 1, 1)]
+    # why an attempt ended, for people, the backend's reason beside it (the fake says "stopped")
+    assert [(a["why_ended"], a["reason"]) for a in answer["attempts"]] == [
+        ("stopped: preempted", "stopped"),
+        (None, None),
+    ]
+    assert answer["now_text"] == clock_time(answer["now"], answer["now"])
     assert answer["attempts"][1]["placed_at"] - served.world.origin == pytest.approx(7800)
     assert [(p["kind"], p["preemptor"], p["lost_seconds"], p["attempt"]) for p in answer["preemptions"]] == [
         ("IN_SHARE", "qs1-low", 0.0, 1)
@@ -625,6 +635,25 @@ def test_an_editor_cancels_a_job(served: Served, editor: Any) -> None:
     job = editor.get(f"/quota/api/jobs/{job_id}").json()["job"]
     assert (job["state"], job["reason"], job["can_edit"]) == ("FAILED", "CANCELLED", False)
     assert editor.post(f"/quota/api/jobs/{job_id}/cancel", json={}).status_code == 409
+
+
+def test_a_job_borrows_no_more_once_the_jobs_placed_before_it_have_left(served: Served, editor: Any) -> None:
+    """Issue 38: after the priority change above, qs1-low (placed first, within qs1's limit of
+    1) and qs1-med (placed above it: borrowing 1) run. qs1-low cancelled, qs1-high takes its
+    place: qs1-med's instance is now within the limit and qs1-high's is the one above it
+    (docs/model.md rule 4.3.3, placements in order), though qs1-med was placed borrowing 1."""
+    low, med, high = (ids(served)[name] for name in ("qs1-low", "qs1-med", "qs1-high"))
+    assert editor.post(f"/quota/api/jobs/{low}/cancel", json={}).status_code == 202
+    served.world.settle()
+    qs1 = {j["name"]: j for j in editor.get("/quota/api/jobs", params={"share": "qs1"}).json()["jobs"]}
+    now = {name: (j["state"], j["borrowed"], j["borrowed_when_placed"]) for name, j in qs1.items()}
+    assert now == {"qs1-low": ("FAILED", 0, 0), "qs1-med": ("RUNNING", 0, 1), "qs1-high": ("RUNNING", 1, 1)}
+    bar = editor.get("/quota/api/shares").json()["shares"][0]["types"][0]
+    assert (bar["limit"], bar["used"], bar["borrowed"]) == (1, 2, 1)  # the badges add up to the bar
+    assert editor.get(f"/quota/api/jobs/{med}").json()["job"]["borrowed"] == 0
+    assert editor.get(f"/quota/api/jobs/{high}").json()["job"]["borrowed"] == 1
+    attempts = editor.get(f"/quota/api/jobs/{low}").json()["attempts"]
+    assert attempts[-1]["why_ended"].endswith(": cancelled"), attempts
 
 
 # -- any input: only 2xx and 4xx (this runs last; it changes nothing) -----------------------------

@@ -106,3 +106,53 @@ def test_a_share_says_how_long_its_jobs_wait_before_in_share_preemption(world: W
     assert summary["qs1"].in_share_preemption_after_seconds == 600
     assert summary["qs1"].in_share_preemption_after_text == "10 minutes"
     assert summary["qs2"].in_share_preemption_after_seconds is None
+
+
+def test_a_job_borrows_what_is_above_the_limit_now_not_at_its_placement(world: World) -> None:
+    """Issue 38: qs1-low (placed first, within the limit) cancelled, qs1-high (placed above the
+    limit, borrowing 1) holds qs1's only guaranteed instance now; qs1-med, placed in its turn,
+    holds the one above. The counts add up to the share's borrowed figure."""
+    high, med = world.ids["qs1-high"], world.ids["qs1-med"]
+    world.store.cancel(world.ids["qs1-low"])
+    world.settle()
+    jobs = dashboard.list_jobs(world.store, share="qs1")
+    now = dashboard.current_borrowing(world.store, jobs)
+    assert now == {high: 0, med: 1}
+    assert {job.id: job.borrowed for job in jobs if job.id in now} == {high: 1, med: 1}  # at their placements
+    g5 = dashboard.share_summaries(world.store, world.clock.now())[1][0].types[0]
+    assert (g5.limit, g5.used, g5.borrowed) == (1, 2, sum(now.values()))
+
+
+def test_borrowed_now_takes_the_placements_in_the_order_they_were_made() -> None:
+    """docs/model.md rule 4.3.3's count, with the placements still held: each counts the usage
+    of those placed before it."""
+    placed = [
+        dashboard.Holding(job_id=3, placed_at=20.0, decision=9, count=2),
+        dashboard.Holding(job_id=1, placed_at=10.0, decision=5, count=2),
+        dashboard.Holding(job_id=2, placed_at=20.0, decision=7, count=3),
+    ]
+    assert dashboard.borrowed_now(placed, limit=3) == {1: 0, 2: 2, 3: 2}
+    assert dashboard.borrowed_now(placed, limit=10) == {1: 0, 2: 0, 3: 0}
+    assert dashboard.borrowed_now(placed[:1], limit=0) == {3: 2}  # never more than its own count
+    assert dashboard.borrowed_now([], limit=1) == {}
+
+
+@pytest.mark.parametrize(
+    ("status", "reason", "preempted", "cancelled", "text"),
+    [
+        ("STOPPED", "ExitCode:-15", True, False, "stopped by SIGTERM: preempted"),
+        ("STOPPED", "ExitCode:-9", False, True, "stopped by SIGKILL: cancelled"),
+        ("FAILED", "ExitCode:-9", False, False, "killed by SIGKILL"),
+        ("FAILED", "ExitCode:1", False, False, "exited with code 1"),
+        ("STOPPED", None, True, False, "stopped: preempted"),
+        ("NOT_STARTED", None, True, False, "never started: preempted"),
+        ("CAPACITY_ERROR", "InsufficientCapacity", False, False, "no capacity at the provider (InsufficientCapacity)"),
+        ("FAILED", "AlgorithmError: out of memory", False, False, "AlgorithmError: out of memory"),
+        ("SUCCEEDED", None, False, False, None),
+        ("RUNNING", None, False, False, None),
+    ],
+)
+def test_why_an_attempt_ended_is_said_for_people(
+    status: str, reason: str | None, preempted: bool, cancelled: bool, text: str | None
+) -> None:
+    assert dashboard.attempt_reason_text(status, reason, preempted, cancelled) == text
