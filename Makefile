@@ -15,10 +15,15 @@ $(BIN)/python:
 	  echo "python3 -m venv failed: installing Debian's python3-venv"; \
 	  apt-get update -qq && apt-get install -y -qq python3-venv >/dev/null && $(PYTHON) -m venv $(VENV); }
 
+# pip is quiet for make test; make demo (PIP_QUIET empty below) shows what it collects and installs,
+# since a first install takes minutes.
+PIP_QUIET ?= -q
 $(STAMP): $(BIN)/python pyproject.toml
-	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e '.[test]'
+	@echo "[install] the project, Airflow 3.3 and the test tools into $(VENV) (minutes the first time)"
+	$(BIN)/python -m pip install $(PIP_QUIET) --upgrade pip
+	$(BIN)/python -m pip install $(PIP_QUIET) -e '.[test]'
 	@touch $(STAMP)
+	@echo "[install] done"
 
 # The service tests need PostgreSQL: the machine's server when one answers on 127.0.0.1:5432,
 # else a throwaway server the tests start from Debian's postgresql package, installed here.
@@ -69,6 +74,7 @@ test: lint typecheck docs postgres redis browser compose
 	$(BIN)/pytest -m timed
 
 DEMO_ARGS ?=
+demo: PIP_QUIET =
 demo: $(STAMP)
 	$(BIN)/airflow-quota validate examples/quota.yaml
 	$(BIN)/python -m airflow_quota.devtools.demo $(DEMO_ARGS)

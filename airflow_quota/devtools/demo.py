@@ -8,11 +8,18 @@ checkpoint, the waits and the cost, and keeps the UI serving until Ctrl-C (``--o
 after the story). A second run reuses the home, its databases and the UI login. The UI listens
 on 127.0.0.1 (this machine only) unless ``--host`` or ``$AIRFLOW_QUOTA_DEMO_HOST`` names
 another address.
+
+The demo is a starting point: it writes ``.demo/env.sh`` (``source`` it and ``airflow`` and
+``airflow-quota`` talk to the demo's Airflow and quota database) and its dag-processor reads
+every DAG file dropped in ``.demo/dags/``, beside the walkthrough. When the walkthrough fails the
+demo says why (what does not answer, each failed task's failure line) and keeps serving the UI:
+in serve mode it exits, non-zero, only on Ctrl-C; ``--once`` exits non-zero at once.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import socket
@@ -23,7 +30,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from airflow_quota.core.human_time import duration_words
-from airflow_quota.devtools.stack import AirflowStack, StackError, StackSettings, stop_on_sigterm
+from airflow_quota.devtools.stack import AirflowStack, StackError, StackSettings, free_port, stop_on_sigterm
 from airflow_quota.sim.report import table
 from airflow_quota.store.models import JobRow
 from airflow_quota.store.repository import QuotaStore
@@ -34,6 +41,11 @@ RUN_TIMEOUT = 600.0
 RESUMED = re.compile(r"resumed from step (\d+)")
 HOST_VARIABLE = "AIRFLOW_QUOTA_DEMO_HOST"
 """Where the demo's api-server listens when ``--host`` is not given (127.0.0.1 when unset)."""
+DAGS_REFRESH_SECONDS = 10
+"""How often the demo's dag-processor looks for new files in its DAGs folder (Airflow's default,
+300 s, would leave a DAG dropped in ``.demo/dags/`` unseen for five minutes)."""
+EXCEPTION_LINE = re.compile(r"^\s*([\w.]*(Error|Exception|Timeout|Refused)\w*)(: .*)?$")
+"""A log line naming an exception, as Python prints it: ``httpx.ReadTimeout: timed out``."""
 
 
 def port_or_free(preferred: int) -> int:
@@ -108,6 +120,109 @@ def quota_story(store: QuotaStore, jobs: Sequence[JobRow], training_log: Callabl
     return "\n".join(lines)
 
 
+def failure_line(log: str) -> str | None:
+    """The last line of a log that tells why something failed: an error record of Airflow's
+    JSON task logs (its event and exception), or a plain ``SomeError: why`` line; ``None``
+    when the log has neither."""
+    found: str | None = None
+    for raw in log.splitlines():
+        line = raw.strip()
+        try:
+            record = json.loads(line) if line.startswith("{") else None
+        except ValueError:
+            record = None
+        if isinstance(record, dict):
+            if str(record.get("level", "")).lower() not in ("error", "critical"):
+                continue
+            found = str(record.get("event", "")).strip()
+            details = record.get("error_detail")
+            if isinstance(details, list) and details and isinstance(details[-1], dict):
+                last = details[-1]
+                found += f" ({last.get('exc_type', '?')}: {last.get('exc_value', '')})"
+        elif EXCEPTION_LINE.match(line):
+            found = line
+    return found[:400] if found else None
+
+
+def diagnosis(stack: AirflowStack, run_id: str, state: str | None) -> str:
+    """Why the walkthrough did not succeed: what does not answer, and for each failed task
+    its failure line (from its task log, else from the scheduler's log, where a worker that
+    could not reach the execution API says so)."""
+    lines = [f"the run {run_id} is {state or 'not started'}" + ("" if state == "failed" else " after the wait")]
+    lines += [f"- {piece}" for piece in stack.not_answering()]
+    try:
+        tasks = stack.ti_states(DAG_ID, run_id)
+    except Exception as exc:  # the metadata database itself
+        tasks = {}
+        lines.append(f"- the task states cannot be read ({exc.__class__.__name__})")
+    scheduler_line = failure_line(stack_log(stack, "scheduler"))
+    for task_id, task_state in sorted(tasks.items()):
+        if task_state == "failed":
+            why = failure_line(stack.task_log(DAG_ID, run_id, task_id))
+            if why is None and scheduler_line is not None:
+                why = f"{scheduler_line} (the scheduler's log)"
+            lines.append(f"- task {task_id} failed: {why or 'its log says nothing; see the logs below'}")
+    unfinished = sorted(t for t, s in tasks.items() if s not in ("success", "failed", "upstream_failed", "skipped"))
+    if unfinished:
+        lines.append(f"- not finished: {', '.join(unfinished)}")
+    upstream = sorted(t for t, s in tasks.items() if s == "upstream_failed")
+    if upstream:
+        lines.append(f"- not run because a task before them failed: {', '.join(upstream)}")
+    lines.append(f"The logs: {stack.logs} (each process) and {stack.home / 'logs'} (each task).")
+    return "\n".join(lines)
+
+
+def stack_log(stack: AirflowStack, name: str, lines: int = 400) -> str:
+    """The last lines of one process's log."""
+    try:
+        return "\n".join((stack.logs / f"{name}.log").read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return ""
+
+
+def walkthrough(stack: AirflowStack, say: Callable[[str], None]) -> str | None:
+    """Trigger the walkthrough, show the quota table as it changes and tell the story; ``None``
+    when the run succeeded, else why it did not."""
+    run_id = f"demo__{time.strftime('%Y%m%dT%H%M%S')}_{uuid.uuid4().hex[:4]}"
+    try:
+        stack.trigger(DAG_ID, run_id=run_id)
+    except (StackError, OSError) as exc:
+        return f"{DAG_ID} could not be triggered ({exc})\n{diagnosis(stack, run_id, None)}"
+    say(f"[3/4] triggered {DAG_ID} (run {run_id}); the quota table as it changes:")
+    try:
+        state = watch(stack, run_id, say)
+    except StackError:
+        state = stack.run_state(DAG_ID, run_id)
+    jobs = [j for j in stack.store.jobs(dag_id=DAG_ID) if j.run_id == run_id]
+    say(f"\n[4/4] the run ended {state}. The quota story:\n")
+    say(quota_story(stack.store, jobs, stack.training_log))
+    say(f"\nDecision log: airflow-quota jobs show <id> --db {stack.quota_url}")
+    return None if state == "success" else diagnosis(stack, run_id, state)
+
+
+def starting_point(stack: AirflowStack, env_script: Path) -> str:
+    """How to use the demo's Airflow beyond the walkthrough: the CLI, and where DAGs go."""
+    return (
+        f"To use this Airflow from a shell: source {env_script}   (then airflow dags list, airflow-quota status)\n"
+        f"Your DAGs: drop .py files in {stack.dags_folder}/ (the dag-processor looks every "
+        f"{DAGS_REFRESH_SECONDS} s; import errors: airflow dags list-import-errors)"
+    )
+
+
+def serve(stack: AirflowStack, say: Callable[[str], None]) -> None:
+    """Keep serving while the api-server runs (the UI is where one looks next, also after a
+    failure), telling once about each other process that stops; returns when the api-server
+    stops."""
+    told: set[str] = set()
+    while "api-server" not in stack.dead():
+        for name, code in stack.dead().items():
+            if name not in told:
+                say(f"{name} stopped (exit code {code}); the UI still serves. Its log: {stack.logs / name}.log")
+                told.add(name)
+        time.sleep(1)
+    say(f"the api-server stopped (exit code {stack.dead()['api-server']})\n{stack.tails(10)}")
+
+
 def watch(stack: AirflowStack, run_id: str, out: Callable[[str], None], timeout: float = RUN_TIMEOUT) -> str | None:
     """Show the quota table whenever it changes until the run is final; the run's state."""
     shown = ""
@@ -140,8 +255,26 @@ def arguments() -> argparse.ArgumentParser:
         help=f"the address the UI listens on (default ${HOST_VARIABLE}, else 127.0.0.1: this machine only; "
         "0.0.0.0 for every interface)",
     )
-    parser.add_argument("--once", action="store_true", help="stop after the story instead of serving the UI")
+    parser.add_argument(
+        "--once", action="store_true", help="stop after the story instead of serving the UI (exit 1 if it failed)"
+    )
+    parser.add_argument(
+        "--unreachable-execution-api",
+        action="store_true",
+        help="for testing the failure path: give the workers an execution API address where nothing listens, "
+        "so the walkthrough's tasks fail at once",
+    )
     return parser
+
+
+def demo_environment(unreachable_execution_api: bool) -> dict[str, str]:
+    """The settings the demo adds to the stack's: a short look-for-new-DAG-files interval and,
+    to test the failure path, an execution API nobody answers at (tried once, not five times)."""
+    env = {"AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": str(DAGS_REFRESH_SECONDS)}
+    if unreachable_execution_api:
+        env["AIRFLOW__CORE__EXECUTION_API_SERVER_URL"] = f"http://127.0.0.1:{free_port()}/execution/"
+        env["AIRFLOW__WORKERS__EXECUTION_API_RETRIES"] = "0"
+    return env
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -162,39 +295,42 @@ def main(argv: Sequence[str] | None = None) -> int:
         wait_for_dags=[DAG_ID],
         api_port=port_or_free(args.port),
         api_host=args.host,
+        extra_env=demo_environment(args.unreachable_execution_api),
     )
     stack = AirflowStack(settings)
+    env_script = stack.write_env_script(root / "env.sh")
     say(f"[1/4] {'reusing' if again else 'preparing'} the Airflow home in {root} (SQLite, LocalExecutor, 2 slots)")
     started = time.monotonic()
+    problem: str | None = None
     try:
-        stack.start()
-        up = time.monotonic() - started
-        say(f"[2/4] Airflow 3.3 and the quota scheduler are up ({up:.0f} s); logs in {stack.logs}")
-        run_id = f"demo__{time.strftime('%Y%m%dT%H%M%S')}_{uuid.uuid4().hex[:4]}"
-        stack.trigger(DAG_ID, run_id=run_id)
-        say(f"[3/4] triggered {DAG_ID} (run {run_id}); the quota table as it changes:")
-        state = watch(stack, run_id, say)
-        jobs = [j for j in stack.store.jobs(dag_id=DAG_ID) if j.run_id == run_id]
-        say(f"\n[4/4] the run ended {state}. The quota story:\n")
-        say(quota_story(stack.store, jobs, stack.training_log))
-        say(f"\nDecision log: airflow-quota jobs show <id> --db {stack.quota_url}")
-        say(f"The Airflow UI: {stack.api_url}  (login admin / {stack.password('admin')}); Quotas is in its menu.")
-        if state != "success":
-            say(f"the walkthrough did not succeed; the logs are in {stack.logs}\n{stack.tails(10)}")
-            return 1
+        try:
+            stack.start()
+        except StackError as exc:
+            problem = f"Airflow did not start: {exc}"
+        else:
+            up = time.monotonic() - started
+            say(f"[2/4] Airflow 3.3 and the quota scheduler are up ({up:.0f} s); logs in {stack.logs}")
+            say(starting_point(stack, env_script))
+            for filename, why in stack.import_errors().items():
+                say(f"a DAG file does not import: {filename}: {why}")
+            problem = walkthrough(stack, say)
+        if problem is not None:
+            say(f"\nThe walkthrough did not succeed: {problem}")
         if args.once:
-            return 0
-        say("Serving until Ctrl-C.")
-        while not stack.dead():
-            time.sleep(1)
-        say(f"an Airflow process stopped: {stack.dead()}\n{stack.tails(10)}")
+            return 0 if problem is None else 1
+        if not stack.api_answers():
+            say(f"The UI does not answer either, so there is nothing to serve.\n{stack.tails(10)}")
+            return 1
+        say(f"\nThe Airflow UI: {stack.api_url}  (login admin / {stack.password('admin')}); Quotas is in its menu.")
+        say(
+            "Serving until Ctrl-C."
+            + (" (The walkthrough failed: make demo exits 1 when you stop it.)" if problem else "")
+        )
+        serve(stack, say)
         return 1
     except KeyboardInterrupt:
         say("\nstopping")
-        return 0
-    except StackError as exc:
-        say(f"the demo could not run: {exc}")
-        return 1
+        return 0 if problem is None else 1
     finally:
         stack.stop()
 

@@ -16,6 +16,7 @@ import contextlib
 import json
 import os
 import secrets
+import shlex
 import signal
 import socket
 import subprocess
@@ -44,6 +45,12 @@ BIN = Path(sys.executable).parent
 COMPONENTS = ("scheduler", "dag-processor", "triggerer", "api-server", "quota-scheduler")
 AIRFLOW_JOBS = {"scheduler": "SchedulerJob", "dag-processor": "DagProcessorJob", "triggerer": "TriggererJob"}
 """The ``job`` table's job type of each Airflow component that heartbeats."""
+NEEDS_THE_API = ("scheduler", "triggerer")
+"""Components whose workers and triggers call the api-server's execution API: started only once
+it answers, else their first tasks die with ``httpx.ConnectError: Connection refused``."""
+EXECUTION_API_TIMEOUT = 60.0
+"""Seconds a worker waits for the execution API (Airflow's default, 5 s, is too short for an
+api-server sharing two busy cores: tasks died with ``httpx.ReadTimeout``)."""
 
 
 class StackError(QuotaError):
@@ -73,6 +80,18 @@ def connect_host(listen_host: str) -> str:
     if listen_host in ("", "0.0.0.0", "::"):
         return "127.0.0.1"
     return f"[{listen_host}]" if ":" in listen_host else listen_host
+
+
+RUNNING_JOBS = "SELECT job_type FROM job WHERE state = 'running'"
+
+
+def answers(url: str) -> bool:
+    """Whether a GET of ``url`` answers 200 within a few seconds."""
+    try:
+        with urllib.request.urlopen(url, timeout=5) as response:
+            return bool(response.status == 200)
+    except OSError:
+        return False
 
 
 def tail(path: Path, lines: int = 25) -> str:
@@ -135,9 +154,12 @@ class AirflowStack:
             folder.mkdir(parents=True, exist_ok=True)
         self.api_port = settings.api_port or free_port()
         self.api_url = f"http://{connect_host(settings.api_host)}:{self.api_port}"
+        self.execution_api_url = f"{self.api_url}/execution/"
         self.metadata_url = normalize(settings.metadata_url or f"sqlite:///{self.home / 'airflow.db'}")
         self.quota_url = settings.quota_url or f"sqlite:///{root / 'quota.db'}"
-        self.env = self._environment(root)
+        self.own_env = self._own_environment(root)
+        """What the stack sets for its processes (the rest of ``env`` is this process's own)."""
+        self.env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW")} | self.own_env
         self.processes: dict[str, subprocess.Popen[bytes]] = {}
         self._metadata: Engine | None = None
         self._quota: Engine | None = None
@@ -152,8 +174,8 @@ class AirflowStack:
             path.write_text(make())
         return path.read_text().strip()
 
-    def _environment(self, root: Path) -> dict[str, str]:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW")}
+    def _own_environment(self, root: Path) -> dict[str, str]:
+        env: dict[str, str] = {}
         env.update(
             {
                 "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
@@ -167,7 +189,8 @@ class AirflowStack:
                 "AIRFLOW__CORE__FERNET_KEY": self._secret(
                     "fernet_key", lambda: base64.urlsafe_b64encode(os.urandom(32)).decode()
                 ),
-                "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"{self.api_url}/execution/",
+                "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": self.execution_api_url,
+                "AIRFLOW__WORKERS__EXECUTION_API_TIMEOUT": str(EXECUTION_API_TIMEOUT),
                 "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": ",".join(
                     f"{user}:{role}" for user, role in self.settings.users.items()
                 ),
@@ -187,6 +210,26 @@ class AirflowStack:
             env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN_ASYNC"] = self.metadata_url  # else Airflow wants asyncpg
         env.update(self.settings.extra_env)
         return env
+
+    def write_env_script(self, path: Path) -> Path:
+        """Write a shell script exporting every setting the stack gives its processes, so that
+        ``source``-ing it points ``airflow`` and ``airflow-quota`` at this Airflow and its quota
+        database. It holds the secrets (fernet key, JWT secret): readable by the owner only."""
+        lines = [
+            "# Written by airflow_quota.devtools.stack: the settings of the Airflow under",
+            f"# {self.settings.root.resolve()}. `source` it to run airflow and airflow-quota against it.",
+            "# It holds that Airflow's secrets: keep it to yourself.",
+            "unset $(env | sed -n 's/^\\(AIRFLOW[A-Za-z0-9_]*\\)=.*/\\1/p')  # another Airflow's settings",
+            f'export PATH={shlex.quote(str(BIN))}:"$PATH"',
+        ]
+        lines += [
+            f"export {name}={shlex.quote(value)}" for name, value in sorted(self.own_env.items()) if name != "PATH"
+        ]
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.touch(mode=0o600)
+        path.chmod(0o600)
+        path.write_text("\n".join(lines) + "\n")
+        return path
 
     def _write_passwords(self) -> None:
         """Keep the passwords of users already known; make one for each new user."""
@@ -238,40 +281,82 @@ class AirflowStack:
         return process
 
     def start(self) -> None:
-        """Prepare, start every component, and wait until all are ready."""
+        """Prepare, start every component, and wait until all are ready. The scheduler and the
+        triggerer start only once the api-server answers (when it is one of the components)."""
         self.prepare()
-        for component in self.settings.components:
+        first = [
+            c
+            for c in self.settings.components
+            if c not in NEEDS_THE_API or "api-server" not in self.settings.components
+        ]
+        for component in first:
             self.start_process(component, self._command(component))
+        if len(first) < len(self.settings.components):
+            self.wait_ready(api_server_only=True)
+            for component in self.settings.components:
+                if component not in first:
+                    self.start_process(component, self._command(component))
         self.wait_ready()
+
+    def api_answers(self) -> bool:
+        """Whether the api-server answers its REST API."""
+        return answers(f"{self.api_url}/api/v2/version")
+
+    def not_answering(self) -> list[str]:
+        """The pieces of this Airflow that do not answer now, each with where it was asked: the
+        api-server, the execution API the workers call, the components that stopped
+        heartbeating, and the processes that exited."""
+        found = [f"{name} exited with code {code}" for name, code in sorted(self.dead().items())]
+        if "api-server" in self.settings.components and not self.api_answers():
+            found.append(f"the api-server does not answer at {self.api_url}")
+        execution_api = self.env.get("AIRFLOW__CORE__EXECUTION_API_SERVER_URL", self.execution_api_url)
+        if "api-server" in self.settings.components and not answers(f"{execution_api.rstrip('/')}/health"):
+            found.append(f"the execution API the workers call does not answer at {execution_api}")
+        try:
+            jobs = {row[0] for row in self.query(RUNNING_JOBS)}
+        except Exception as exc:  # the metadata database itself
+            return [*found, f"the metadata database cannot be read ({exc.__class__.__name__}: {exc})"]
+        found += [
+            f"the {c} has no running job in Airflow's job table (it is not heartbeating)"
+            for c in self.settings.components
+            if c in AIRFLOW_JOBS and AIRFLOW_JOBS[c] not in jobs and c not in self.dead()
+        ]
+        return found
+
+    def import_errors(self) -> dict[str, str]:
+        """DAG files that failed to import, each with the last line of its stack trace."""
+        return {
+            str(filename): (str(trace).strip().splitlines() or [""])[-1]
+            for filename, trace in self.query("SELECT filename, stacktrace FROM import_error")
+        }
 
     def missing(self) -> list[str]:
         """What is not ready yet: components not answering or heartbeating, DAGs not parsed."""
         missing: list[str] = []
-        if "api-server" in self.settings.components:
-            try:
-                with urllib.request.urlopen(f"{self.api_url}/api/v2/version", timeout=3) as response:
-                    if response.status != 200:
-                        missing.append("api-server")
-            except OSError:
-                missing.append("api-server")
-        jobs = {row[0] for row in self.query("SELECT job_type FROM job WHERE state = 'running'")}
-        missing += [c for c in self.settings.components if c in AIRFLOW_JOBS and AIRFLOW_JOBS[c] not in jobs]
+        if "api-server" in self.settings.components and not self.api_answers():
+            missing.append("api-server")
+        jobs = {row[0] for row in self.query(RUNNING_JOBS)}
+        missing += [c for c in self.processes if c in AIRFLOW_JOBS and AIRFLOW_JOBS[c] not in jobs]
         if self.settings.wait_for_dags:
+            # only the stack's own DAG files stop it: a file someone dropped in the folder does not
+            ours = {dag.name for dag in self.settings.dags}
             errors = self.query("SELECT filename, stacktrace FROM import_error")
-            if errors:
+            if [e for e in errors if Path(str(e[0])).name in ours]:
                 raise StackError(f"DAG import errors: {errors}")
             parsed = {row[0] for row in self.query("SELECT dag_id FROM dag WHERE is_stale IS NOT TRUE")}
             missing += [d for d in self.settings.wait_for_dags if d not in parsed]
         return missing
 
-    def wait_ready(self) -> None:
+    def wait_ready(self, api_server_only: bool = False) -> None:
+        """Wait until nothing is missing (or until the api-server answers); a ``StackError`` with
+        the log tails when a process exits or the start timeout passes."""
         deadline = time.monotonic() + self.settings.start_timeout
         missing: list[str] = ["everything"]
         while time.monotonic() < deadline:
             if self.dead():
                 raise StackError(f"Airflow could not start: {self.dead()} exited\n{self.tails()}")
             try:
-                missing = self.missing()
+                missing = ([] if self.api_answers() else ["api-server"]) if api_server_only else self.missing()
             except StackError:
                 raise
             except Exception as exc:  # the metadata database may not have its tables yet
