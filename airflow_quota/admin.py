@@ -543,11 +543,15 @@ def show_job(args: argparse.Namespace) -> int:
 
 def submit_job(args: argparse.Namespace) -> int:
     """Submit a job file as the operating-system user (``core.access.local_user``): a share
-    with an ``access.submit`` rule takes it only when the rule lists that user."""
+    with an ``access.submit`` rule takes it only when the rule lists that user. The file's
+    problems name the listed types that are not in the pool applied now, beside any other."""
     from airflow_quota.core.submission import parse_submission
 
-    request, fields = load_file(Path(args.file), "job fields", parse_submission)
-    job = _store(args).submit(
+    store = _store(args)
+    latest = store.latest_config()
+    pool_types = set(latest[1].pool.capacity) if latest is not None else None
+    request, fields = load_file(Path(args.file), "job fields", lambda raw: parse_submission(raw, pool_types))
+    job = store.submit(
         request,
         fields.backend,
         fields.training or {},

@@ -10,6 +10,7 @@ from typing import Annotated, Any
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from airflow_quota.core.config import InstanceTypeName, Name, Uri, at_most
+from airflow_quota.core.wording import MAX_PREFERENCES, too_many_preferences
 
 
 class JobState(str, Enum):
@@ -119,7 +120,7 @@ class JobRequest(BaseModel):
     name: Name
     share: Name
     priority: int = Field(default=0, ge=0, le=9999, strict=True)
-    preferences: list[PreferenceEntry] = Field(min_length=1, max_length=5)
+    preferences: list[PreferenceEntry] = Field(min_length=1, json_schema_extra={"maxItems": MAX_PREFERENCES})
     max_pending_seconds: Seconds | None = None
     preemption_retries: int | None = Field(default=None, ge=0, le=1000, strict=True)
     retry_attempts: int = Field(default=1, ge=1, le=10, strict=True)
@@ -133,6 +134,9 @@ class JobRequest(BaseModel):
     @field_validator("preferences")
     @classmethod
     def _types_unique(cls, value: list[PreferenceEntry]) -> list[PreferenceEntry]:
+        """At most ``MAX_PREFERENCES`` entries (said in our words, not pydantic's), each type once."""
+        if len(value) > MAX_PREFERENCES:
+            raise ValueError(too_many_preferences(len(value)))
         seen: set[str] = set()
         for entry in value:
             if entry.instance_type in seen:

@@ -21,6 +21,7 @@ from collections.abc import Mapping
 from datetime import timedelta
 from typing import Any
 
+from airflow_quota.core.wording import unknown_name
 from airflow_quota.exceptions import InvalidInput, Problem
 from airflow_quota.operators.arguments import request_problems
 
@@ -67,18 +68,24 @@ def config_problems(
 def quota_config(
     *,
     share: str | None = None,
-    instance_preferences: list[dict[str, Any]],
+    instance_preferences: list[dict[str, Any]] | None = None,
     priority: int = 0,
     max_pending_time: float | timedelta | None = None,
     preemption_retries: int | None = None,
     checkpoint_uri: str | None = None,
     checkpoint_interval: float | None = None,
+    **unknown: Any,
 ) -> dict[str, Any]:
     """The ``executor_config`` of a task under the quota shares, checked now (in the DAG file):
-    ``InvalidInput`` names each broken field. Without ``share``, the task's ``queue`` names it."""
-    fields: dict[str, Any] = {"instance_preferences": instance_preferences, "priority": priority}
+    ``InvalidInput`` names each broken field. Without ``share``, the task's ``queue`` names it.
+
+    A keyword it does not know (a typo: ``instance_preference=``) is named with the known ones
+    and the closest as "did you mean", as an unknown field of ``executor_config["quota"]`` is,
+    rather than Python's bare ``TypeError``; so is a missing ``instance_preferences``."""
+    fields: dict[str, Any] = {"priority": priority, **unknown}
     optional = {
         "share": share,
+        "instance_preferences": instance_preferences,
         "max_pending_time": max_pending_time.total_seconds()
         if isinstance(max_pending_time, timedelta)
         else max_pending_time,
@@ -89,6 +96,9 @@ def quota_config(
     fields.update({k: v for k, v in optional.items() if v is not None})
     config = {QUOTA_KEY: fields}
     problems = config_problems(config, "stand-in-share", parse_time=True)
+    if instance_preferences is None:
+        where = PREFIX + "instance_preferences"
+        problems = [Problem(where, "required field is missing"), *(p for p in problems if not p.path.startswith(where))]
     if problems:
         raise InvalidInput(problems)
     return config
@@ -102,8 +112,7 @@ def _read(executor_config: Mapping[str, Any] | None, queue: str | None) -> tuple
         return [Problem(PREFIX.rstrip("."), f"must be a mapping of {', '.join(FIELDS)}, got {raw!r}")], {}
     unknown = sorted(str(k) for k in raw if k not in FIELDS)
     if unknown:
-        known = ", ".join(FIELDS)
-        return [Problem(PREFIX + name, f"unknown field; the known ones are {known}") for name in unknown], {}
+        return [Problem(PREFIX + name, unknown_name(name, FIELDS)) for name in unknown], {}
     arguments = dict(raw)
     if arguments.get("share") is None:
         if queue and queue != DEFAULT_QUEUE:

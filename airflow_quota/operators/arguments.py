@@ -18,6 +18,7 @@ from pydantic import ValidationError
 
 from airflow_quota.core.config import pydantic_problems
 from airflow_quota.core.model import JobRequest
+from airflow_quota.core.submission import unknown_keys_named
 from airflow_quota.exceptions import Problem
 
 REQUEST_ARGUMENTS = (
@@ -120,12 +121,12 @@ def request_problems(
 ) -> list[Problem]:
     """Every broken rule of the quota arguments, as ``argument: message`` (each path behind
     ``prefix``, e.g. ``executor_config.quota.``). At parse time an argument still holding Jinja
-    is checked only once rendered."""
+    is checked only once rendered. Worded as a job file's problems are (``core.wording``)."""
     problems: list[Problem] = []
     try:
         job_request(arguments, "parse-time-check", priority, placeholders=parse_time)
     except ValidationError as exc:
-        for problem in pydantic_problems(exc):
+        for problem in unknown_keys_named(pydantic_problems(exc), REQUEST_ARGUMENTS, "preferences"):
             head, dot, rest = problem.path.partition(".")
             head, bracket, index = head.partition("[")
             path = _PARAMETER_OF.get(head, head) + bracket + index + dot + rest
