@@ -24,7 +24,11 @@ import pytest
 import yaml
 from sqlalchemy import Engine, func, select, update
 
+from airflow_quota.core.config import parse_config
 from airflow_quota.core.model import JobRequest
+from airflow_quota.core.state import QuotaState
+from airflow_quota.core.submission import check_submission
+from airflow_quota.exceptions import SubmissionRejected
 from airflow_quota.store.backend_names import TEST_BACKENDS_VARIABLE
 from airflow_quota.store.engine import make_engine, migrate
 from airflow_quota.store.models import JobRow, Request
@@ -195,7 +199,7 @@ SIMULATE_CASES: list[tuple[str, str | dict[str, Any], Expected]] = [
                 ],
             )
         ),
-        [("events[0].submit.preferences", r"at most 5|1.5|≤ 5|<= 5|five")],
+        [("events[0].submit.preferences", r"^6 instance types listed; a job lists at most 5$")],
     ),
     (
         "a submission listing the same instance type twice",
@@ -664,6 +668,15 @@ def job_file(**fields: Any) -> dict[str, Any]:
     return raw
 
 
+NOT_IN_POOL = ("ml.g5.2xlarge", "ml.g5.4xlarge", "ml.g5.8xlarge", "ml.g5.12xlarge", "ml.m5.xlarge")
+"""Types of the catalogue that ``LIMIT_QUOTA``'s pool (only ml.g5.xlarge) does not have."""
+
+
+def exactly(message: str) -> str:
+    """A pattern matching ``message`` word for word, nothing before or after."""
+    return f"^{re.escape(message)}$"
+
+
 # (what is wrong, the job file's fields, the problems expected: every one, in one run)
 SUBMIT_CASES: list[tuple[str, dict[str, Any], Expected]] = [
     (
@@ -705,6 +718,40 @@ SUBMIT_CASES: list[tuple[str, dict[str, Any], Expected]] = [
             ("max_pending_seconds", r"finite"),
         ],
     ),
+    (
+        "six instance types, five of them not in the pool: both said, every type named",
+        {"preferences": [{"instance_type": t, "count": 1} for t in (G5, *NOT_IN_POOL)]},
+        [
+            ("preferences", exactly("6 instance types listed; a job lists at most 5")),
+            ("preferences", exactly(f"{', '.join(NOT_IN_POOL)} are not in the pool (its types: {G5})")),
+        ],
+    ),
+    (
+        "a CPU-only type not in the pool: said as such, not as a capacity of 0",
+        {"preferences": [{"instance_type": "ml.m5.xlarge", "count": 1}]},
+        [("preferences", exactly(f"ml.m5.xlarge is not in the pool (its types: {G5})"))],
+    ),
+    (
+        "misspelled keys, of the job and of an entry: named with the known ones and the closest",
+        {"prioriti": 3, "preferences": [{"instance_type": G5, "count": 1, "training_pln": "night"}]},
+        [
+            (
+                "prioriti",
+                exactly(
+                    "unknown key; did you mean 'priority'? The known ones are name, share, priority, preferences,"
+                    " max_pending_seconds, preemption_retries, retry_attempts, retry_on, checkpoint_uri,"
+                    " checkpoint_interval, wait_for_capacity, backend, training, client_token, dag_id, task_id,"
+                    " run_id, map_index, aws_conn_id"
+                ),
+            ),
+            (
+                "preferences[0].training_pln",
+                exactly(
+                    "unknown key; did you mean 'training_plan'? The known ones are instance_type, count, training_plan"
+                ),
+            ),
+        ],
+    ),
 ]
 
 
@@ -716,6 +763,30 @@ def test_jobs_submit_refuses_a_field_of_the_wrong_type_or_beyond_its_limit(
     path = write(tmp_path, job_file(**fields), "job.yaml")
     assert_refused(cli("jobs", "submit", str(path), "--db", url), expected, path)
     assert stored_rows(engine) == (0, 1)  # the configuration's request only: no job, no submit request
+
+
+@pytest.mark.parametrize(
+    ("preferences", "message"),
+    [
+        (
+            [(t, 1) for t in ("ml.m5.xlarge", G5, "ml.g5.2xlarge")],
+            f"preferences: ml.m5.xlarge, ml.g5.2xlarge are not in the pool (its types: {G5})",
+        ),
+        ([(G5, 5)], f"preferences[0].count: 5x {G5} is more than the pool's capacity of 4"),
+    ],
+    ids=["two types not in the pool, before any count", "a count above the capacity of a type in the pool"],
+)
+def test_the_core_names_every_type_not_in_the_pool_before_any_capacity_arithmetic(
+    preferences: list[tuple[str, int]], message: str
+) -> None:
+    """What the scheduler, the hook and the simulator say (``check_submission``): the types the
+    pool does not have, all of them, as such; the capacity rule only for types it has."""
+    state = QuotaState(parse_config(LIMIT_QUOTA), origin=datetime(2026, 1, 1))
+    entries = [{"instance_type": t, "count": n} for t, n in preferences]
+    request = JobRequest.model_validate({"name": "j1", "share": "qs1", "preferences": entries})
+    with pytest.raises(SubmissionRejected) as rejected:
+        check_submission(state, request)
+    assert str(rejected.value) == message
 
 
 def test_jobs_submit_accepts_fields_at_their_limits(tmp_path: Path, quota_db: tuple[str, Engine]) -> None:

@@ -38,11 +38,22 @@ def operator_problems(**arguments: Any) -> list[str]:
         {"instance_preferences": [{"instance_type": "ml.g5.xlarge", "count": 0}]},
         {"instance_preferences": [*G5, {"instance_type": "ml.g5.xlarge", "count": 2}]},
         {"instance_preferences": []},
+        {"instance_preferences": [{"instance_type": f"ml.g5.{n}xlarge", "count": 1} for n in range(2, 8)]},
+        {"instance_preferences": [{"instance_type": "ml.g5.xlarge", "count": 1, "plan": "night"}]},
         {"priority": 10000},
         {"max_pending_time": -5},
         {"preemption_retries": -1},
     ],
-    ids=["count 0", "a type twice", "no entry", "priority too high", "negative pending time", "negative retries"],
+    ids=[
+        "count 0",
+        "a type twice",
+        "no entry",
+        "six types",
+        "a misspelled key in an entry",
+        "priority too high",
+        "negative pending time",
+        "negative retries",
+    ],
 )
 def test_the_executor_says_what_the_operator_says_under_its_own_field_names(arguments: dict[str, Any]) -> None:
     expected = [f"executor_config.quota.{line}" for line in operator_problems(**arguments)]
@@ -167,3 +178,56 @@ def test_held_tasks_use_none_of_the_executors_slots() -> None:
     assert all(h.problem is None and h.arguments["share"] == "research" for h in executor.held.values())
     with pytest.raises(NotImplementedError):
         executor.revoke_task(ti=None)  # type: ignore[arg-type]
+
+
+SIX_TYPES = [{"instance_type": f"ml.g5.{n}xlarge", "count": 1} for n in range(2, 8)]
+KNOWN_FIELDS = (
+    "share, instance_preferences, priority, max_pending_time, preemption_retries, checkpoint_uri, checkpoint_interval"
+)
+
+
+@pytest.mark.parametrize(
+    ("arguments", "problems"),
+    [
+        (
+            {"instance_preferences": SIX_TYPES},
+            ["executor_config.quota.instance_preferences: 6 instance types listed; a job lists at most 5"],
+        ),
+        (
+            {"instance_preferences": [{"instance_type": "ml.g5.xlarge", "cont": 1}]},
+            [
+                "executor_config.quota.instance_preferences[0].count: required field is missing",
+                "executor_config.quota.instance_preferences[0].cont: unknown key; did you mean 'count'?"
+                " The known ones are instance_type, count, training_plan",
+            ],
+        ),
+        (
+            {"instance_preference": G5},
+            [
+                "executor_config.quota.instance_preferences: required field is missing",
+                "executor_config.quota.instance_preference: unknown field; did you mean 'instance_preferences'?"
+                f" The known ones are {KNOWN_FIELDS}",
+            ],
+        ),
+        (
+            {"instance_preferences": G5, "gpus": 4},
+            [f"executor_config.quota.gpus: unknown field; the known ones are {KNOWN_FIELDS}"],
+        ),
+    ],
+    ids=["six types", "a misspelled key in an entry", "a misspelled keyword", "an unknown keyword"],
+)
+def test_quota_config_names_a_bad_keyword_in_our_words_not_a_type_error(
+    arguments: dict[str, Any], problems: list[str]
+) -> None:
+    """A typo of a keyword is an ``InvalidInput`` naming it, the known ones and the closest (not
+    Python's bare ``TypeError``); too many preferences says how many and the limit."""
+    with pytest.raises(InvalidInput) as refused:
+        quota_config(share="research", **arguments)
+    assert [str(p) for p in refused.value.problems] == problems
+
+
+def test_an_unknown_field_of_the_config_is_named_with_the_closest_known_one() -> None:
+    config = {"quota": {"share": "research", "instance_preferences": G5, "priorty": 3}}
+    assert [str(p) for p in config_problems(config)] == [
+        f"executor_config.quota.priorty: unknown field; did you mean 'priority'? The known ones are {KNOWN_FIELDS}"
+    ]

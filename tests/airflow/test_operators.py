@@ -316,7 +316,7 @@ def six() -> list[dict[str, Any]]:
     [
         (
             {"instance_preferences": six()},
-            "instance_preferences: List should have at most 5 items after validation, not 6",
+            "instance_preferences: 6 instance types listed; a job lists at most 5",
         ),
         (
             {"instance_preferences": [*G5, {"instance_type": "ml.g5.xlarge", "count": 2}]},
@@ -332,7 +332,12 @@ def six() -> list[dict[str, Any]]:
         ),
         (
             {"instance_preferences": [{"instance_type": "ml.g5.xlarge", "count": 1, "gpus": 4}]},
-            "instance_preferences[0].gpus: unknown key",
+            "instance_preferences[0].gpus: unknown key; the known ones are instance_type, count, training_plan",
+        ),
+        (
+            {"instance_preferences": [{"instance_type": "ml.g5.xlarge", "cuont": 1}]},
+            "instance_preferences[0].cuont: unknown key; did you mean 'count'?"
+            " The known ones are instance_type, count, training_plan",
         ),
         ({"backend": "kubernetes"}, "backend: 'kubernetes' is not one of local, sagemaker"),
         ({"command": None}, "command: the local backend needs a non-empty string or list of strings, got None"),
@@ -379,6 +384,7 @@ def six() -> list[dict[str, Any]]:
         "count 0",
         "an empty preference list",
         "an unknown key in an entry",
+        "a misspelled key in an entry",
         "an unknown backend",
         "the local backend without a command",
         "a blank command",
