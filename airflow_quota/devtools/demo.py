@@ -273,7 +273,7 @@ def demo_environment(unreachable_execution_api: bool) -> dict[str, str]:
     env = {"AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": str(DAGS_REFRESH_SECONDS)}
     if unreachable_execution_api:
         env["AIRFLOW__CORE__EXECUTION_API_SERVER_URL"] = f"http://127.0.0.1:{free_port()}/execution/"
-        env["AIRFLOW__WORKERS__EXECUTION_API_RETRIES"] = "0"
+        env["AIRFLOW__WORKERS__EXECUTION_API_RETRIES"] = "1"  # one try, no retry
     return env
 
 
