@@ -161,7 +161,7 @@ def diagnosis(stack: AirflowStack, run_id: str, state: str | None) -> str:
             why = failure_line(stack.task_log(DAG_ID, run_id, task_id))
             if why is None and scheduler_line is not None:
                 why = f"{scheduler_line} (the scheduler's log)"
-            lines.append(f"- task {task_id} failed: {why or 'its log says nothing; see the logs below'}")
+            lines.append(f"- task {task_id} failed: {why or 'its log names no error; see the logs named below'}")
     unfinished = sorted(t for t, s in tasks.items() if s not in ("success", "failed", "upstream_failed", "skipped"))
     if unfinished:
         lines.append(f"- not finished: {', '.join(unfinished)}")
@@ -203,7 +203,7 @@ def walkthrough(stack: AirflowStack, say: Callable[[str], None]) -> str | None:
 def starting_point(stack: AirflowStack, env_script: Path) -> str:
     """How to use the demo's Airflow beyond the walkthrough: the CLI, and where DAGs go."""
     return (
-        f"To use this Airflow from a shell: source {env_script}   (then airflow dags list, airflow-quota status)\n"
+        f"To use this Airflow from a shell: source {env_script}   (then airflow dags list, airflow-quota shares)\n"
         f"Your DAGs: drop .py files in {stack.dags_folder}/ (the dag-processor looks every "
         f"{DAGS_REFRESH_SECONDS} s; import errors: airflow dags list-import-errors)"
     )
