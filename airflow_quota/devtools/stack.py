@@ -336,7 +336,7 @@ class AirflowStack:
         if "api-server" in self.settings.components and not self.api_answers():
             missing.append("api-server")
         jobs = {row[0] for row in self.query(RUNNING_JOBS)}
-        missing += [c for c in self.processes if c in AIRFLOW_JOBS and AIRFLOW_JOBS[c] not in jobs]
+        missing += [c for c in self.settings.components if c in AIRFLOW_JOBS and AIRFLOW_JOBS[c] not in jobs]
         if self.settings.wait_for_dags:
             # only the stack's own DAG files stop it: a file someone dropped in the folder does not
             ours = {dag.name for dag in self.settings.dags}
