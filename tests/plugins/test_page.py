@@ -39,6 +39,8 @@ CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
 SCREENSHOTS_DIR = "QUOTA_SCREENSHOTS_DIR"
 """The variable naming the folder for the screenshots (``docs`` refreshes the documentation's)."""
 WIDE, NARROW = (1440, 1100), (390, 844)
+LAPTOP = (1280, 800)
+"""The width the page must fit without scrolling sideways, inside Airflow's frame (issue 38)."""
 T = TypeVar("T")
 
 
@@ -402,6 +404,65 @@ def test_the_page_fits_a_narrow_screen(walkthrough: Served, signed_in: WebDriver
     screenshot(browser, screenshots, "quotas-page-narrow.png", full_height=True)
 
 
+def updated_text(driver: WebDriver) -> str:
+    return str(driver.find_element(By.ID, "updated").text)
+
+
+def updated_texts(at: float, before: float = 5.0) -> set[str]:
+    """The header's "Updated …" for a refresh the API answered at most ``before`` seconds
+    before ``at``: the UTC clock the rest of the page uses ("Updated 23:04 UTC.")."""
+    return {f"Updated {clock_time(at - back, now=at - back)}." for back in range(int(before) + 1)}
+
+
+OVERFLOWING_TABLES = """
+return [...document.querySelectorAll('table')].filter((table) => {
+  const box = table.closest('section').getBoundingClientRect();
+  const scroller = table.parentElement;
+  return scroller.scrollWidth > scroller.clientWidth || table.getBoundingClientRect().right > box.right;
+}).map((table) => [table.closest('section').dataset.share || table.closest('section').id,
+  table.closest('[data-role]') ? table.closest('[data-role]').dataset.role : '',
+  table.scrollWidth, table.parentElement.clientWidth,
+  [...table.querySelectorAll('tbody tr:first-child td')].map((cell) => cell.offsetWidth).join(' ')]);
+"""
+"""The tables wider than their card, which would scroll sideways: [section (a share, a panel),
+table (queue, running), its width, its card's room, its first row's cells' widths]."""
+
+LINES_OF_WAITED = """
+return [...document.querySelectorAll('td[data-role="waited"]')].map((cell) => {
+  const range = document.createRange();
+  range.selectNodeContents(cell);
+  return new Set([...range.getClientRects()].map((r) => Math.round(r.top))).size;
+});
+"""
+"""How many lines each queue's "waited" cell takes."""
+
+
+def test_the_page_fits_1280_pixels_and_says_every_time_in_utc(walkthrough: Served, signed_in: WebDriver) -> None:
+    """Issue 38: at 1,280 px, inside Airflow's frame, nothing scrolls sideways (neither the page
+    nor a table in its card), the queue's durations stay on one line, and the header's time is
+    the UTC clock of every other time on the page."""
+    browser = signed_in
+    viewport(browser, *LAPTOP)
+    open_quotas(browser)
+    wait_for(browser, charts_drawn, what="the utilisation charts")
+    inner = browser.execute_script("return window.innerWidth")
+    assert 1000 < inner <= LAPTOP[0], inner  # the frame, beside Airflow's navigation
+    assert browser.execute_script("return document.documentElement.scrollWidth") <= inner
+    assert browser.execute_script(OVERFLOWING_TABLES) == []
+    assert browser.execute_script(LINES_OF_WAITED) == [1]  # qs1-med's "2 hours 1 minute"
+    assert len({card(browser, s).location["x"] for s in ("qs1", "qs2", "qs3")}) == 2  # two columns
+    assert updated_text(browser) in updated_texts(rendered_at(browser))
+    browser.switch_to.default_content()
+    assert browser.execute_script("return document.documentElement.scrollWidth") <= LAPTOP[0]
+    viewport(browser, *LAPTOP)
+    browser.get(walkthrough.url + "/quota/")  # the page alone, as a link to it opens it
+    loaded(browser)
+    wait_for(browser, charts_drawn, what="the utilisation charts")
+    assert browser.execute_script("return window.innerWidth") == LAPTOP[0]
+    assert browser.execute_script("return document.documentElement.scrollWidth") <= LAPTOP[0]
+    assert browser.execute_script(OVERFLOWING_TABLES) == []
+
+
 def test_a_job_page_tells_the_job_story(walkthrough: Served, signed_in: WebDriver, screenshots: Path) -> None:
     """qs1-high's page once qs1-med, raised to 5 (as the priority test does through the page),
     has preempted it a second time."""
@@ -423,7 +484,13 @@ def test_a_job_page_tells_the_job_story(walkthrough: Served, signed_in: WebDrive
         dt.text: dd
         for dt, dd in zip(*(browser.find_elements(By.CSS_SELECTOR, f"#summary {t}") for t in ("dt", "dd")), strict=True)
     }
-    assert field["waited"].text == duration_words(job.wait_seconds)
+    # waited in all: its waits before its placements and the current one (here a moment: it was
+    # requeued just now), as "waiting since" says; the API test checks a wait of two hours
+    assert job.runnable_since is not None
+    assert field["waited"].text in words_within(job.wait_seconds + rendered_at(browser) - job.runnable_since)
+    why = [row[7] for row in texts(browser, "#attempts tbody tr")]
+    assert why == ["stopped: preempted", "stopped: preempted"], why  # the fake backend's reason is "stopped"
+    assert updated_text(browser) in updated_texts(rendered_at(browser))
     assert field["submitted"].text in clock_texts(job.submitted_at)
     assert field["waiting since"].text.endswith(")") and "UTC (" in field["waiting since"].text
     assert browser.find_element(By.CSS_SELECTOR, '[data-role="cancel"]').is_displayed()

@@ -75,6 +75,12 @@ window.Quota = (function () {
     el.hidden = !message;
   }
 
+  /** A code such as WAITING_FOR_QUOTA that may break after its underscores in a narrow cell
+      (<wbr>: the text stays the code, for reading and copying). */
+  function code(text) {
+    return String(text).split("_").flatMap((part, i) => (i ? [h("wbr", {}), "_" + part] : [part]));
+  }
+
   function table(headers, rows, empty) {
     if (!rows.length) return h("p", {class: "empty"}, empty);
     return h("div", {class: "scroll"}, h("table", {},
@@ -117,7 +123,8 @@ window.Quota = (function () {
   }
 
   /** Run ``refresh`` now and every few seconds while the checkbox (if any) is on and the tab
-      is visible; a field being edited keeps its focus and value across re-renders. */
+      is visible; a field being edited keeps its focus and value across re-renders. ``refresh``
+      returns the API's ``now_text`` ("23:04 UTC"), which the header shows as "Updated …". */
   function poll(refresh) {
     const toggle = document.getElementById("auto-refresh");
     let timer = null;
@@ -125,9 +132,9 @@ window.Quota = (function () {
       clearTimeout(timer);
       const focused = document.activeElement && document.activeElement.dataset ? document.activeElement.dataset.jobId : null;
       try {
-        await refresh();
+        const now = await refresh();  // the API's now_text: the quota scheduler's clock, in UTC
         document.getElementById("error").hidden = true;
-        document.getElementById("updated").textContent = "Updated " + new Date().toLocaleTimeString() + ".";
+        document.getElementById("updated").textContent = now ? "Updated " + now + "." : "";
       } catch (error) {
         notice(error.message || String(error), true);
       }
@@ -143,5 +150,5 @@ window.Quota = (function () {
     return tick;
   }
 
-  return {root, refreshSeconds, h, fill, api, money, number, notice, table, priorityControl, poll, drafts, asked};
+  return {root, refreshSeconds, h, fill, api, money, number, notice, code, table, priorityControl, poll, drafts, asked};
 })();

@@ -60,14 +60,14 @@
       ["preferences", job.preferences.map((p) => p.count + "× " + p.instance_type + (p.training_plan ? " (plan " + p.training_plan + ")" : "")).join(" → ")],
       ["attempts", String(job.attempts)],
       ["preemptions", String(job.preemptions)],
-      ["waited", job.wait_text],
+      ["waited", job.waited_text],  // a waiting job's current wait included, as "waiting since" says
       ["GPU-hours", number(job.gpu_hours, 3) + " (" + number(job.lost_gpu_hours, 3) + " lost)"],
       ["cost", money(job.cost)],
       ["backend", job.backend],
       ["submitted", job.submitted_at_text],
       ["Airflow task", job.task_url ? h("a", {href: job.task_url, target: "_top"}, job.dag_id + " / " + job.task_id + (job.map_index === null || job.map_index === undefined ? "" : " [" + job.map_index + "]")) : null],
     ]));
-    fill(document.getElementById("attempts"), table(["#", "on", "borrowed", "status", "placed", "running since", "ended", "reason"],
+    fill(document.getElementById("attempts"), table(["#", "on", ["borrowed when placed", {class: "num"}], "status", "placed", "running since", "ended", "why it ended"],
       detail.attempts.map((a) => h("tr", {dataset: {attempt: a.number}},
         h("td", {class: "num"}, String(a.number)),
         h("td", {}, a.count + "× " + a.instance_type + (a.training_plan ? " (plan " + a.training_plan + ")" : "")),
@@ -76,7 +76,9 @@
         h("td", {}, a.placed_at_text),
         h("td", {}, a.running_since_text || ""),
         h("td", {}, a.ended_at_text || ""),
-        h("td", {class: "wrap"}, a.reason || ""))), "Not placed yet."));
+        h("td", {class: "wrap", dataset: {role: "why-ended"}}, a.why_ended || "",
+          a.reason && !(a.why_ended || "").startsWith(a.reason) ? h("span", {class: "muted", dataset: {role: "raw-reason"}}, " (" + a.reason + ")") : null))),
+      "Not placed yet."));
     fill(document.getElementById("preempted"),
       h("h3", {}, "Suffered"),
       table(["when", "by", "kind", ["attempt", {class: "num"}], "was on", ["work lost", {class: "num"}]], preemptionRows(detail.preemptions, true), "Never preempted."),
@@ -87,6 +89,7 @@
       "No alerts."));
     document.getElementById("story").textContent = detail.story.join("\n") || "Nothing decided yet.";
     document.body.dataset.loaded = String(Date.now());
+    return detail.now_text;
   }
 
   tick = poll(refresh);

@@ -4,7 +4,7 @@
 "use strict";
 
 (function () {
-  const {h, fill, api, money, number, table, priorityControl, poll, root} = window.Quota;
+  const {h, fill, api, money, number, code, table, priorityControl, poll, root} = window.Quota;
   const LIVE = ["SUBMITTED", "RUNNABLE", "SCHEDULED", "STARTING", "RUNNING"];
   const WAITING = ["SUBMITTED", "RUNNABLE"];
   const CHART_SECONDS = 30;
@@ -60,18 +60,18 @@
         job.position_in_share === null ? "–" : job.position_in_share + (job.position_in_queue === null ? "" : " / " + job.position_in_queue)),
       h("td", {}, jobLink(job)),
       h("td", {}, priorityControl(job, share.max_priority, () => tick && tick())),
-      h("td", {dataset: {role: "reason"}}, job.state === "SUBMITTED" ? "SUBMITTED (not taken in yet)" : (job.pending_reason || "")),
-      h("td", {}, job.waiting_for || ""),
-      h("td", {class: "num words", dataset: job.pending_seconds === null ? {role: "waited"} : {role: "waited", seconds: job.pending_seconds}},
+      h("td", {class: "code", dataset: {role: "reason"}}, job.state === "SUBMITTED" ? "SUBMITTED (not taken in yet)" : code(job.pending_reason || "")),
+      h("td", {class: "wrap-words"}, job.waiting_for || ""),
+      h("td", {class: "num", dataset: job.pending_seconds === null ? {role: "waited"} : {role: "waited", seconds: job.pending_seconds}},
         job.pending_text || "")));
-    return table([["# share / queue", {class: "num"}], "job", "priority", "pending reason", "waiting for", ["waited", {class: "num"}]], rows, "Nobody waits.");
+    return table([["#", {class: "num", title: "position in the share / in the whole queue"}], "job", "priority", "pending reason", "waiting for", ["waited", {class: "num"}]], rows, "Nobody waits.");
   }
 
   function runningTable(share, jobs) {
     const rows = jobs.map((job) => h("tr", {dataset: {jobId: job.id, state: job.state}},
       h("td", {}, jobLink(job)),
-      h("td", {dataset: {role: "placement"}}, job.count + "× " + job.instance_type + (job.training_plan ? " (plan " + job.training_plan + ")" : ""),
-        job.borrowed ? h("span", {class: "badge borrowing", dataset: {role: "borrowing"}, title: "holds " + job.borrowed + " instance(s) above its share's limit"}, " borrowing " + job.borrowed) : null),
+      h("td", {class: "wrap-words", dataset: {role: "placement"}}, job.count + "× " + job.instance_type + (job.training_plan ? " (plan " + job.training_plan + ")" : ""),
+        job.borrowed ? h("span", {class: "badge borrowing", dataset: {role: "borrowing"}, title: "holds " + job.borrowed + " instance(s) above its share's limit now"}, " borrowing " + job.borrowed) : null),
       h("td", {}, job.state === "RUNNING" ? "RUNNING" : job.state),
       h("td", {}, priorityControl(job, share.max_priority, () => tick && tick())),
       h("td", {class: "num"}, String(job.attempts)),
@@ -160,6 +160,7 @@
     renderShares(shares, live.jobs);
     renderPreemptions(preemptions);
     document.body.dataset.loaded = String(Date.now());
+    return shares.now_text;
   }
 
   tick = poll(refresh);
