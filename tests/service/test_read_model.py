@@ -22,7 +22,6 @@ import pytest
 
 os.environ.setdefault("AIRFLOW_HOME", tempfile.mkdtemp(prefix="airflow-quota-read-model-"))  # before Airflow loads
 
-from airflow.api_fastapi.core_api import security as airflow_security
 from fastapi.testclient import TestClient
 from sqlalchemy import Engine
 
@@ -31,8 +30,6 @@ from airflow_quota.core.cycle import QuotaScheduler
 from airflow_quota.core.model import JobRequest
 from airflow_quota.core.visibility import pending_seconds, share_view
 from airflow_quota.hooks.quota import QuotaHook
-from airflow_quota.plugins import security
-from airflow_quota.plugins.app import create_app
 from airflow_quota.service.backends.fake import FakeBackend
 from airflow_quota.service.clock import ManualClock
 from airflow_quota.service.metrics import QuotaMetrics
@@ -42,6 +39,7 @@ from airflow_quota.sim.simulator import Simulator
 from airflow_quota.store.repository import QuotaStore
 from airflow_quota.store.views import ViewBuilder
 from tests.conftest import ROOT
+from tests.service.reader_api import reader_api
 
 G5, P3 = "ml.g5.xlarge", "ml.p3.2xlarge"
 QUOTA: dict[str, Any] = {
@@ -78,18 +76,6 @@ class Gauges:
 
     def timing(self, stat: str, dt: timedelta, *, tags: dict[str, str] | None = None) -> None:
         pass
-
-
-@dataclass
-class User:
-    name: str
-
-
-class EveryoneReads:
-    """An auth manager letting every user read and edit every DAG."""
-
-    def is_authorized_dag(self, **_: Any) -> bool:
-        return True
 
 
 @dataclass
@@ -138,12 +124,7 @@ def world(engine: Engine, db_url: str, monkeypatch: pytest.MonkeyPatch) -> Itera
     )
     monkeypatch.setattr(admin, "_store", lambda args: store)  # the CLI reads on the same clock
     monkeypatch.setenv("AIRFLOW_CONN_QUOTA_DEFAULT", db_url)
-    manager = EveryoneReads()
-    monkeypatch.setattr(airflow_security, "get_auth_manager", lambda: manager)
-    monkeypatch.setattr(security, "get_auth_manager", lambda: manager)
-    app = create_app(store=lambda: store)
-    app.dependency_overrides[airflow_security.get_user] = lambda: User("reader")
-    yield World(db_url, clock, store, service, gauges, TestClient(app))
+    yield World(db_url, clock, store, service, gauges, reader_api(store, monkeypatch))
 
 
 def core_view(world: World) -> list[dict[str, Any]]:

@@ -23,12 +23,8 @@ from sqlalchemy import Engine
 
 os.environ.setdefault("AIRFLOW_HOME", tempfile.mkdtemp(prefix="airflow-quota-first-cycle-"))  # before Airflow loads
 
-from airflow.api_fastapi.core_api import security as airflow_security
-from fastapi.testclient import TestClient
 
 from airflow_quota.core.model import JobRequest
-from airflow_quota.plugins import security
-from airflow_quota.plugins.app import create_app
 from airflow_quota.service.backends.fake import FakeBackend
 from airflow_quota.service.clock import ManualClock
 from airflow_quota.service.scheduler import QuotaService
@@ -36,6 +32,7 @@ from airflow_quota.store.engine import make_engine
 from airflow_quota.store.repository import QuotaStore
 from airflow_quota.store.settings import normalize
 from tests.conftest import Run, cli
+from tests.service.reader_api import reader_api
 
 G5, P3 = "ml.g5.xlarge", "ml.p3.2xlarge"
 QUOTA: dict[str, Any] = {
@@ -179,30 +176,13 @@ def test_a_new_version_not_taken_in_yet_leaves_the_figures_of_the_one_before(
     assert "no quota scheduler" not in database.run("shares").stdout
 
 
-@dataclass
-class User:
-    name: str
-
-
-class EveryoneReads:
-    """An auth manager letting every user read every DAG."""
-
-    def is_authorized_dag(self, **_: Any) -> bool:
-        return True
-
-
 def test_the_quotas_page_api_shows_the_stored_configuration_too(
     database: Database, engine: Engine, scheduler: Scheduler, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """``GET /api/shares`` reads the same view (``dashboard.share_summaries``): the page shows
     the shares' cards, not "no configuration", between ``apply`` and the first cycle."""
     store = QuotaStore(engine)
-    manager = EveryoneReads()
-    monkeypatch.setattr(airflow_security, "get_auth_manager", lambda: manager)
-    monkeypatch.setattr(security, "get_auth_manager", lambda: manager)
-    app = create_app(store=lambda: store)
-    app.dependency_overrides[airflow_security.get_user] = lambda: User("reader")
-    api = TestClient(app)
+    api = reader_api(store, monkeypatch)
 
     database.run("apply", str(database.quota_file))
     answer = api.get("/api/shares").json()
