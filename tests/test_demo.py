@@ -6,19 +6,26 @@ tests check the pieces of that without Airflow."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 import shutil
 import signal
+import socket
+import socketserver
 import subprocess
 import sys
+import threading
+import time
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from airflow_quota.devtools import demo, stack
+from airflow_quota.devtools.slow_relay import SlowRelay
 from airflow_quota.devtools.stack import AirflowStack, StackSettings
 
 REPO = Path(__file__).resolve().parents[1]
@@ -133,14 +140,20 @@ def test_make_demo_once_tells_the_quota_story(tmp_path: Path) -> None:
 
     # served, a walkthrough whose workers cannot reach the execution API fails: the demo says
     # what does not answer and why each task failed, keeps the UI up, and exits 1 once stopped
-    served = subprocess.Popen(
-        [str(copy / ".venv" / "bin" / "python"), "-m", "airflow_quota.devtools.demo", *FAILING],
-        cwd=copy,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
+    demo_command = [str(copy / ".venv" / "bin" / "python"), "-m", "airflow_quota.devtools.demo", *FAILING]
+    with served_demo(demo_command, copy, env) as out3:
+        assert re.search(
+            r"- the execution API the workers call does not answer at http://127\.0\.0\.1:\d+/execution/", out3
+        )
+        assert re.search(r"- task \w+ failed: .*(ConnectError|Connection refused)", out3), out3[-6000:]
+
+
+@contextlib.contextmanager
+def served_demo(command: list[str], cwd: Path, env: dict[str, str]) -> Iterator[str]:
+    """The demo, served, with a walkthrough that fails: until it says it serves, checks that it
+    said the walkthrough did not succeed and that the UI answers; yields what it printed; then
+    stops it as Ctrl-C does and checks that it exits 1."""
+    served = subprocess.Popen(command, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         assert served.stdout is not None
         lines = []
@@ -148,23 +161,50 @@ def test_make_demo_once_tells_the_quota_story(tmp_path: Path) -> None:
             lines.append(line)
             if line.startswith("Serving until Ctrl-C"):
                 break
-        out3 = "".join(lines)
-        assert "The walkthrough did not succeed: the run demo__" in out3, out3[-6000:]
-        assert re.search(
-            r"- the execution API the workers call does not answer at http://127\.0\.0\.1:\d+/execution/", out3
-        )
-        assert re.search(r"- task \w+ failed: .*(ConnectError|Connection refused)", out3), out3[-6000:]
-        ui = re.search(r"The Airflow UI: (http://127\.0\.0\.1:\d+) +\(login admin / \S+\)", out3)
-        assert ui, out3[-6000:]
+        out = "".join(lines)
+        assert "The walkthrough did not succeed: the run demo__" in out, out[-6000:]
+        ui = re.search(r"The Airflow UI: (http://127\.0\.0\.1:\d+) +\(login admin / \S+\)", out)
+        assert ui, out[-6000:]
         with urllib.request.urlopen(f"{ui.group(1)}/api/v2/version", timeout=60) as answer:
             assert answer.status == 200  # the UI still serves after the failure
         assert served.poll() is None
+        yield out
         served.send_signal(signal.SIGTERM)  # as Ctrl-C
         assert served.wait(timeout=120) == 1
     finally:
         if served.poll() is None:
             served.kill()
             served.wait()
+
+
+@pytest.mark.timeout(900)
+def test_an_execution_api_that_answers_slowly_keeps_the_ui_up(tmp_path: Path) -> None:
+    """The user's failure: the api-server took longer to answer the workers than they wait
+    (``httpx.ReadTimeout``). Through a relay that holds each call 12 s while the workers wait 6 s,
+    the walkthrough fails, the demo says which task timed out, and the UI stays up."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW")}
+    command = [sys.executable, "-m", "airflow_quota.devtools.demo", "--root", str(tmp_path / "demo"), "--port", "0"]
+    with served_demo([*command, "--slow-execution-api", "12"], REPO, env) as out:
+        assert re.search(r"- the execution API the workers call does not answer at http://127\.0\.0\.1:\d+/", out)
+        assert re.search(r"- task \w+ failed: .*(ReadTimeout|timed out)", out), out[-6000:]
+
+
+def test_the_slow_relay_passes_each_call_on_after_its_delay() -> None:
+    """The relay behind ``--slow-execution-api``: a call through it is answered by the server
+    behind it, and not before the delay."""
+    with socketserver.TCPServer(("127.0.0.1", 0), EchoOnce) as echo:
+        threading.Thread(target=echo.handle_request, daemon=True).start()
+        with SlowRelay(("127.0.0.1", echo.server_address[1]), delay=1.5) as relay:
+            started = time.monotonic()
+            with socket.create_connection(("127.0.0.1", relay.port), timeout=30) as conn:
+                conn.sendall(b"ping")
+                assert conn.recv(4) == b"ping"
+            assert time.monotonic() - started >= 1.5
+
+
+class EchoOnce(socketserver.BaseRequestHandler):
+    def handle(self) -> None:
+        self.request.sendall(self.request.recv(4))
 
 
 def test_env_script_exports_what_the_processes_get(tmp_path: Path) -> None:

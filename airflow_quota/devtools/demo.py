@@ -19,6 +19,7 @@ in serve mode it exits, non-zero, only on Ctrl-C; ``--once`` exits non-zero at o
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
@@ -30,7 +31,15 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from airflow_quota.core.human_time import duration_words
-from airflow_quota.devtools.stack import AirflowStack, StackError, StackSettings, free_port, stop_on_sigterm
+from airflow_quota.devtools.slow_relay import SlowRelay
+from airflow_quota.devtools.stack import (
+    AirflowStack,
+    StackError,
+    StackSettings,
+    connect_host,
+    free_port,
+    stop_on_sigterm,
+)
 from airflow_quota.sim.report import table
 from airflow_quota.store.models import JobRow
 from airflow_quota.store.repository import QuotaStore
@@ -264,16 +273,28 @@ def arguments() -> argparse.ArgumentParser:
         help="for testing the failure path: give the workers an execution API address where nothing listens, "
         "so the walkthrough's tasks fail at once",
     )
+    parser.add_argument(
+        "--slow-execution-api",
+        type=float,
+        metavar="SECONDS",
+        help="for testing the failure path: the workers reach the execution API through a relay that holds "
+        "each call SECONDS before passing it on, longer than they wait, so their calls time out",
+    )
     return parser
 
 
-def demo_environment(unreachable_execution_api: bool) -> dict[str, str]:
+def demo_environment(unreachable_execution_api: bool, slow_relay: SlowRelay | None = None) -> dict[str, str]:
     """The settings the demo adds to the stack's: a short look-for-new-DAG-files interval and,
-    to test the failure path, an execution API nobody answers at (tried once, not five times)."""
+    to test the failure path, an execution API nobody answers at, or one reached through a
+    relay slower than the workers wait (tried once, not five times)."""
     env = {"AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": str(DAGS_REFRESH_SECONDS)}
     if unreachable_execution_api:
         env["AIRFLOW__CORE__EXECUTION_API_SERVER_URL"] = f"http://127.0.0.1:{free_port()}/execution/"
         env["AIRFLOW__WORKERS__EXECUTION_API_RETRIES"] = "1"  # one try, no retry
+    elif slow_relay is not None:
+        env["AIRFLOW__CORE__EXECUTION_API_SERVER_URL"] = f"http://127.0.0.1:{slow_relay.port}/execution/"
+        env["AIRFLOW__WORKERS__EXECUTION_API_TIMEOUT"] = str(max(1.0, slow_relay.delay / 2))
+        env["AIRFLOW__WORKERS__EXECUTION_API_RETRIES"] = "1"
     return env
 
 
@@ -284,6 +305,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     def say(text: str) -> None:
         print(text, flush=True)
 
+    api_port = port_or_free(args.port)
+    with contextlib.ExitStack() as cleanup:
+        relay = None
+        if args.slow_execution_api is not None:
+            relay = cleanup.enter_context(SlowRelay((connect_host(args.host), api_port), args.slow_execution_api))
+        return run(args, api_port, relay, say)
+
+
+def run(args: argparse.Namespace, api_port: int, relay: SlowRelay | None, say: Callable[[str], None]) -> int:
+    """Start the stack, tell the walkthrough's story, then serve (or stop, with ``--once``)."""
     root = Path(args.root).resolve()
     again = (root / "home" / "airflow.db").exists()
     settings = StackSettings(
@@ -293,9 +324,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         parallelism=2,
         users={"admin": "admin"},
         wait_for_dags=[DAG_ID],
-        api_port=port_or_free(args.port),
+        api_port=api_port,
         api_host=args.host,
-        extra_env=demo_environment(args.unreachable_execution_api),
+        extra_env=demo_environment(args.unreachable_execution_api, relay),
     )
     stack = AirflowStack(settings)
     env_script = stack.write_env_script(root / "env.sh")
