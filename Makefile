@@ -8,7 +8,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: test lint typecheck docs postgres redis browser compose demo bench clean
+.PHONY: test lint typecheck docs postgres redis browser compose systemd demo bench clean
 
 $(BIN)/python:
 	@$(PYTHON) -m venv $(VENV) 2>/dev/null || { \
@@ -51,6 +51,12 @@ compose:
 	  echo "installing Debian's docker-compose (to validate docker-compose.yml)"; \
 	  apt-get update -qq && apt-get install -y -qq docker-compose >/dev/null; }
 
+# tests/test_deploy_files.py checks deploy/systemd's unit with systemd-analyze, from Debian's systemd
+systemd:
+	@command -v systemd-analyze >/dev/null 2>&1 || { \
+	  echo "installing Debian's systemd (systemd-analyze, to verify deploy/systemd's unit)"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq systemd >/dev/null; }
+
 lint: $(STAMP)
 	$(BIN)/ruff check airflow_quota tests benchmarks dags
 	$(BIN)/lint-imports
@@ -69,7 +75,7 @@ docs: $(STAMP)
 # cores took the run from 17.6 to 14.7 minutes; TEST_WORKERS=0 runs the tests in this process.
 # Then the tests that time a takeover or a recovery (marker timed, tests/conftest.py), alone.
 TEST_WORKERS ?= 3
-test: lint typecheck docs postgres redis browser compose
+test: lint typecheck docs postgres redis browser compose systemd
 	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadfile -m "not timed"
 	$(BIN)/pytest -m timed
 
