@@ -232,7 +232,8 @@ class QuotaService:
         self.capacity_backoff_seconds = capacity_backoff_seconds
         self.refresh_views_seconds = refresh_views_seconds
         self.sessions = session_factory(engine)
-        self.lock = leader_lock(engine, self.holder, leader_lease_seconds if lease_seconds is None else lease_seconds)
+        lease = leader_lease_seconds if lease_seconds is None else lease_seconds
+        self.lock = leader_lock(engine, self.holder, lease, backends=list(self.backends))
         self._fencing = False
         """True once ``run`` leads: then every decision transaction checks the lease's epoch."""
         self._leading = False

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -60,12 +61,14 @@ class LeaderLease:
         """How often the leader renews the lease (``still_leader``): its heartbeat interval."""
         return self.lease_seconds / 4
 
-    def __init__(self, engine: Engine, holder: str, lease_seconds: float = 10.0) -> None:
+    def __init__(self, engine: Engine, holder: str, lease_seconds: float = 10.0, backends: Sequence[str] = ()) -> None:
         if lease_seconds <= 0:
             raise ValueError(f"leader_lease_seconds must be positive, got {lease_seconds}")
         self.engine = engine
         self.holder = holder
         self.lease_seconds = float(lease_seconds)
+        self.backends = ",".join(sorted(backends))
+        """The backends this scheduler runs, written with the lease for readers (``doctor``)."""
         self.dialect = engine.dialect.name
         self.now = _now_sql(self.dialect)
         self.epoch: int | None = None
@@ -129,12 +132,13 @@ class LeaderLease:
                     "me": self.holder,
                     "lease": self.lease_seconds,
                     "beat": self.beat_seconds,
+                    "backends": self.backends,
                 }
                 epoch = connection.scalar(
                     text(
                         f"UPDATE quota_leader SET holder = :me, epoch = epoch + 1, "
                         f"expires_at = {self.now} + :lease, holder_pid = {pid}, "
-                        f"heartbeat_at = {self.now}, heartbeat_seconds = :beat "
+                        f"heartbeat_at = {self.now}, heartbeat_seconds = :beat, backends = :backends "
                         f"WHERE name = :name AND (expires_at < {self.now} OR holder = :me{dead_holder}) "
                         "RETURNING epoch"
                     ),
@@ -147,9 +151,9 @@ class LeaderLease:
                     if exists is None:
                         connection.execute(
                             text(
-                                "INSERT INTO quota_leader "
-                                "(name, holder, epoch, expires_at, holder_pid, heartbeat_at, heartbeat_seconds) "
-                                f"VALUES (:name, :me, 1, {self.now} + :lease, {pid}, {self.now}, :beat)"
+                                "INSERT INTO quota_leader (name, holder, epoch, expires_at, holder_pid, "
+                                "heartbeat_at, heartbeat_seconds, backends) "
+                                f"VALUES (:name, :me, 1, {self.now} + :lease, {pid}, {self.now}, :beat, :backends)"
                             ),
                             params,
                         )
@@ -241,9 +245,9 @@ class LeaderLease:
             self._connection = None
 
 
-def leader_lock(engine: Engine, holder: str, lease_seconds: float = 10.0) -> LeaderLease:
-    """The lease for the scheduler ``holder`` on ``engine``'s database."""
-    return LeaderLease(engine, holder, lease_seconds)
+def leader_lock(engine: Engine, holder: str, lease_seconds: float = 10.0, backends: Sequence[str] = ()) -> LeaderLease:
+    """The lease for the scheduler ``holder`` (running ``backends``) on ``engine``'s database."""
+    return LeaderLease(engine, holder, lease_seconds, backends)
 
 
 @dataclass(frozen=True, slots=True)
@@ -254,6 +258,10 @@ class SchedulerHealth:
     silent_seconds: float | None
     """Seconds since the last heartbeat (None: no scheduler has ever led here)."""
     heartbeat_seconds: float | None
+    lease_left_seconds: float | None = None
+    """Seconds until the lease runs out (negative: it has; a clean stop sets it to run out at once)."""
+    backends: tuple[str, ...] | None = None
+    """The backends the holder runs (None: not recorded, a scheduler from before they were)."""
 
     @property
     def down(self) -> bool:
@@ -272,13 +280,22 @@ def scheduler_health(engine: Engine) -> SchedulerHealth:
     now = _now_sql(engine.dialect.name)
     with engine.connect() as connection:
         row = connection.execute(
-            text(f"SELECT holder, {now} - heartbeat_at, heartbeat_seconds FROM quota_leader WHERE name = :name"),
+            text(
+                f"SELECT holder, {now} - heartbeat_at, heartbeat_seconds, expires_at - {now}, backends "
+                "FROM quota_leader WHERE name = :name"
+            ),
             {"name": LEADER},
         ).first()
     if row is None:
         return SchedulerHealth(None, None, None)
-    holder, silent, interval = row
-    return SchedulerHealth(holder, None if silent is None else max(0.0, float(silent)), interval)
+    holder, silent, interval, left, backends = row
+    return SchedulerHealth(
+        holder,
+        None if silent is None else max(0.0, float(silent)),
+        interval,
+        None if left is None else float(left),
+        None if backends is None else tuple(name for name in backends.split(",") if name),
+    )
 
 
 def current_leader(engine: Engine) -> str | None:

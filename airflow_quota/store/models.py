@@ -336,3 +336,6 @@ class Leader(Base):
     """When the leader last renewed the lease (the database's clock): its heartbeat."""
     heartbeat_seconds: Mapped[float | None] = mapped_column(Float, nullable=True)
     """How often the leader beats (a quarter of its lease); silent for 3x this: no scheduler runs."""
+    backends: Mapped[str | None] = mapped_column(String(200), nullable=True)
+    """The backends the holder runs, comma-separated (written when it takes the lease); None: a
+    scheduler from before this column. ``airflow-quota doctor`` checks the live jobs' backends."""
