@@ -1,5 +1,5 @@
 """The administration commands of ``airflow-quota``: ``db migrate``, ``apply``, ``scheduler``,
-``shares``, ``jobs list|show|submit|set-priority|cancel`` and ``alerts``. Each reading command
+``shares``, ``jobs list|show|submit|set-priority|cancel``, ``alerts`` and ``doctor``. Each reading command
 prints a table, or one JSON document with ``--json``.
 """
 
@@ -154,6 +154,37 @@ def add_commands(commands: Any) -> None:
     _db_option(alerts)
     _json_option(alerts)
     alerts.set_defaults(run=show_alerts)
+
+    doctor = commands.add_parser(
+        "doctor",
+        help="check every wire of the installation, one line each (run it where Airflow runs)",
+        description="Check, from an Airflow component's environment, the quota database and its migrations, the "
+        'configuration applied, the leading quota scheduler, [core] executor against the DAGs\' executor="quota", '
+        "the quota_default connection, the Quotas page plugin, the triggerer and the execution API. One line per "
+        "check with the fix when it fails; exit 0 when all hold, 1 when one fails.",
+    )
+    _json_option(doctor)
+    doctor.add_argument(
+        "--timeout",
+        type=_at_least(0.1),
+        default=DOCTOR_TIMEOUT,
+        metavar="SECONDS",
+        help="each check fails when it has no answer in this long (default %(default)g)",
+    )
+    doctor.set_defaults(run=run_doctor)
+
+
+DOCTOR_TIMEOUT = 15.0
+"""How long each check of ``doctor`` may take by default: a dead server fails its line instead."""
+
+
+def run_doctor(args: argparse.Namespace) -> int:
+    """``doctor``: every check's line (or one JSON document); 0 when all hold, else 1."""
+    from airflow_quota.doctor import report, run_checks
+
+    checks = run_checks(args.timeout)
+    print(report(checks, args.json))
+    return 0 if all(check.ok for check in checks) else 1
 
 
 def _at_least(least: float, whole: bool = False) -> Callable[[str], float]:

@@ -80,3 +80,10 @@ def current_revision(engine: Engine) -> str | None:
 
 def head_revision(engine: Engine) -> str | None:
     return ScriptDirectory.from_config(_alembic_config(engine)).get_current_head()
+
+
+def known_revision(engine: Engine, revision: str) -> bool:
+    """Whether ``revision`` is one of this airflow-quota's migrations (a database migrated by a
+    newer version is not)."""
+    scripts = ScriptDirectory.from_config(_alembic_config(engine))
+    return any(script.revision == revision for script in scripts.walk_revisions())
