@@ -400,7 +400,11 @@ def _share_record(share: ShareView, now: float) -> dict[str, Any]:
     }
 
 
-def _job_record(job: JobRow) -> dict[str, Any]:
+def _job_record(job: JobRow, borrowed_now: int) -> dict[str, Any]:
+    """A job as ``--json`` prints it. ``borrowed`` is how many of its instances are above its
+    share's limit now (``dashboard.current_borrowing``, as the Quotas page and its API say it);
+    ``borrowed_when_placed`` the count at its last placement, which jobs of the share placed
+    before it may since have made smaller."""
     return {
         "id": job.id,
         "name": job.name,
@@ -413,7 +417,8 @@ def _job_record(job: JobRow) -> dict[str, Any]:
         "instance_type": job.instance_type,
         "count": job.count,
         "training_plan": job.training_plan,
-        "borrowed": job.borrowed,
+        "borrowed": borrowed_now,
+        "borrowed_when_placed": job.borrowed,
         "attempts": job.attempts,
         "preemptions": job.preemptions,
         "wait_seconds": round(job.wait_seconds, 3),
@@ -432,9 +437,13 @@ def _job_record(job: JobRow) -> dict[str, Any]:
 
 
 def list_jobs(args: argparse.Namespace) -> int:
-    jobs = _store(args).jobs(share=args.share, states=args.state, dag_id=args.dag)
+    from airflow_quota.store.dashboard import current_borrowing
+
+    store = _store(args)
+    jobs = store.jobs(share=args.share, states=args.state, dag_id=args.dag)
+    borrowing = current_borrowing(store, jobs)
     if args.json:
-        _print_json({"jobs": [_job_record(j) for j in jobs]})
+        _print_json({"jobs": [_job_record(j, borrowing.get(j.id, 0)) for j in jobs]})
         return 0
     print(
         _table(
@@ -447,7 +456,7 @@ def list_jobs(args: argparse.Namespace) -> int:
                     j.priority,
                     j.state,
                     j.reason or j.pending_reason,
-                    f"{j.count}x {j.instance_type}" if j.instance_type else None,
+                    _placed_on(j, borrowing.get(j.id, 0)),
                     j.position_in_share,
                     j.attempts,
                     j.preemptions,
@@ -457,6 +466,14 @@ def list_jobs(args: argparse.Namespace) -> int:
         )
     )
     return 0
+
+
+def _placed_on(job: JobRow, borrowed_now: int) -> str | None:
+    """``2x ml.g5.xlarge``, with ``(borrowing 1 now)`` while some of it is above the share's limit."""
+    if not job.instance_type:
+        return None
+    borrowing = f" (borrowing {borrowed_now} now)" if borrowed_now else ""
+    return f"{job.count}x {job.instance_type}{borrowing}"
 
 
 JOB_ID_MAX = 2**63 - 1
@@ -487,9 +504,11 @@ def job_id_of(key: str) -> int | None:
 
 
 def show_job(args: argparse.Namespace) -> int:
+    from airflow_quota.store.dashboard import current_borrowing
+
     store = _store(args)
     job = _find(store, args.job)
-    record = _job_record(job)
+    record = _job_record(job, current_borrowing(store, [job]).get(job.id, 0))
     record["attempts_detail"] = [
         {
             "number": a.number,
@@ -534,6 +553,8 @@ def show_job(args: argparse.Namespace) -> int:
     ):
         if record[key] is not None:
             print(f"{key:>18}: {record[key]}")
+    if job.instance_type:  # placed at least once
+        print(f"{'borrowing':>18}: {record['borrowed']} now, {record['borrowed_when_placed']} when last placed")
     now = store.clock()
     submitted = clock_time(record["submitted_at"], now)
     print(f"{'submitted':>18}: {submitted}, waited {duration_words(record['wait_seconds'])}")
@@ -541,7 +562,7 @@ def show_job(args: argparse.Namespace) -> int:
         print("\nattempts")
         print(
             _table(
-                ["#", "placed on", "plan", "borrowed", "status", "reason"],
+                ["#", "placed on", "plan", "borrowed when placed", "status", "reason"],
                 [
                     [
                         a["number"],
@@ -594,7 +615,7 @@ def submit_job(args: argparse.Namespace) -> int:
         actor=local_user(),
     )
     if args.json:
-        _print_json(_job_record(job))
+        _print_json(_job_record(job, 0))  # just submitted: it holds nothing
     else:
         print(f"submitted job {job.id} ({job.name}) to share {job.share}")
     return 0

@@ -34,6 +34,7 @@ from airflow_quota.core.model import HOLDING_STATES, JobRequest, JobState, Prefe
 from airflow_quota.core.submission import job_fields
 from airflow_quota.exceptions import ChangeRefused
 from airflow_quota.notifications.base import alert_message
+from airflow_quota.store.dashboard import current_borrowing
 from airflow_quota.store.engine import make_engine, reachable
 from airflow_quota.store.models import AlertRow, Attempt, JobRow, Request
 from airflow_quota.store.repository import QuotaStore
@@ -133,8 +134,14 @@ def state_key(job: JobRow) -> tuple[Any, ...]:
     )
 
 
-def describe_job(job: JobRow) -> str:
-    """One line for the task log: the job's state and what goes with it."""
+def describe_job(job: JobRow, borrowed_now: int | None = None) -> str:
+    """One line for the task log: the job's state and what goes with it.
+
+    :param borrowed_now: of the instances the job holds, how many are above its share's limit
+        now (``QuotaHook.borrowed_now``, the Quotas page's figure): said as "borrowing N now".
+        Without it, the line can only say what the job borrowed when it was placed
+        (``job.borrowed``), and says so: jobs of the share placed before it may have left since.
+    """
     who = f"quota job {job.id} ({job.name}) in share {job.share}"
     if job.state == JobState.SUBMITTED.value:
         return f"{who} is SUBMITTED: waiting for the quota scheduler to take it in"
@@ -155,8 +162,11 @@ def describe_job(job: JobRow) -> str:
             line += f" on {job.count}x {job.instance_type}"
             if job.training_plan:
                 line += f" (plan {job.training_plan})"
-            if job.borrowed:
-                line += f" (borrowing {job.borrowed})"
+            if borrowed_now is not None:
+                if borrowed_now:
+                    line += f" (borrowing {borrowed_now} now)"
+            elif job.borrowed:
+                line += f" (borrowed {job.borrowed} when placed)"
         return line + f", attempt {job.attempts}"
     if job.state == JobState.FAILED.value:
         return f"{who} FAILED: {job.reason}: {job.detail}"
@@ -335,6 +345,18 @@ class QuotaHook(BaseHook):
     async def aget_job(self, job_id: int) -> JobRow | None:
         store = await self._astore()
         return await asyncio.to_thread(store.job, job_id)
+
+    def borrowed_now(self, job: JobRow) -> int:
+        """Of the instances ``job`` holds, how many are above its share's limit now: the read
+        model's count (``dashboard.current_borrowing``, as the Quotas page and ``airflow-quota
+        jobs show`` say it), which falls when jobs of the share placed before it leave. 0 for a
+        job that holds nothing."""
+        return current_borrowing(self.store, [job]).get(job.id, 0)
+
+    def describe(self, job: JobRow) -> str:
+        """``describe_job`` with the job's borrowing as it is now (one more read while it holds
+        instances)."""
+        return describe_job(job, self.borrowed_now(job) if job.state in HOLDING_STATES else None)
 
     def get_job_by_token(self, client_token: str) -> JobRow | None:
         return self.store.job_by_token(client_token)

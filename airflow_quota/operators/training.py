@@ -471,7 +471,7 @@ class QuotaTrainingOperator(BaseOperator):
                 )
                 return QuotaJobEvent("error", job.id, None, None, message)
             if state_key(current) != last:
-                self.log.info("%s", describe_job(current))
+                self.log.info("%s", self.hook.describe(current))  # borrowing as it is now
                 last = state_key(current)
             if current.pending_deadline != announced and (due := describe_pending_deadline(current, time.time())):
                 self.log.info("%s", due)

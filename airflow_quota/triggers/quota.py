@@ -204,7 +204,7 @@ class QuotaJobTrigger(BaseTrigger):
                 return self._event("error", message)
             key = state_key(job)
             if key != last:
-                self.log.info("%s", describe_job(job))
+                self.log.info("%s", describe_job(job, reading.borrowed))  # borrowing as it is now
                 last = key
             if job.pending_deadline != announced and (due := describe_pending_deadline(job, time.time())):
                 self.log.info("%s", due)  # once per wait: a new wait has a new deadline

@@ -24,7 +24,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from airflow_quota.core.model import HOLDING_STATES
 from airflow_quota.hooks.quota import state_key, store_for
+from airflow_quota.store.dashboard import current_borrowing
 from airflow_quota.store.lock import SchedulerHealth
 from airflow_quota.store.models import AlertRow, JobRow
 from airflow_quota.store.repository import QuotaStore
@@ -44,6 +46,9 @@ class Reading:
     """Why the read failed; ``job`` and ``alerts`` then say nothing."""
     scheduler: SchedulerHealth | None = None
     """Whether a quota scheduler leads, as of this read (a waiting task warns when none does)."""
+    borrowed: int | None = None
+    """Of the instances the job holds, how many are above its share's limit as of this read
+    (``dashboard.current_borrowing``, as the Quotas page says it); None when not read."""
 
 
 _UNSEEN: tuple[Any, ...] = ("unseen",)
@@ -76,6 +81,7 @@ class Subscription:
         fingerprint: tuple[Any, ...],
         alerts: dict[int, AlertRow],
         scheduler: SchedulerHealth | None,
+        borrowed: int | None = None,
     ) -> None:
         """Hand over a successful read if it says something new to this subscription: the first
         read, a changed row, a new alert, the quota scheduler stopped or back, or a job still
@@ -86,7 +92,9 @@ class Subscription:
             return
         self._fingerprint = fingerprint
         self._alerts_handed = len(alerts)
-        self._readings.put_nowait(Reading(job, tuple(alerts[key] for key in sorted(alerts)), scheduler=scheduler))
+        self._readings.put_nowait(
+            Reading(job, tuple(alerts[key] for key in sorted(alerts)), scheduler=scheduler, borrowed=borrowed)
+        )
 
     def _fail(self, error: Exception) -> None:
         """Hand over a failed read; the next successful one is handed over whatever it says (it
@@ -231,8 +239,8 @@ class JobWatch:
         present = {s for job_id in ids for s in self._subscriptions.get(job_id, ())}
         self.rounds += 1
         try:
-            jobs, alerts, health = await asyncio.to_thread(self._fetch, ids, after)
-            self._hand_over(ids, jobs, alerts, after, present, health)
+            jobs, alerts, health, borrowing = await asyncio.to_thread(self._fetch, ids, after)
+            self._hand_over(ids, jobs, alerts, after, present, health, borrowing)
         except Exception as exc:  # a broken database: every follower counts a failed read
             for job_id in ids:
                 for subscription in self._subscriptions.get(job_id, []):
@@ -240,12 +248,15 @@ class JobWatch:
                         self._newcomers.discard(subscription)
                         subscription._fail(exc)
 
-    def _fetch(self, ids: Sequence[int], after: int) -> tuple[list[JobRow], list[AlertRow], SchedulerHealth]:
+    def _fetch(
+        self, ids: Sequence[int], after: int
+    ) -> tuple[list[JobRow], list[AlertRow], SchedulerHealth, dict[int, int]]:
         """The blocking part, in a thread: the jobs, the alerts above ``after`` of those found,
-        and the quota scheduler's heartbeat (one query each, whatever the number of jobs)."""
+        the quota scheduler's heartbeat, and what the jobs holding instances borrow now (a few
+        queries each, whatever the number of jobs; the last only while one holds instances)."""
         jobs = self.store.jobs_by_ids(ids)
         alerts = self.store.alerts_for([job.id for job in jobs], after) if jobs else []
-        return jobs, alerts, self.store.scheduler_health()
+        return jobs, alerts, self.store.scheduler_health(), current_borrowing(self.store, jobs)
 
     def _hand_over(
         self,
@@ -255,6 +266,7 @@ class JobWatch:
         after: int,
         present: set[Subscription],
         health: SchedulerHealth,
+        borrowing: dict[int, int],
     ) -> None:
         # Alert ids grow with time (one quota scheduler writes them) and reads run one after the
         # other: an alert written after this read has an id above every id read so far, so a job
@@ -281,4 +293,5 @@ class JobWatch:
             for subscription in followers:
                 if subscription in present:
                     self._newcomers.discard(subscription)
-                    subscription._offer(job, fingerprint, known, health)
+                    borrowed = borrowing.get(job_id, 0) if job is not None and job.state in HOLDING_STATES else None
+                    subscription._offer(job, fingerprint, known, health, borrowed)

@@ -201,7 +201,7 @@ def test_walkthrough_runs_with_preemptions_resumes_and_no_slot_held_while_waitin
             "SUCCEEDED after 2 attempt(s), 1 preemption(s)",
         ],
         "qs1_med": [
-            "(borrowing 1)",
+            "(borrowing 1 now)",
             "CROSS_SHARE by " + jobs["qs2_job"].name,
             "preempted 1 time(s) so far, resumes from its checkpoint",
             "SUCCEEDED after 2 attempt(s), 1 preemption(s)",

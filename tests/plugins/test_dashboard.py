@@ -10,8 +10,10 @@ import pytest
 
 from airflow_quota.core.catalogue import builtin_catalogue
 from airflow_quota.core.config import read_yaml
+from airflow_quota.hooks.quota import QuotaHook, describe_job
 from airflow_quota.plugins.charts import utilisation_svg
 from airflow_quota.store import dashboard
+from tests.conftest import cli
 from tests.plugins.walkthrough import QUOTA, World, play
 
 
@@ -121,6 +123,36 @@ def test_a_job_borrows_what_is_above_the_limit_now_not_at_its_placement(world: W
     assert {job.id: job.borrowed for job in jobs if job.id in now} == {high: 1, med: 1}  # at their placements
     g5 = dashboard.share_summaries(world.store, world.clock.now())[1][0].types[0]
     assert (g5.limit, g5.used, g5.borrowed) == (1, 2, sum(now.values()))
+
+
+def test_the_cli_and_the_hook_say_the_borrowing_of_now_and_keep_the_placement_s_apart(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 38: ``jobs list``, ``jobs show`` (``--json`` and the table) and the hook's job line
+    say what the Quotas page says (``dashboard.current_borrowing``), the count at placement under
+    its own name. The scenario of the test above: qs1-high borrowed 1 when placed, 0 now."""
+    high, med = world.ids["qs1-high"], world.ids["qs1-med"]
+    world.store.cancel(world.ids["qs1-low"])
+    world.settle()
+    url = world.store.engine.url.render_as_string(hide_password=False)
+    listed = {j["id"]: j for j in cli("jobs", "list", "--share", "qs1", "--json", "--db", url).json()["jobs"]}
+    assert {i: (listed[i]["borrowed"], listed[i]["borrowed_when_placed"]) for i in (high, med)} == {
+        high: (0, 1),
+        med: (1, 1),
+    }
+    shown = cli("jobs", "show", str(high), "--json", "--db", url).json()
+    assert (shown["borrowed"], shown["borrowed_when_placed"]) == (0, 1)
+    assert "borrowing: 0 now, 1 when last placed" in cli("jobs", "show", str(high), "--db", url).stdout
+    table = cli("jobs", "list", "--share", "qs1", "--db", url).stdout
+    assert "1x ml.g5.xlarge (borrowing 1 now)" in table and table.count("(borrowing") == 1, table
+    monkeypatch.setenv("AIRFLOW_CONN_QUOTA_DEFAULT", url)
+    hook = QuotaHook()
+    jobs = {job_id: world.store.job(job_id) for job_id in (high, med)}
+    assert {job_id: hook.borrowed_now(job) for job_id, job in jobs.items() if job} == {high: 0, med: 1}
+    high_line, med_line = (hook.describe(job) for job in jobs.values() if job)
+    assert "borrow" not in high_line, high_line
+    assert f"quota job {med} (qs1-med) in share qs1 is RUNNING on 1x ml.g5.xlarge (borrowing 1 now)" in med_line
+    assert "(borrowed 1 when placed)" in describe_job(jobs[high])  # type: ignore[arg-type]  # without the read
 
 
 def test_borrowed_now_takes_the_placements_in_the_order_they_were_made() -> None:
