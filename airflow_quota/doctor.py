@@ -45,6 +45,8 @@ EXECUTOR_SETTING = "LocalExecutor,quota:airflow_quota.executors.QuotaExecutor"
 """The ``[core] executor`` the fixes suggest: the default executor first, QuotaExecutor as ``quota``."""
 START_SCHEDULER = 'start one: "airflow-quota scheduler" (same database settings as here)'
 QUOTA_NOT_READY = "not checked: the quota database is not ready (see its line)"
+GIVEN_UP = 1e6
+"""A lease that ran out more than this many seconds ago was given up: a clean stop sets it to 0."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,9 +104,15 @@ def scheduler_check(health: SchedulerHealth, needed: Mapping[str, int]) -> Check
         return failed(name, "no quota scheduler has ever led on this database", START_SCHEDULER)
     limit = MISSED_BEATS * health.heartbeat_seconds if health.heartbeat_seconds else None
     beat = f"heartbeat {health.silent_seconds:.0f} s ago" + (f" (limit {limit:g} s)" if limit else "")
-    lease_over = health.lease_left_seconds is not None and health.lease_left_seconds <= 0
-    if lease_over or health.down:
-        return failed(name, f"none leads: the last leader, {health.leader}, gave up its lease; {beat}", START_SCHEDULER)
+    left = health.lease_left_seconds
+    if (left is not None and left <= 0) or health.down:
+        if left is not None and left < -GIVEN_UP:
+            why = "stopped and gave up its lease"
+        elif left is not None and left <= 0:
+            why = f"let its lease run out {-left:.0f} s ago"
+        else:
+            why = "holds its lease but stopped beating"
+        return failed(name, f"none leads: the last leader, {health.leader}, {why}; {beat}", START_SCHEDULER)
     jobs = sum(needed.values())
     if health.backends is None:
         return passed(name, f"{health.leader} leads, {beat}; its backends are not recorded (an older scheduler)")

@@ -82,8 +82,9 @@ def test_a_leading_scheduler_running_the_backends_the_live_jobs_name_holds() -> 
     ("reading", "words"),
     [
         (SchedulerHealth(None, None, None), "no quota scheduler has ever led"),
-        (health(left=-1e9), "none leads: the last leader, host:12, gave up its lease"),
-        (health(silent=30.0, left=2.0), "heartbeat 30 s ago (limit 7.5 s)"),
+        (health(left=-1.7e9), "none leads: the last leader, host:12, stopped and gave up its lease"),
+        (health(silent=12.0, left=-2.0), "host:12, let its lease run out 2 s ago; heartbeat 12 s ago (limit 7.5 s)"),
+        (health(silent=30.0, left=2.0), "host:12, holds its lease but stopped beating; heartbeat 30 s ago"),
     ],
 )
 def test_no_leader_fails_with_how_to_start_one(reading: SchedulerHealth, words: str) -> None:

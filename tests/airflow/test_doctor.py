@@ -6,8 +6,9 @@ Airflow component. First every line holds (exit 0, the same checks in ``--json``
 wire is broken and its line fails with the fix (exit 1): the cheap breaks through doctor's own
 environment (a connection to a missing database, a connection and a setting naming different
 databases, an empty quota database, one without a configuration, an executor setting without
-QuotaExecutor), then the real ones by stopping processes, last, so one stack serves every test:
-the triggerer, the quota scheduler, the api-server.
+QuotaExecutor, a base URL where the api-server serves no Quotas page), then the real ones by
+stopping processes, last, so one stack serves every test: the triggerer, the quota scheduler,
+the api-server.
 """
 
 from __future__ import annotations
@@ -188,6 +189,19 @@ def test_an_executor_setting_without_quota_executor_fails_the_executor_line(airf
         "set [core] executor (AIRFLOW__CORE__EXECUTOR) to 'LocalExecutor,quota:airflow_quota.executors.QuotaExecutor'"
         ", where the scheduler runs too, and restart the scheduler"
     )
+
+
+def test_a_base_url_where_the_api_server_serves_no_quotas_page_fails_the_plugin_line(airflow: AirflowStack) -> None:
+    """What doctor sees where the plugin is not loaded: the Airflow UI's HTML, which the
+    api-server answers for any path it does not know, here one under another prefix."""
+    found = diagnose(airflow, AIRFLOW__API__BASE_URL=f"{airflow.api_url}/elsewhere")
+    assert found.failed() == {"plugin"}, found.output
+    plugin = found.checks["plugin"]
+    assert plugin["detail"] == (
+        f"the api-server at {airflow.api_url}/elsewhere does not serve the Quotas page "
+        "(GET /quota/openapi.json: HTTP 200 text/html; charset=utf-8)"
+    )
+    assert plugin["fix"].startswith("install airflow-quota in the api-server's environment and restart it")
 
 
 def test_a_stopped_triggerer_fails_the_triggerer_line(airflow: AirflowStack) -> None:
