@@ -12,11 +12,13 @@ from __future__ import annotations
 import hashlib
 import re
 import time
+import warnings
 from collections.abc import Mapping, Sequence
 from datetime import timedelta
 from functools import cached_property
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
+from airflow.exceptions import AirflowProviderDeprecationWarning
 from airflow.sdk import BaseOperator, Context
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
@@ -34,13 +36,22 @@ from airflow_quota.operators.arguments import (
     rendered_as,
     request_problems,
 )
+from airflow_quota.operators.deferral import default_deferrable
+from airflow_quota.operators.outcome import outside_the_training, unfollowed
 from airflow_quota.operators.priority import QUOTA_PRIORITY_PARAM, priority_override
 from airflow_quota.plugins.links import XCOM_JOB_ID, QuotaJobLink, SageMakerTrainingJobLink, TrainingLogsLink
 from airflow_quota.store.backend_names import REAL_BACKENDS
 from airflow_quota.store.models import AttemptState, JobRow
 from airflow_quota.triggers.quota import QuotaJobEvent, QuotaJobTrigger, Status
 
+if TYPE_CHECKING:
+    from airflow.providers.openlineage.extractors import OperatorLineage
+
 JOB_NAME_LENGTH = 128
+DEFAULT_CHECK_INTERVAL = 5.0
+"""Seconds between two looks at a waiting job: in the triggerer all waiting tasks share one read
+of the quota database per interval, so a short interval costs little (the amazon provider's 30 s
+pays for an AWS call per look)."""
 
 PLACEMENT_FIELDS = ("InstanceType", "InstanceCount", "TrainingPlanArn", "InstanceGroups", "InstancePreferences")
 """``ResourceConfig`` fields of a SageMaker request that the placement decides."""
@@ -161,13 +172,40 @@ class QuotaTrainingOperator(BaseOperator):
     :param job_name: the quota job's name (``[A-Za-z0-9_-]{1,128}``); by default derived from
         the DAG, task, run and map index. (templated)
     :param quota_conn_id: the Airflow connection of the quota database.
-    :param poll_interval: seconds between two looks at the job while waiting (default 5). In
-        the triggerer all waiting tasks share one read of the quota database per interval, so a
-        short interval costs little and a placement is noticed within seconds.
+    :param wait_for_completion: wait for the job to end (True, the default). False: submit the
+        job and succeed at once, returning the job's summary as it stands after the submission
+        (``{"job_id": 7, "state": "SUBMITTED", ...}``, the same keys as at the end, for both
+        backends: no SageMaker training job exists yet); ``QuotaJobSensor(job_id=train.output)``
+        then waits for it. As with ``SageMakerTrainingOperator``, ``deferrable`` then has no effect.
+    :param check_interval: seconds between two looks at the job while waiting (default 5, the
+        provider's name; its default 30 pays an AWS call per look). In the triggerer all
+        waiting tasks share one read of the quota database per interval, so a short interval
+        costs little and a placement is noticed within seconds.
+    :param max_attempts: how many looks, ``check_interval`` apart, the task waits for the job to
+        end before it gives up and fails: after ``check_interval x max_attempts`` seconds, deferred
+        or not. The job is left as it is (the provider leaves its training job running too): a
+        retry of the task finds the same job and waits on it again; ``airflow-quota jobs cancel``
+        stops it. None (the default, where the provider's operator takes 60): no limit, since a
+        job may rightly wait for quota for hours; ``max_pending_time`` bounds that wait, and
+        ``execution_timeout`` the whole task.
+    :param poll_interval: deprecated: the old name of ``check_interval``, still honoured with a
+        warning (an ``AirflowProviderDeprecationWarning`` naming ``check_interval``).
     :param print_log: show the training's own output in the task log while it runs (the local
         backend's log file, a SageMaker job's CloudWatch streams), read by the trigger in the
-        triggerer, as ``SageMakerTrainingOperator``'s ``print_log``.
-    :param deferrable: wait in the triggerer (the default) rather than in a worker slot.
+        triggerer, as ``SageMakerTrainingOperator``'s ``print_log``; the training's last lines
+        come before the quota's closing lines.
+    :param deferrable: wait in the triggerer rather than in a worker slot. By default
+        ``[operators] default_deferrable`` when the deployment sets it in the environment
+        (``AIRFLOW__OPERATORS__DEFAULT_DEFERRABLE``), else True: unlike the amazon provider's
+        operators (which fall back to False), because a training waiting hours for quota must
+        not hold a worker slot; a ``false`` in ``airflow.cfg`` does not count, since Airflow
+        writes that line into every ``airflow.cfg`` it generates
+        (``airflow_quota.operators.deferral``).
+
+    The OpenLineage provider, when installed, gets the training's lineage from
+    ``get_openlineage_facets_on_start/complete/failure`` (``airflow_quota.operators.lineage``):
+    for the sagemaker backend the request's S3 inputs and the model artifacts, for both a
+    ``quotaJob`` run facet with the job's share, placement, attempts, preemptions and GPU-hours.
     """
 
     template_fields: Sequence[str] = (
@@ -217,9 +255,12 @@ class QuotaTrainingOperator(BaseOperator):
         job_name: str | None = None,
         quota_conn_id: str = QuotaHook.default_conn_name,
         aws_conn_id: str | None = None,
-        poll_interval: float = 5.0,
+        wait_for_completion: bool = True,
+        check_interval: float | None = None,
+        max_attempts: int | None = None,
+        poll_interval: float | None = None,
         print_log: bool = True,
-        deferrable: bool = True,
+        deferrable: bool | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -241,13 +282,44 @@ class QuotaTrainingOperator(BaseOperator):
         self.job_name = job_name
         self.quota_conn_id = quota_conn_id
         self.aws_conn_id = aws_conn_id
-        self.poll_interval = poll_interval
+        self.wait_for_completion = wait_for_completion
+        self.check_interval = DEFAULT_CHECK_INTERVAL if check_interval is None else check_interval
+        self.max_attempts = max_attempts
         self.print_log = print_log
-        self.deferrable = deferrable
+        self.deferrable = default_deferrable() if deferrable is None else deferrable
         self.job_id: int | None = None
-        problems = self.argument_problems(parse_time=True)
+        self.outcome: dict[str, Any] | None = None
+        """The job's summary once the task saw it final (or submitted, not waiting), with its
+        ``reason`` and last ``training_job``: what the lineage facets report."""
+        self.training_description: dict[str, Any] | None = None
+        """The successful SageMaker training job's DescribeTrainingJob (sagemaker backend)."""
+        problems = self._interval_problems(check_interval, poll_interval) + self.argument_problems(parse_time=True)
         if problems:
             raise InvalidInput(problems)
+
+    @property
+    def poll_interval(self) -> float:
+        """The deprecated name of ``check_interval``, for DAGs and code written before it."""
+        return self.check_interval
+
+    @poll_interval.setter
+    def poll_interval(self, seconds: float) -> None:
+        self.check_interval = seconds
+
+    def _interval_problems(self, check_interval: float | None, poll_interval: float | None) -> list[Problem]:
+        """Take the deprecated ``poll_interval`` as ``check_interval``, with a warning; both at
+        once is a mistake unless they agree."""
+        if poll_interval is None:
+            return []
+        warnings.warn(
+            f"task {self.task_id!r}: poll_interval is deprecated, use check_interval (the amazon provider's name)",
+            AirflowProviderDeprecationWarning,
+            stacklevel=3,
+        )
+        if check_interval is not None and check_interval != poll_interval:
+            return [Problem("poll_interval", "is the old name of check_interval; give only check_interval")]
+        self.check_interval = poll_interval
+        return []
 
     @cached_property
     def hook(self) -> QuotaHook:
@@ -266,12 +338,20 @@ class QuotaTrainingOperator(BaseOperator):
         if self.backend not in REAL_BACKENDS:
             problems.append(Problem("backend", f"{self.backend!r} is not one of {', '.join(REAL_BACKENDS)}"))
         if (
-            isinstance(self.poll_interval, bool)
-            or not isinstance(self.poll_interval, (int, float))
-            or self.poll_interval <= 0
+            isinstance(self.check_interval, bool)
+            or not isinstance(self.check_interval, (int, float))
+            or self.check_interval <= 0
         ):
             problems.append(
-                Problem("poll_interval", f"must be a positive number of seconds, got {self.poll_interval!r}")
+                Problem("check_interval", f"must be a positive number of seconds, got {self.check_interval!r}")
+            )
+        if self.max_attempts is not None and (
+            isinstance(self.max_attempts, bool) or not isinstance(self.max_attempts, int) or self.max_attempts < 1
+        ):
+            problems.append(
+                Problem(
+                    "max_attempts", f"must be a whole number of looks (1 or more) or None, got {self.max_attempts!r}"
+                )
             )
         if self.backend == "local":
             if not unknown(self.command) and not _is_command(self.command):
@@ -389,20 +469,36 @@ class QuotaTrainingOperator(BaseOperator):
         if job.state in FINAL_STATES:
             self.log.info("quota job %s is already %s", job.id, job.state)
             return self._finish(context, job.id, QuotaJobEvent.from_payload(_final_payload(job)))
+        if not self.wait_for_completion:
+            self.log.info(
+                "quota job %s is %s; not waiting for it (wait_for_completion=False): a QuotaJobSensor with"
+                " job_id=%s waits for its end",
+                job.id,
+                job.state,
+                job.id,
+            )
+            self.outcome = {**job_summary(job, 0), "reason": job.reason, "training_job": None}
+            return job_summary(job, 0)
+        give_up_at = self._give_up_at()
         if self.deferrable:
             self.defer(
                 trigger=QuotaJobTrigger(
                     job_id=job.id,
                     quota_conn_id=self.quota_conn_id,
-                    poll_interval=self.poll_interval,
+                    poll_interval=self.check_interval,
                     cancel_on_kill=True,
                     print_log=self.print_log,
                     aws_conn_id=self._calls_aws_conn_id() if self.backend == "sagemaker" else None,
+                    give_up_at=give_up_at,
                 ),
                 method_name="execute_complete",
                 timeout=self.execution_timeout,  # as the amazon provider's deferrable operators
             )
-        return self._finish(context, job.id, self._wait_in_worker(job))
+        return self._finish(context, job.id, self._wait_in_worker(job, give_up_at))
+
+    def _give_up_at(self) -> float | None:
+        """When the wait ends if the job is still live: ``max_attempts`` looks from now."""
+        return None if self.max_attempts is None else time.time() + self.check_interval * self.max_attempts
 
     def _submitted_job(
         self, dag_id: str, task_id: str, run_id: str, map_index: int, override: int | None, actor: Actor
@@ -456,8 +552,9 @@ class QuotaTrainingOperator(BaseOperator):
         self.log.info("submitted as quota job %s to share %s (%s%s)", job.id, job.share, job.name, priority)
         return job
 
-    def _wait_in_worker(self, job: JobRow) -> QuotaJobEvent:
-        """Not deferrable: poll in the worker, logging each change, until the job is final."""
+    def _wait_in_worker(self, job: JobRow, give_up_at: float | None) -> QuotaJobEvent:
+        """Not deferrable: poll in the worker, logging each change, until the job is final (or
+        the time to give up, ``max_attempts``, came)."""
         last: tuple[Any, ...] | None = None
         announced: float | None = None  # the max_pending deadline last said in the log
         while True:
@@ -478,7 +575,9 @@ class QuotaTrainingOperator(BaseOperator):
                 announced = current.pending_deadline
             if current.state in FINAL_STATES:
                 return QuotaJobEvent.from_payload(_final_payload(current))
-            time.sleep(self.poll_interval)
+            if give_up_at is not None and time.time() >= give_up_at:
+                return QuotaJobEvent("timeout", job.id, current.state, None, "gave up waiting (give_up_at)")
+            time.sleep(self.check_interval)
 
     def execute_complete(self, context: Context, event: dict[str, Any] | None = None) -> dict[str, Any]:
         """Resume after ``QuotaJobTrigger`` fired: success returns the summary; anything else
@@ -491,8 +590,23 @@ class QuotaTrainingOperator(BaseOperator):
         return self._finish(context, payload.job_id, payload)
 
     def _finish(self, context: Context, job_id: int, event: QuotaJobEvent) -> dict[str, Any]:
+        """The task's end once the wait is over: the summary, or one line saying why the task
+        fails (when the cause is outside the training, or the wait was given up), then the
+        exception."""
         if event.status == "error":
+            self.log.error("%s", unfollowed(job_id, event.message))
             raise AirflowException(f"quota job {job_id}: {event.message}")
+        if event.status == "timeout":
+            looks = f"{self.max_attempts} looks {self.check_interval:g} s apart (max_attempts)"
+            self.log.error(
+                "gave up waiting for quota job %s after %s: it is %s and is left as it is; a retry of this task"
+                " waits on it again, `airflow-quota jobs cancel %s` stops it",
+                job_id,
+                looks,
+                event.state,
+                job_id,
+            )
+            raise AirflowException(f"quota job {job_id} was still {event.state} after {looks}")
         job = self.hook.get_job(job_id)
         if job is None:
             raise AirflowException(f"quota job {job_id} is no longer in the quota database")
@@ -501,8 +615,9 @@ class QuotaTrainingOperator(BaseOperator):
             self.log.info("the story of quota job %s (%s):\n  %s", job.id, job.name, "\n  ".join(story))
         attempts = self.hook.get_attempts(job_id)
         training_job = self._last_training_job(context, attempts)
+        borrowed = max((a.borrowed for a in attempts), default=0)
+        self.outcome = {**job_summary(job, borrowed), "reason": job.reason, "training_job": training_job}
         if event.status == "success" and job.state == JobState.SUCCEEDED.value:
-            borrowed = max((a.borrowed for a in attempts), default=0)
             summary = job_summary(job, borrowed)
             self.log.info(
                 "quota job %s SUCCEEDED on %sx %s: %s attempt(s), %s preemption(s), %.3f GPU-hours (%.3f lost), "
@@ -518,9 +633,12 @@ class QuotaTrainingOperator(BaseOperator):
                 duration_words(job.wait_seconds),
             )
             if self.backend == "sagemaker" and training_job is not None:
-                return {"Training": TrainingJobs(self._calls_aws_conn_id()).describe(training_job), "quota": summary}
+                self.training_description = TrainingJobs(self._calls_aws_conn_id()).describe(training_job)
+                return {"Training": self.training_description, "quota": summary}
             return summary
         reason = job.reason or event.reason or "UNKNOWN"
+        if (line := outside_the_training(job, attempts)) is not None:
+            self.log.error("%s", line)
         message = f"quota job {job.id} ({job.name}) failed: {reason}: {job.detail or event.message}"
         if reason == FailureReason.CANCELLED.value:
             raise AirflowFailException(message)  # someone meant it: no Airflow retry
@@ -541,6 +659,27 @@ class QuotaTrainingOperator(BaseOperator):
         for link in (SageMakerTrainingJobLink, TrainingLogsLink):
             link.persist(context, self, region_name=jobs.region_name, aws_partition=jobs.partition, job_name=name)
         return name
+
+    # -- lineage (the OpenLineage provider calls these; imported only then) ----------------------
+
+    def get_openlineage_facets_on_start(self) -> OperatorLineage[Any, Any]:
+        """Before the job is submitted: the request's S3 inputs (sagemaker backend)."""
+        from airflow_quota.operators.lineage import lineage_at_start
+
+        return lineage_at_start(self.backend, self.training_request)
+
+    def get_openlineage_facets_on_complete(self, task_instance: Any) -> OperatorLineage[Any, Any]:
+        """The training's lineage once the task succeeded: inputs, the model written
+        (sagemaker), and the ``quotaJob`` run facet."""
+        from airflow_quota.operators.lineage import lineage_at_end
+
+        return lineage_at_end(
+            self.backend, self.training_request, self.checkpoint_uri, self.outcome, self.training_description
+        )
+
+    def get_openlineage_facets_on_failure(self, task_instance: Any) -> OperatorLineage[Any, Any]:
+        """The same once the task failed: the ``quotaJob`` facet carries the reason code."""
+        return self.get_openlineage_facets_on_complete(task_instance)
 
     def on_kill(self) -> None:
         """The task was killed while running in a worker (not deferred): cancel its job. A

@@ -27,8 +27,8 @@ from airflow_quota.store.models import JobRow
 from airflow_quota.triggers.training_log import LogTail, training_log
 from airflow_quota.triggers.watch import JobWatch, Reading, Subscription
 
-Status = Literal["success", "failed", "error"]
-STATUSES: tuple[Status, ...] = ("success", "failed", "error")
+Status = Literal["success", "failed", "error", "timeout"]
+STATUSES: tuple[Status, ...] = ("success", "failed", "error", "timeout")
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,8 +37,9 @@ class QuotaJobEvent:
 
     ``status`` is ``success`` (the job SUCCEEDED), ``failed`` (the job FAILED: ``reason`` is
     its code of docs/model.md rule 3.2, PENDING_TIMEOUT, CAPACITY_ERROR, PREEMPTION_LIMIT,
-    ATTEMPTS_EXHAUSTED or CANCELLED) or ``error`` (the job could not be followed: the database
-    stayed unreachable, or the job does not exist).
+    ATTEMPTS_EXHAUSTED or CANCELLED), ``error`` (the job could not be followed: the database
+    stayed unreachable, or the job does not exist) or ``timeout`` (the waiting task gave up at
+    its ``give_up_at`` while the job was still live: ``state`` is the job's state then).
     """
 
     status: Status
@@ -107,6 +108,10 @@ class QuotaJobTrigger(BaseTrigger):
         local backend's log file every ``poll_interval`` (at least 1 s), a SageMaker job's
         CloudWatch streams every 30 s, each line once, as the provider's ``print_log``.
     :param aws_conn_id: the AWS connection CloudWatch is read with (SageMaker jobs).
+    :param give_up_at: when (epoch seconds) to stop waiting with a ``timeout`` event if the job
+        is still live: the operator's ``max_attempts`` looks, ``check_interval`` apart, from
+        its deferral. An absolute time, so a trigger restarted on another triggerer keeps it.
+        The job is left as it is. None: wait until the job is final.
     """
 
     read_attempts = 5
@@ -120,6 +125,7 @@ class QuotaJobTrigger(BaseTrigger):
         cancel_on_kill: bool = False,
         print_log: bool = False,
         aws_conn_id: str | None = None,
+        give_up_at: float | None = None,
     ) -> None:
         super().__init__()  # type: ignore[no-untyped-call]
         self.job_id = job_id
@@ -128,6 +134,7 @@ class QuotaJobTrigger(BaseTrigger):
         self.cancel_on_kill = cancel_on_kill
         self.print_log = print_log
         self.aws_conn_id = aws_conn_id
+        self.give_up_at = give_up_at
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (
@@ -139,6 +146,7 @@ class QuotaJobTrigger(BaseTrigger):
                 "cancel_on_kill": self.cancel_on_kill,
                 "print_log": self.print_log,
                 "aws_conn_id": self.aws_conn_id,
+                "give_up_at": self.give_up_at,
             },
         )
 
@@ -178,9 +186,11 @@ class QuotaJobTrigger(BaseTrigger):
         warned_down = False
         tail = LogTail()
         while True:
-            reading = await self._next_reading(subscription, tail)
-            if reading is None:  # the training log's interval passed, the job did not change
+            reading = await self._next_reading(subscription, tail, seen=last is not None)
+            if reading is None:  # the training log's interval or the time to give up came, no change
                 await tail.print_new(self.log)
+                if last is not None and self.give_up_at is not None and time.time() >= self.give_up_at:
+                    return self._event("timeout", "gave up waiting (give_up_at)", state=str(last[0]))
                 continue
             job, error, refusal = reading.job, reading.error, None
             if error is None and job is None:
@@ -202,6 +212,11 @@ class QuotaJobTrigger(BaseTrigger):
                 )
                 self.log.error("%s", message)
                 return self._event("error", message)
+            await tail.print_new(self.log)  # what the training wrote before this change, first
+            final = job.state in FINAL_STATES
+            if final:  # the training's last lines before the quota's closing ones
+                tail = await self._tail_of(job, tail, hook)
+                await tail.print_new(self.log)
             key = state_key(job)
             if key != last:
                 self.log.info("%s", describe_job(job, reading.borrowed))  # borrowing as it is now
@@ -214,20 +229,26 @@ class QuotaJobTrigger(BaseTrigger):
                     self.log.warning("%s", describe_alert(alert))
                     alerted.add(alert.id)
             warned_down = self._say_scheduler_health(reading.scheduler, warned_down, job)
-            tail = await self._tail_of(job, tail, hook)
-            await tail.print_new(self.log)
-            if job.state in FINAL_STATES:
+            if final:
                 succeeded = job.state == JobState.SUCCEEDED.value
                 return self._event(
                     "success" if succeeded else "failed", describe_job(job), state=job.state, reason=job.reason
                 )
+            tail = await self._tail_of(job, tail, hook)  # a new attempt's lines after the line saying it runs
+            await tail.print_new(self.log)
+            if self.give_up_at is not None and time.time() >= self.give_up_at:
+                return self._event("timeout", "gave up waiting (give_up_at)", state=job.state)
 
-    async def _next_reading(self, subscription: Subscription, tail: LogTail) -> Reading | None:
-        """The watch's next reading of the job; None when a followed training log is due first."""
-        if tail.log is None or tail.failed:
+    async def _next_reading(self, subscription: Subscription, tail: LogTail, seen: bool) -> Reading | None:
+        """The watch's next reading of the job; None when a followed training log is due first,
+        or the time to give up comes first (once the job was ``seen``: its state is the event's)."""
+        waits = [] if tail.log is None or tail.failed else [tail.log.interval]
+        if self.give_up_at is not None and seen:
+            waits.append(max(self.give_up_at - time.time(), 0.0))
+        if not waits:
             return await subscription.next()
         try:
-            return await asyncio.wait_for(subscription.next(), tail.log.interval)
+            return await asyncio.wait_for(subscription.next(), min(waits))
         except asyncio.TimeoutError:
             return None
 

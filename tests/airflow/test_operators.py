@@ -4,26 +4,35 @@ and the docstring's "(templated)" markers."""
 
 from __future__ import annotations
 
+import asyncio
+import os
 import re
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable
 from datetime import timedelta
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from airflow.exceptions import AirflowConfigException, AirflowProviderDeprecationWarning
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowException, AirflowFailException, TaskDeferred
+from sqlalchemy import update
 
 from airflow_quota.core.catalogue import builtin_catalogue
 from airflow_quota.exceptions import InvalidInput
 from airflow_quota.hooks.quota import QuotaHook
 from airflow_quota.operators import training as training_module
+from airflow_quota.operators.deferral import ENVIRONMENT_VARIABLE
 from airflow_quota.operators.training import QuotaTrainingOperator, client_token, derived_job_name
 from airflow_quota.sensors.quota import QuotaCapacitySensor, QuotaJobSensor
-from airflow_quota.store.models import JobRow
-from tests.airflow.conftest import G5, QuotaWorld
+from airflow_quota.store.models import Attempt, JobRow
+from airflow_quota.triggers.quota import QuotaJobTrigger
+from tests.airflow.conftest import G5, QuotaWorld, events_of, payload_of, request
 from tests.airflow.task_context import RUN_ID, TaskInstance, context, deferred
 from tests.waiting import wait_for
 
@@ -35,7 +44,7 @@ def operator(**overrides: Any) -> QuotaTrainingOperator:
         "priority": 5,
         "instance_preferences": G5,
         "command": "python train.py",
-        "poll_interval": 0.01,
+        "check_interval": 0.01,
     }
     return QuotaTrainingOperator(**{**arguments, **overrides})
 
@@ -54,6 +63,7 @@ def test_execute_submits_then_defers_to_a_trigger_that_owns_the_job(world: Quota
         "cancel_on_kill": True,
         "print_log": True,
         "aws_conn_id": None,
+        "give_up_at": None,
     }
     assert (job.share, job.priority, job.backend, job.state) == ("research", 5, "local", "SUBMITTED")
     assert job.name == derived_job_name("train_daily", "train", RUN_ID, -1)
@@ -281,7 +291,7 @@ def test_execute_complete_fails_with_the_quota_reason(
     ("event", "message"),
     [
         (None, "unexpected event from the quota trigger: a quota job event is a mapping, got None"),
-        ({"status": "done", "job_id": 1}, "status is one of success, failed, error, got 'done'"),
+        ({"status": "done", "job_id": 1}, "status is one of success, failed, error, timeout, got 'done'"),
         ({"status": "success", "job_id": "1"}, "job_id is an integer, got '1'"),
         (
             {
@@ -346,7 +356,12 @@ def six() -> list[dict[str, Any]]:
         ({"max_pending_time": -5}, "max_pending_time: Input should be greater than 0"),
         ({"retry_attempts": 11}, "retry_attempts: Input should be less than or equal to 10"),
         ({"job_name": "nightly run!"}, "job_name: String should match pattern '^[A-Za-z0-9_-]{1,128}$'"),
-        ({"poll_interval": 0}, "poll_interval: must be a positive number of seconds, got 0"),
+        ({"check_interval": 0}, "check_interval: must be a positive number of seconds, got 0"),
+        ({"max_attempts": 0}, "max_attempts: must be a whole number of looks (1 or more) or None, got 0"),
+        (
+            {"poll_interval": 2.0},
+            "poll_interval: is the old name of check_interval; give only check_interval",
+        ),
         (
             {
                 "backend": "sagemaker",
@@ -392,7 +407,9 @@ def six() -> list[dict[str, Any]]:
         "a negative max_pending_time",
         "eleven retry attempts",
         "a job name with a space",
-        "a zero poll interval",
+        "a zero check interval",
+        "no look at all",
+        "the old and the new name of the interval, disagreeing",
         "a SageMaker request choosing its own instance type",
         "a SageMaker checkpoint outside S3",
         "a command for SageMaker",
@@ -561,3 +578,177 @@ def test_a_rendered_value_that_is_not_what_the_parameter_expects_is_named() -> N
     problems = [str(p) for p in op.argument_problems()]
     assert any(p.startswith("priority:") for p in problems), problems
     assert any(p.startswith("instance_preferences:") for p in problems), problems
+
+
+# -- what an amazon-provider user expects (issue 38) ----------------------------------------
+
+
+def test_without_waiting_the_task_returns_the_submitted_job_and_the_sensor_takes_it(world: QuotaWorld) -> None:
+    """``wait_for_completion=False``: submitted, returned at once (no deferral), and
+    ``QuotaJobSensor(job_id=train.output)`` reads the id from that return value."""
+    ti = TaskInstance()
+    summary = operator(wait_for_completion=False).execute(context(ti))
+    assert summary is not None and summary["state"] == "SUBMITTED"
+    assert ti.xcoms == {"quota_job_id": summary["job_id"]}
+    sensor = QuotaJobSensor(task_id="wait", job_id=summary, poke_interval=0.01)
+    assert sensor.poke(context()) is False
+    world.step(1000.0)
+    world.step(1001.0)
+    assert sensor.poke(context()) is True
+    for returned in ({"Training": {}, "quota": summary}, str(summary["job_id"])):  # sagemaker's shape, Jinja's
+        assert QuotaJobSensor(task_id="wait", job_id=returned)._job_id() == summary["job_id"]
+
+
+def test_poll_interval_is_the_deprecated_name_of_check_interval(world: QuotaWorld) -> None:
+    with pytest.warns(AirflowProviderDeprecationWarning, match="poll_interval is deprecated, use check_interval"):
+        op = QuotaTrainingOperator(
+            task_id="train", share="research", instance_preferences=G5, command="true", poll_interval=0.2
+        )
+    assert op.check_interval == op.poll_interval == 0.2
+    op.poll_interval = 0.05  # code that set the old attribute
+    assert deferred(op, context()).poll_interval == 0.05
+
+
+def test_max_attempts_gives_up_waiting_in_the_worker_and_leaves_the_job(
+    world: QuotaWorld, capsys: pytest.CaptureFixture[str]
+) -> None:
+    op = operator(deferrable=False, max_attempts=3, check_interval=0.01)
+    with pytest.raises(AirflowException, match=r"was still SUBMITTED after 3 looks 0.01 s apart \(max_attempts\)"):
+        op.execute(context())
+    assert op.job_id is not None
+    assert world.job(op.job_id).state == "SUBMITTED"  # not cancelled: a retry waits on it again
+    assert (
+        f"gave up waiting for quota job {op.job_id} after 3 looks 0.01 s apart (max_attempts): it is SUBMITTED"
+        " and is left as it is; a retry of this task waits on it again" in capsys.readouterr().out
+    )
+    assert deferred(operator(), context(TaskInstance(try_number=2))).job_id == op.job_id
+
+
+def test_max_attempts_gives_up_in_the_trigger_at_an_absolute_time(world: QuotaWorld) -> None:
+    before = time.time()
+    trigger = deferred(operator(max_attempts=20, check_interval=0.01), context())
+    assert trigger.give_up_at is not None and before + 0.2 <= trigger.give_up_at <= time.time() + 0.2
+    restarted = QuotaJobTrigger(**trigger.serialize()[1])  # another triggerer keeps the same time
+    events = asyncio.run(events_of(restarted.run(), timeout=30))
+    payload = payload_of(events[0])
+    assert (payload["status"], payload["state"]) == ("timeout", "SUBMITTED")
+    assert time.time() >= trigger.give_up_at
+    with pytest.raises(AirflowException, match="was still SUBMITTED after 20 looks"):
+        operator(max_attempts=20).execute_complete(context(), payload)
+
+
+@pytest.mark.parametrize(
+    ("setting", "given", "expected"),
+    [(None, None, True), ("False", None, False), ("true", None, True), ("False", True, True)],
+    ids=["not set: deferred", "set false: not", "set true", "the DAG's own choice wins"],
+)
+def test_deferrable_follows_default_deferrable_when_the_deployment_sets_it(
+    monkeypatch: pytest.MonkeyPatch, setting: str | None, given: bool | None, expected: bool
+) -> None:
+    if setting is None:
+        monkeypatch.delenv(ENVIRONMENT_VARIABLE, raising=False)
+    else:
+        monkeypatch.setenv(ENVIRONMENT_VARIABLE, setting)
+    chosen = {} if given is None else {"deferrable": given}
+    assert operator(**chosen).deferrable is expected
+    assert QuotaJobSensor(task_id="wait", job_id=1, **chosen).deferrable is expected
+    assert QuotaCapacitySensor(task_id="room", share="prod", instance_preferences=G5, **chosen).deferrable is expected
+
+
+def test_a_default_deferrable_that_is_not_a_boolean_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(ENVIRONMENT_VARIABLE, "sometimes")
+    with pytest.raises(AirflowConfigException, match=r'"default_deferrable" key in "operators" section'):
+        operator()
+
+
+def test_a_generated_airflow_cfg_does_not_turn_deferral_off(tmp_path: Path) -> None:
+    """Airflow writes ``default_deferrable = false`` into every airflow.cfg it generates: such a
+    file is no choice of the deployment's, and the trainings still wait deferred. In a fresh
+    process with its own AIRFLOW_HOME (the generation changes Airflow's configuration)."""
+    program = (
+        "from airflow.configuration import conf, write_default_airflow_configuration_if_needed\n"
+        "write_default_airflow_configuration_if_needed()\n"
+        "conf.read(conf.get_mandatory_value('core', 'dags_folder').rsplit('/', 1)[0] + '/airflow.cfg')\n"
+        "from airflow_quota.operators.deferral import default_deferrable\n"
+        "print(conf.getboolean('operators', 'default_deferrable'), default_deferrable())\n"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW")} | {"AIRFLOW_HOME": str(tmp_path)}
+    done = subprocess.run([sys.executable, "-c", program], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "\ndefault_deferrable = false\n" in (tmp_path / "airflow.cfg").read_text()
+    assert done.stdout.split()[-2:] == ["False", "True"]  # Airflow reads false; the trainings defer
+
+
+@pytest.mark.parametrize(
+    ("scenario", "line"),
+    [
+        (pending_timeout, "failed outside its training: it waited longer than its max_pending_time to be placed"),
+        (capacity_error, "failed outside its training: the provider had no capacity for its instance preferences"),
+        (preemption_limit, "failed outside its training: it was preempted more times than its preemption_retries"),
+        (cancelled, "failed outside its training: it was cancelled (CANCELLED: cancelled)"),
+        (
+            lambda world: _exhausted(world, "RunnerLost"),
+            "failed outside its training: its last attempt (1) ended on the platform, not in the training: RunnerLost",
+        ),
+        (attempts_exhausted, None),
+    ],
+    ids=["pending timeout", "capacity error", "preemption limit", "cancelled", "the runner lost", "the code failed"],
+)
+def test_a_failure_outside_the_training_is_said_in_one_line_before_the_exception(
+    world: QuotaWorld,
+    capsys: pytest.CaptureFixture[str],
+    scenario: Callable[[QuotaWorld], JobRow],
+    line: str | None,
+) -> None:
+    job = world.job(scenario(world).id)
+    capsys.readouterr()
+    with pytest.raises(AirflowException):
+        operator().execute_complete(context(), event_for(job))
+    said = [entry for entry in capsys.readouterr().out.splitlines() if "outside its training" in entry]
+    if line is None:  # the training's own exit code: its output tells why, nothing more to say
+        assert said == []
+    else:
+        assert len(said) == 1 and f"quota job {job.id} ({job.name}) {line}" in said[0], said
+
+
+def _exhausted(world: QuotaWorld, reason: str) -> JobRow:
+    job = world.submit("lost", {"duration": 100, "failures": [{"after": 5, "reason": reason}]})
+    world.step(1000.0)
+    world.step(1100.0)
+    return job
+
+
+def test_a_refused_job_is_said_in_one_line_before_the_exception(capsys: pytest.CaptureFixture[str]) -> None:
+    event = {"status": "error", "job_id": 9, "state": None, "reason": None}
+    with pytest.raises(AirflowException, match="quota job 9: the quota scheduler refused"):
+        operator().execute_complete(context(), {**event, "message": "the quota scheduler refused quota job 9: no"})
+    assert "quota job 9 failed outside its training, which never ran: the quota scheduler refused" in (
+        capsys.readouterr().out
+    )
+
+
+def test_the_trainings_last_lines_come_before_the_quotas_closing_lines(
+    world: QuotaWorld, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A job that ran and ended between two looks: its log is read before the line saying it
+    SUCCEEDED, and the operator's summary comes last."""
+    log = tmp_path / "training.log"
+    log.write_text("epoch 1\nsaved the model\n")
+    job = world.store.submit(request("quick"), "local", {"duration": 100})
+    world.step(1000.0)
+    with world.engine.begin() as connection:
+        connection.execute(update(Attempt).where(Attempt.job_id == job.id).values(external_name=str(log)))
+    world.step(1100.0)
+    assert world.job(job.id).state == "SUCCEEDED"
+    capsys.readouterr()
+    trigger = QuotaJobTrigger(job_id=job.id, poll_interval=0.01, print_log=True)
+    events = asyncio.run(events_of(trigger.run(), timeout=30))
+    operator().execute_complete(context(), payload_of(events[0]))
+    out = capsys.readouterr().out
+    order = [
+        out.index("[training, attempt 1] epoch 1"),
+        out.index("[training, attempt 1] saved the model"),
+        out.index("SUCCEEDED after 1 attempt(s)"),
+        out.index(f"quota job {job.id} SUCCEEDED on 1x ml.g5.xlarge"),
+    ]
+    assert order == sorted(order), out

@@ -91,7 +91,7 @@ def sagemaker_operator(**overrides: Any) -> QuotaTrainingOperator:
         "training_request": copy.deepcopy(REQUEST),
         "checkpoint_uri": "s3://team-a-models/checkpoints/train",
         "aws_conn_id": "aws_moto",
-        "poll_interval": 0.01,
+        "check_interval": 0.01,
     }
     return QuotaTrainingOperator(**{**arguments, **overrides})
 

@@ -57,6 +57,7 @@ def test_the_job_sensor_defers_with_a_trigger_that_never_cancels(world: QuotaWor
         "cancel_on_kill": False,
         "print_log": False,  # the sensor watches a job another task owns
         "aws_conn_id": None,
+        "give_up_at": None,
     }
     assert deferral.value.timeout is not None and deferral.value.timeout.total_seconds() == 60
 
@@ -170,3 +171,16 @@ def test_a_bad_preference_list_fails_the_capacity_sensor_at_parse_time() -> None
         InvalidInput, match=r"instance_preferences\[0\].count: Input should be greater than or equal to 1"
     ):
         capacity_sensor(instance_preferences=[{"instance_type": "ml.g5.xlarge", "count": 0}])
+
+
+def test_max_attempts_bounds_the_sensors_timeout_as_the_amazon_sensors_do(world: QuotaWorld) -> None:
+    """``poke_interval x max_attempts`` seconds at most, deferred (the deferral's timeout) or not."""
+    job = world.submit("train", {"duration": 100})
+    sensor = QuotaJobSensor(task_id="wait", job_id=job.id, poke_interval=2, max_attempts=30, timeout=3600)
+    assert sensor.timeout == 60
+    with pytest.raises(TaskDeferred) as deferral:
+        sensor.execute(context())
+    assert deferral.value.timeout is not None and deferral.value.timeout.total_seconds() == 60
+    assert QuotaJobSensor(task_id="wait", job_id=job.id, poke_interval=2, timeout=30, max_attempts=30).timeout == 30
+    with pytest.raises(InvalidInput, match="max_attempts: must be a whole number of looks"):
+        QuotaCapacitySensor(task_id="room", share="prod", instance_preferences=G5, max_attempts=0)
