@@ -87,7 +87,7 @@ with DAG(
             preemption_retries=5,
             retry_attempts=2,
             quota_conn_id="quota_default",
-            poll_interval=2.0,
+            check_interval=2.0,
         )
         for name, priority, steps in (("encoder", 2, 40), ("ranker", 1, 30))
     }

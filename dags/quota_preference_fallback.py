@@ -143,7 +143,7 @@ with DAG(
         checkpoint_uri=CHECKPOINT_URI,
         checkpoint_interval=0.5,
         quota_conn_id=QUOTA_CONN_ID,
-        poll_interval=2.0,
+        check_interval=2.0,
     )
     rival_done = QuotaJobSensor(
         task_id="rival_done",

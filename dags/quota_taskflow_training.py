@@ -75,7 +75,7 @@ with DAG(
         command=[sys.executable, TRAIN_SCRIPT, "--steps", "20", "--step-seconds", "0.05"],
         checkpoint_uri=CHECKPOINTS + "/{{ dag.dag_id }}/{{ run_id | replace(':', '-') }}",
         checkpoint_interval=0.5,
-        poll_interval=2.0,
+        check_interval=2.0,
     )
     decided >> train
     report(train.output)

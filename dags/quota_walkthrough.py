@@ -87,7 +87,7 @@ def training(task_id: str, share: str, priority: int, steps: int) -> QuotaTraini
         checkpoint_uri=CHECKPOINTS + "/{{ dag.dag_id }}/{{ run_id | replace(':', '-') }}/{{ task.task_id }}",
         checkpoint_interval=CHECKPOINT_EVERY * STEP_SECONDS,
         quota_conn_id=QUOTA_CONN_ID,
-        poll_interval=1.0,
+        check_interval=1.0,
     )
 
 
