@@ -4,7 +4,9 @@ environment.
 LocalExecutor forks its workers once, at start; a task's process is forked later by the Task
 SDK's supervisor inside a worker. So the placement (``executors/placement.py``) travels with the
 workload through the queue, and the worker sets it in its own environment just for that task
-(the supervisor's fork inherits it), then restores it.
+(the supervisor's fork inherits it), then restores it. A try whose supervisor fails (Airflow's
+execution API cannot be reached) gets one line saying why in its own log
+(``executors/task_log.py``), and the executor gets that line as the event's info.
 """
 
 from __future__ import annotations
@@ -18,8 +20,10 @@ from typing import Any
 
 import structlog
 from airflow.executors.base_executor import BaseExecutor, get_execution_api_server_url
+from airflow.executors.workloads import ExecuteTask
 
 from airflow_quota.executors.placement import VARIABLES
+from airflow_quota.executors.task_log import append_to_task_log, failure_cause
 
 WorkItem = tuple[Any, dict[str, str]]
 """A workload (task, callback or connection test) and the environment it runs with."""
@@ -52,17 +56,25 @@ def run_worker(
             output.put((workload.key, workload.running_state, None))
         saved = {name: os.environ.get(name) for name in VARIABLES}
         os.environ.update(env)
+        server = None
         try:
+            server = get_execution_api_server_url(team_conf)
             BaseExecutor.run_workload(
                 workload,
-                server=get_execution_api_server_url(team_conf),
+                server=server,
                 proctitle=f"{prefix} {workload.display_name}",
                 subprocess_logs_to_stdout=True,
             )
             output.put((workload.key, workload.success_state, None))
         except Exception as exc:
-            log.exception("Workload execution failed.", workload_type=type(workload).__name__)
-            output.put((workload.key, workload.failure_state, exc))
+            # the try never ran, or its supervisor broke: one line says why, here, in the try's
+            # own log (nothing else writes there now) and, as the event's info, to the executor
+            # (QuotaExecutor reports it to the quota scheduler: the job's failure detail)
+            cause = failure_cause(exc, server)
+            log.exception("Workload execution failed: %s", cause, workload_type=type(workload).__name__)
+            if isinstance(workload, ExecuteTask):
+                append_to_task_log(workload.log_path, cause)
+            output.put((workload.key, workload.failure_state, cause))
         finally:
             for name, value in saved.items():
                 if value is None:
