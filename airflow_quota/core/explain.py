@@ -20,13 +20,15 @@ from airflow_quota.core.model import (
 )
 
 
+def instant(epoch_seconds: float) -> str:
+    """An instant as the decision log writes it on the wall clock: ``2026-12-01T14:20:05+00:00``."""
+    return datetime.fromtimestamp(epoch_seconds, tz=timezone.utc).isoformat(timespec="seconds")
+
+
 def describe(decision: Decision, wall_clock: bool = False) -> str:
     """``t=600 PREEMPTED qs1-med [qs1] CROSS_SHARE by qs2-job, lost 0 s: <why>``; with
-    ``wall_clock`` the time is an ISO instant (the service's clock is epoch seconds)."""
-    if wall_clock:
-        head = datetime.fromtimestamp(decision.at, tz=timezone.utc).isoformat(timespec="seconds")
-    else:
-        head = f"t={decision.at:g}"
+    ``wall_clock`` the time is an ISO instant (``instant``: the service's clock is epoch seconds)."""
+    head = instant(decision.at) if wall_clock else f"t={decision.at:g}"
     who = f"{decision.job} [{decision.share}]"
     if isinstance(decision, Submitted):
         return f"{head} SUBMITTED {who}"

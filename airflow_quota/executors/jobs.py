@@ -61,6 +61,12 @@ class JobProgress(NamedTuple):
     attempts: int
     pending_deadline: float | None
     """When a RUNNABLE job's ``max_pending_time`` falls due (``JobRow.pending_deadline``)."""
+    pending_reason: str | None = None
+    """Why a RUNNABLE job waits, what for and where it stands: the task's log says it once the
+    try starts (``executors/story.py``)."""
+    waiting_for: str | None = None
+    position_in_share: int | None = None
+    position_in_queue: int | None = None
 
 
 class ExecutorJobs:
@@ -114,8 +120,8 @@ class ExecutorJobs:
         return {row.id: row for row in self.hook.store.jobs_by_ids(job_ids)}
 
     def states(self, job_ids: Collection[int]) -> dict[int, JobProgress]:
-        """Each existing job's state, number of attempts and max_pending deadline, and nothing
-        else: the narrow read the executor makes of every held job at each sync. Whole rows
+        """Each existing job's state, number of attempts, max_pending deadline and why it waits,
+        and nothing else: the narrow read the executor makes of every held job at each sync. Whole rows
         (``jobs``) cost about a millisecond each to load, too much for a thousand held tasks
         every second (issue 17's benchmark, ``BENCHMARKS.md``); only the jobs that moved need them."""
         wanted = sorted(set(job_ids))
@@ -123,13 +129,17 @@ class ExecutorJobs:
         found: dict[int, JobProgress] = {}
         with reachable(str(store.engine.url)), store.sessions() as session:
             for start in range(0, len(wanted), IN_CHUNK):
-                query = select(JobRow.id, JobRow.state, JobRow.attempts, JobRow.pending_deadline).where(
-                    JobRow.id.in_(wanted[start : start + IN_CHUNK])
-                )
-                found.update(
-                    (row.id, JobProgress(row.state, row.attempts, row.pending_deadline))
-                    for row in session.execute(query)
-                )
+                query = select(
+                    JobRow.id,
+                    JobRow.state,
+                    JobRow.attempts,
+                    JobRow.pending_deadline,
+                    JobRow.pending_reason,
+                    JobRow.waiting_for,
+                    JobRow.position_in_share,
+                    JobRow.position_in_queue,
+                ).where(JobRow.id.in_(wanted[start : start + IN_CHUNK]))
+                found.update((row.id, JobProgress(*row[1:])) for row in session.execute(query))
         return found
 
     def attempts(self, job_ids: Collection[int]) -> dict[int, OpenAttempt]:

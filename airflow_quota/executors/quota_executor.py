@@ -65,17 +65,19 @@ from sqlalchemy.orm import object_session
 
 from airflow_quota.core.access import Actor
 from airflow_quota.core.human_time import duration_words
-from airflow_quota.core.model import HOLDING_STATES, WAITING_STATES
+from airflow_quota.core.model import HOLDING_STATES, WAITING_STATES, JobState
 from airflow_quota.exceptions import InvalidInput
 from airflow_quota.executors.config import config_problems, quota_arguments
-from airflow_quota.executors.jobs import ExecutorJobs, TaskIdentity, TaskRefused
+from airflow_quota.executors.jobs import ExecutorJobs, JobProgress, TaskIdentity, TaskRefused
 from airflow_quota.executors.placement import Placement
+from airflow_quota.executors.story import WaitLog, waiting_line
+from airflow_quota.executors.task_log import append_to_task_log, one_line
 from airflow_quota.executors.worker import run_worker
 from airflow_quota.hooks.quota import describe_job, pending_deadline_line
 from airflow_quota.operators.arguments import seconds
 from airflow_quota.operators.priority import priority_override
 from airflow_quota.service.backends.base import STOPPED_BEFORE_START
-from airflow_quota.store.models import AttemptState
+from airflow_quota.store.models import AttemptState, JobRow
 
 if TYPE_CHECKING:
     from airflow.models.taskinstancekey import TaskInstanceKey
@@ -127,6 +129,10 @@ class Held:
     """Why the task cannot run (it fails at the next sync)."""
     announced: float | None = None
     """The max_pending deadline of its job's wait last said in the log (one line per wait)."""
+    job_name: str = ""
+    share: str = ""
+    waits: WaitLog = field(default_factory=WaitLog)
+    """Why its job waited, each change once: the try's log tells it (``executors/story.py``)."""
 
 
 @dataclass
@@ -223,12 +229,20 @@ class QuotaExecutor(LocalExecutor):
         super().sync()
 
     def change_state(self, key: Any, state: Any, info: Any = None, remove_running: bool = True) -> None:
-        """A try ended (LocalExecutor's event): tell the quota scheduler how, then Airflow."""
+        """A try ended (LocalExecutor's event): tell the quota scheduler how, then Airflow.
+        ``info`` is why a try failed outside the task, when a worker could say (``worker.py``)."""
         if state in (TaskInstanceState.SUCCESS, TaskInstanceState.FAILED):
             released = self.released.pop(key, None)
             if released is not None:
-                self._report_end(released)
+                self._report_end(released, one_line(info) if isinstance(info, str) else None)
         super().change_state(key, state, info, remove_running)
+
+    def _read_results(self) -> None:
+        """LocalExecutor's, with the worker's cause of a failed try passed on as the event's info
+        (LocalExecutor drops it)."""
+        while not self.result_queue.empty():
+            key, state, cause = self.result_queue.get()
+            self.change_state(key, state, cause)
 
     def try_adopt_task_instances(self, tis: Sequence[TaskInstance]) -> Sequence[TaskInstance]:
         """Take back a dead scheduler's quota tasks: QUEUED ones are held again (their jobs
@@ -321,17 +335,20 @@ class QuotaExecutor(LocalExecutor):
             except TaskRefused as exc:
                 held.problem = str(exc)
                 continue
-            held.job_id = job.id
+            held.job_id, held.job_name, held.share = job.id, job.name, job.share
             self.log.info("%s held: %s", key, describe_job(job))
         for key, held in list(self.held.items()):
             if held.problem is not None:
                 self._fail_held(key, held.problem)
 
     def _fail_held(self, key: TaskInstanceKey, message: str) -> None:
-        """Fail a held task with a message naming what is wrong (never a silent hold)."""
-        del self.held[key]
+        """Fail a held task with a message naming what is wrong (never a silent hold), in the
+        executor's log, the task instance's audit log and the try's own log (it never ran: the
+        line is all its log says)."""
+        held = self.held.pop(key)
         self.log.error("%s fails: %s", key, message)
         self.log_task_event(event="quota executor", extra=message, ti_key=key)
+        append_to_task_log(held.workload.log_path, f"the quota did not run this try: {message}")
         self.fail(key, info=message)
 
     # -- following the quota scheduler -------------------------------------------------------
@@ -345,7 +362,7 @@ class QuotaExecutor(LocalExecutor):
         # (placed, ended, or placed once before): a held job still waiting for its first
         # placement needs nothing more, so a thousand held tasks cost one light query a sync
         states = self.jobs.states(held_ids)
-        moved = {job_id for job_id, (state, tries, _) in states.items() if state not in WAITING_STATES or tries > 0}
+        moved = {job_id for job_id, job in states.items() if job.state not in WAITING_STATES or job.attempts > 0}
         jobs = self.jobs.jobs(moved)
         attempts = self.jobs.attempts(moved | released_ids)
         keys = {(r.job_id, r.attempt) for r in self.released.values()}
@@ -359,6 +376,7 @@ class QuotaExecutor(LocalExecutor):
                 continue
             self._announce_deadline(key, held, states[held.job_id].pending_deadline, now)
             job = jobs.get(held.job_id)
+            self._note_wait(held, states[held.job_id], job, now)
             if job is None:  # still waiting, never placed (or gone since: the next sync sees it)
                 continue
             attempt = attempts.get(job.id)
@@ -381,6 +399,27 @@ class QuotaExecutor(LocalExecutor):
                 self._signal_celery(released)
             if released.stop_deadline is not None and not released.cleared and now >= released.stop_deadline:
                 self._clear(released)
+
+    @staticmethod
+    def _note_wait(held: Held, progress: JobProgress, job: JobRow | None, now: float) -> None:
+        """Keep why a held task's job waits when that changes (``WaitLog``): from its whole row
+        when read (a job placed before), else from the narrow read."""
+        if progress.state != JobState.RUNNABLE.value or held.job_id is None:
+            return
+        if job is not None:
+            line = describe_job(job)
+        else:
+            line = waiting_line(
+                held.job_id,
+                held.job_name,
+                held.share,
+                progress.state,
+                progress.pending_reason,
+                progress.waiting_for,
+                progress.position_in_share,
+                progress.position_in_queue,
+            )
+        held.waits.note(now, line)
 
     def _announce_deadline(self, key: TaskInstanceKey, held: Held, deadline: float | None, now: float) -> None:
         """Say once per wait when a held task's ``max_pending_time`` falls due, in the
@@ -419,6 +458,7 @@ class QuotaExecutor(LocalExecutor):
             checkpoint_uri,
             preemptions,
         )
+        environment = placement.environment() | held.waits.environment()
         token = ExecuteTask.generate_token(str(held.workload.ti.id), self.jwt_generator)
         workload = held.workload.model_copy(update={"token": token})
         identity = identity_of(workload.ti)
@@ -426,7 +466,7 @@ class QuotaExecutor(LocalExecutor):
             self.queued_tasks[key] = workload
         else:
             try:
-                celery_id = self.celery.send(key, workload, attempt.instance_type, placement.environment())
+                celery_id = self.celery.send(key, workload, attempt.instance_type, environment)
             except Exception:
                 self.log.exception("%s could not be sent to Celery queue %s; sent again", key, attempt.instance_type)
                 return
@@ -434,9 +474,7 @@ class QuotaExecutor(LocalExecutor):
             # Airflow records the Celery task id as the task instance's external_executor_id
             self.event_buffer[key] = (TaskInstanceState.QUEUED, celery_id)
         del self.held[key]
-        self.released[key] = Released(
-            workload, str(workload.ti.id), identity, held.job_id, attempt.number, placement.environment()
-        )
+        self.released[key] = Released(workload, str(workload.ti.id), identity, held.job_id, attempt.number, environment)
         self.jobs.report(held.job_id, attempt.number, "RUNNING", None, identity.try_number)
         self.log.info(
             "%s released after %s: quota job %s attempt %s on %sx %s in share %s, to %s",
@@ -548,8 +586,9 @@ class QuotaExecutor(LocalExecutor):
             )
             self.change_state(end.key, TaskInstanceState.SUCCESS if refused_after_success else end.state, end.info)
 
-    def _report_end(self, released: Released) -> None:
-        """How the try ended, from the task instance's state in Airflow's database."""
+    def _report_end(self, released: Released, cause: str | None = None) -> None:
+        """How the try ended, from the task instance's state in Airflow's database, with the
+        worker's ``cause`` of a failure outside the task (the quota job's failure detail names it)."""
         state = self._try_state(released)
         try_number = released.identity.try_number
         try:
@@ -560,7 +599,8 @@ class QuotaExecutor(LocalExecutor):
             elif released.stop_at is not None:
                 self.jobs.report(released.job_id, released.attempt, "STOPPED", "Preempted", try_number)
             else:
-                self.jobs.report(released.job_id, released.attempt, "FAILED", f"AirflowTask:{state}", try_number)
+                reason = f"AirflowTask:{state}" + (f": {cause}" if cause else "")
+                self.jobs.report(released.job_id, released.attempt, "FAILED", reason, try_number)
         except Exception:
             self.log.exception("could not report quota job %s attempt %s", released.job_id, released.attempt)
 

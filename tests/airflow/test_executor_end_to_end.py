@@ -15,13 +15,16 @@ shares over a pool of two ml.g5.xlarge and two ml.g4dn.xlarge, ``quota.yaml`` th
    try, one quota job, one start) and succeeds.
 2. A cross-share reclaim: lab borrows ops's idle instance; an ops task takes it back; the lab task
    on it gets SIGTERM, checkpoints, is cleared (RESTARTING), is held again as its next try and
-   resumes from its checkpoint; every task succeeds and the quota jobs agree.
+   resumes from its checkpoint; every task succeeds and the quota jobs agree. The second try's
+   own log tells the quota's story so far in time order: submitted, placed (borrowing),
+   preempted (by whom), waiting (why), placed again, what it runs on and where it resumes from.
 """
 
 from __future__ import annotations
 
 import contextlib
 import itertools
+import json
 import os
 import signal
 from collections.abc import Iterator
@@ -64,6 +67,14 @@ def airflow(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AirflowStack]:
         },
     ) as stack:
         yield stack
+
+
+def logged(af: AirflowStack, dag_id: str, run_id: str, task_id: str, try_number: int) -> list[str]:
+    """What one try's log says, line by line (Airflow writes it as JSON lines)."""
+    path = (
+        af.home / "logs" / f"dag_id={dag_id}" / f"run_id={run_id}" / f"task_id={task_id}" / f"attempt={try_number}.log"
+    )
+    return [json.loads(line).get("event", "") for line in path.read_text().splitlines() if line.startswith("{")]
 
 
 def seconds(later: datetime, earlier: datetime) -> float:
@@ -182,7 +193,23 @@ def test_a_cross_share_reclaim_stops_a_running_task_which_resumes_from_its_check
     resumed = trail[-2]["resumed_from"]
     assert resumed >= 5 and trail[-2]["attempt"] == 2, trail
     assert jobs["ops_job"].state == "SUCCEEDED" and jobs["lab_first"].state == "SUCCEEDED"
+    # the second try's own log tells the quota's story so far, in time order (issue 38)
+    borrower, ops_name = jobs["lab_borrower"], jobs["ops_job"].name
+    lines = logged(af, "quota_exec_lab", lab, "lab_borrower", 2)
+    story = [
+        f"submitted as quota job {borrower.id} to share lab ({borrower.name}, priority 1)",
+        f"PLACED {borrower.name} [lab] on 1x ml.g4dn.xlarge, attempt 1",
+        f"PREEMPTED {borrower.name} [lab] CROSS_SHARE by {ops_name}, lost",
+        f"quota job {borrower.id} ({borrower.name}) in share lab is RUNNABLE: ",
+        f"PLACED {borrower.name} [lab] on 1x ml.g4dn.xlarge, attempt 2",
+        f"this try (Airflow try 2): quota job {borrower.id} ({borrower.name}) in share lab is ",
+        f"quota job {borrower.id} resumes on attempt 2 after 1 preemption(s), from checkpoint {step.parent}",
+    ]
+    at = [next((i for i, line in enumerate(lines) if phrase in line), None) for phrase in story]
+    assert None not in at and at == sorted(at), "\n".join(lines)
+    assert "borrowing 1" in lines[at[1]] and "preempted 1 time(s) so far" in lines[at[3]], "\n".join(lines)
     print(f"\nlab_borrower: preempted by ops_job, resumed from step {resumed} on its second try")
+    print("its second try's log:\n  " + "\n  ".join(lines[at[0] : at[-1] + 1]))
 
 
 def test_a_scheduler_killed_while_tasks_are_held_and_running_is_restarted_and_each_task_runs_once(

@@ -5,6 +5,8 @@ preemption that ended the job failing with the job's reason instead of submittin
 
 from __future__ import annotations
 
+import json
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, cast
@@ -99,10 +101,13 @@ def test_the_narrow_read_of_held_jobs_agrees_with_the_whole_rows_step_by_step(wo
         states = world.jobs.states([*ids, 999_999])
         rows = world.jobs.jobs(ids)
         attempts = world.jobs.attempts(ids)
-        assert states == {i: (rows[i].state, rows[i].attempts, rows[i].pending_deadline) for i in ids}  # none: absent
+        waits = {
+            i: (r.pending_reason, r.waiting_for, r.position_in_share, r.position_in_queue) for i, r in rows.items()
+        }
+        assert states == {i: (rows[i].state, rows[i].attempts, rows[i].pending_deadline, *waits[i]) for i in ids}
         assert {i for i in ids if states[i][1] > 0} == set(attempts)
         assert all(attempts[i].number == states[i][1] for i in attempts)
-        seen |= {(state, tries) for state, tries, _ in states.values()}
+        seen |= {(progress.state, progress.attempts) for progress in states.values()}
         world.step()
     assert ("RUNNABLE", 0) in seen and ("SCHEDULED", 1) in seen, seen
 
@@ -199,3 +204,118 @@ def test_a_held_task_says_once_when_its_max_pending_time_falls_due(
     assert [(entry.event, entry.extra) for entry in executor._task_event_logs] == [("quota executor", line)]
     said = [out for out in capsys.readouterr().out.splitlines() if "max_pending_time" in out]
     assert len(said) == 1 and f"{key} held: {line}" in said[0], said
+
+
+def held_workload(name: str) -> Any:
+    """A queued try as Airflow hands it to the executor, its log where Airflow would write it."""
+    from airflow.executors.workloads import BundleInfo, ExecuteTask
+    from airflow.executors.workloads.task import TaskInstanceDTO
+
+    ti = TaskInstanceDTO(
+        id=uuid.uuid4(),
+        task_id=name,
+        dag_id="dag",
+        run_id="run1",
+        try_number=1,
+        dag_version_id=uuid.uuid4(),
+        map_index=-1,
+        pool_slots=1,
+        priority_weight=1,
+        queue="research",
+    )
+    log_path = f"dag_id=dag/run_id=run1/task_id={name}/attempt=1.log"
+    return ExecuteTask(
+        ti=ti, token="", dag_rel_path="dag.py", bundle_info=BundleInfo(name="dags-folder"), log_path=log_path
+    )
+
+
+def test_a_held_task_keeps_why_it_waits_and_its_timeout_is_one_line_in_its_log(
+    world: World, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 38: while QuotaExecutor holds a task, it keeps why the job waits (each change once:
+    the try's log tells it when it starts); a job that fails while held (here PENDING_TIMEOUT)
+    fails the task with one readable line in the try's own log, the only line it will have."""
+    from airflow.models.taskinstancekey import TaskInstanceKey
+
+    from airflow_quota.executors.quota_executor import Held, QuotaExecutor
+
+    monkeypatch.setenv("AIRFLOW__LOGGING__BASE_LOG_FOLDER", str(tmp_path / "logs"))
+    for name in ("a", "b"):  # research's g5 and the one it borrows from prod
+        world.jobs.job_for(task(name), arguments(), None, DAG)
+    waits = arguments(max_pending_time=60)
+    job = world.jobs.job_for(task("c"), waits, None, DAG)
+    executor = QuotaExecutor(parallelism=1)
+    key = TaskInstanceKey("dag", "c", "run1", 1, -1)
+    workload = held_workload("c")
+    executor.held[key] = Held(workload, waits, None, since=1000.0, job_id=job.id, job_name=job.name, share="research")
+    for _ in range(3):
+        world.step()
+        executor._follow(world.clock.now())
+    row = world.job(job.id)
+    assert row.state == "RUNNABLE" and row.position_in_share == 1
+    noted = [line for _, line in executor.held[key].waits.lines]
+    assert noted == [
+        f"quota job {job.id} ({job.name}) in share research is RUNNABLE: {row.pending_reason}"
+        f" for {row.waiting_for}, position 1 in its share (1 in the whole queue)"
+    ], noted
+    world.step(61.0)
+    executor._follow(world.clock.now())
+    row = world.job(job.id)
+    assert (row.state, row.reason) == ("FAILED", "PENDING_TIMEOUT")
+    assert key not in executor.held and executor.event_buffer[key][0] == "failed"
+    records = [json.loads(line) for line in (tmp_path / "logs" / workload.log_path).read_text().splitlines()]
+    assert [(r["level"], r["event"]) for r in records] == [
+        (
+            "error",
+            f"the quota did not run this try: quota job {job.id} ({job.name}) in share research FAILED: "
+            f"PENDING_TIMEOUT: {row.detail}",
+        )
+    ]
+
+
+def test_a_preempted_job_s_second_try_tells_its_story_in_time_order(world: World) -> None:
+    """Issue 38: what the try after a preemption logs when it starts (``executors/story.py``):
+    submitted, placed (borrowing), preempted (by whom), waited (why), placed again, what it runs
+    on now and where it resumes from, in the operator's words, in time order."""
+    from airflow_quota.executors.placement import Placement
+    from airflow_quota.executors.story import story_so_far
+    from airflow_quota.hooks.quota import QuotaHook
+
+    own = world.jobs.job_for(task("own"), arguments(priority=5), None, DAG)
+    borrower = world.jobs.job_for(task("borrower"), arguments(priority=1), None, DAG)
+    world.step()
+    world.step()
+    for job in (own, borrower):
+        world.jobs.report(job.id, 1, "RUNNING", None, 1)
+    world.step()
+    prod = world.jobs.job_for(task("prod"), arguments("prod"), None, DAG)
+    world.step()
+    world.step()
+    assert world.job(borrower.id).preemptions == 1  # the lower priority of the two
+    world.jobs.report(borrower.id, 1, "STOPPED", "Preempted", 1)
+    world.step()
+    world.step()
+    waiting = world.job(borrower.id)
+    assert waiting.state == "RUNNABLE"
+    waited = [(world.clock.now(), f"quota job {borrower.id} is RUNNABLE: a line the executor kept")]
+    world.step()
+    world.jobs.report(prod.id, 1, "RUNNING", None, 1)
+    world.jobs.report(prod.id, 1, "SUCCEEDED", None, 1)
+    for _ in range(3):
+        world.step()
+    placed = world.job(borrower.id)
+    assert (placed.state, placed.attempts) == ("SCHEDULED", 2), placed.state
+    placement = Placement("research", borrower.id, 2, "ml.g5.xlarge", 1, None, "s3://bucket/ckpt", 1)
+    lines = story_so_far(QuotaHook(), placement, waited, try_number=2)
+    expected = [
+        f"submitted as quota job {borrower.id} to share research ({borrower.name}, priority 1)",
+        f"PLACED {borrower.name} [research] on 1x ml.g5.xlarge, attempt 1",
+        f"PREEMPTED {borrower.name} [research] CROSS_SHARE by {prod.name}",
+        "is RUNNABLE: a line the executor kept",
+        f"PLACED {borrower.name} [research] on 1x ml.g5.xlarge, attempt 2",
+        f"this try (Airflow try 2): quota job {borrower.id} ({borrower.name}) in share research is SCHEDULED on 1x",
+        f"quota job {borrower.id} resumes on attempt 2 after 1 preemption(s), from checkpoint s3://bucket/ckpt",
+    ]
+    found = [next((i for i, line in enumerate(lines) if phrase in line), None) for phrase in expected]
+    assert None not in found and found == sorted(found), "\n".join(lines)
+    assert lines[found[1]].endswith("borrowing 1"), lines[found[1]]  # the placement's own words
