@@ -133,6 +133,8 @@ class Held:
     share: str = ""
     waits: WaitLog = field(default_factory=WaitLog)
     """Why its job waited, each change once: the try's log tells it (``executors/story.py``)."""
+    wait_read: tuple[Any, ...] | None = None
+    """What the narrow read last said of the wait: a line is worded only when that changes."""
 
 
 @dataclass
@@ -406,6 +408,10 @@ class QuotaExecutor(LocalExecutor):
         when read (a job placed before), else from the narrow read."""
         if progress.state != JobState.RUNNABLE.value or held.job_id is None:
             return
+        read = (progress.attempts, *progress[4:])  # a thousand held tasks: word only what changed
+        if read == held.wait_read:
+            return
+        held.wait_read = read
         if job is not None:
             line = describe_job(job)
         else:
