@@ -106,7 +106,10 @@ def airflow(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AirflowStack]:
         dags=[REPO / "tests" / "airflow" / "lineage_dags" / "quota_lineage.py"],
         quota_config=REPO / "examples" / "quota.yaml",
         wait_for_dags=[DAG_ID],
-        extra_env={"AIRFLOW__OPENLINEAGE__TRANSPORT": json.dumps(transport), "AIRFLOW__OPENLINEAGE__NAMESPACE": "e2e"},
+        extra_env={
+            "AIRFLOW__OPENLINEAGE__TRANSPORT": json.dumps(transport),
+            "AIRFLOW__OPENLINEAGE__NAMESPACE": "e2e",
+        },
     ) as stack:
         yield stack
 
