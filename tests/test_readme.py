@@ -87,16 +87,23 @@ def test_readme_command(command: str, shown: list[str], workdir: Path) -> None:
         assert line.strip() in output, f"the docs show {line!r}, the command printed:\n{output}"
 
 
+def bash_commands(block: str) -> list[str]:
+    """The commands of one ``bash`` block: continuations joined, comments dropped."""
+    commands = []
+    for line in block.replace("\\\n", " ").splitlines():
+        command = line.split("  #")[0].strip()
+        if command and not command.startswith("#"):
+            commands.append(re.sub(r"\s+", " ", command))
+    return commands
+
+
 def shell_commands() -> list[str]:
     """Every command the README shows outside ``$ airflow-quota`` console lines: the lines of
     ``bash`` blocks (continuations joined, comments dropped) and the other ``$`` lines, on every page."""
     text = "\n".join(page.read_text() for page in pages())
     commands = []
     for block in re.findall(r"```bash\n(.*?)```", text, re.S):
-        for line in block.replace("\\\n", " ").splitlines():
-            command = line.split("  #")[0].strip()
-            if command and not command.startswith("#"):
-                commands.append(re.sub(r"\s+", " ", command))
+        commands += bash_commands(block)
     for block in re.findall(r"```console\n(.*?)```", text, re.S):
         commands += [
             line[2:].strip()
@@ -127,6 +134,24 @@ EXERCISED_BY: list[tuple[str, str, list[str]]] = [
         "benchmarks/itp_replay.py",
         ['"compare"', '"--policy"', '"--report"', '"--plots"', "examples/itp-quota.yaml"],
     ),
+    # docs/install.md's deploy commands, which need root, a registry or a cluster: the test checks
+    # the files they install (the unit with systemd-analyze, the manifests against the schemas)
+    (
+        r"sudo (cp|install) .*deploy/systemd/.*|sudo systemctl daemon-reload && .*"
+        r"|journalctl -u airflow-quota-scheduler -f",
+        "tests/test_deploy_files.py",
+        ['"verify"', "EnvironmentFile=/etc/airflow/airflow-quota.env"],
+    ),
+    (
+        r"docker (build|push) registry\.example\.com/airflow-quota:\S+( \.)?|docker build -t \S+ \.",
+        "tests/test_deploy_files.py",
+        ["test_the_image_tag_is_the_packages_version"],
+    ),
+    (
+        r"(helm upgrade --install airflow|kubectl apply -n airflow) .*deploy/kubernetes/.*",
+        "tests/test_deploy_files.py",
+        ["kubernetes_validate.validate", "CHART_TOP_LEVEL_KEYS"],
+    ),
     (r"export AIRFLOW_CONN_QUOTA_DEFAULT=\S+", "airflow_quota/devtools/stack.py", ['"AIRFLOW_CONN_QUOTA_DEFAULT"']),
     (r"airflow-quota apply examples/quota.yaml", "airflow_quota/devtools/stack.py", ['"apply"']),
     (r"airflow-quota scheduler( &)?", "airflow_quota/devtools/stack.py", ['"airflow-quota"), "scheduler"']),
@@ -138,10 +163,28 @@ EXERCISED_BY: list[tuple[str, str, list[str]]] = [
 ]
 
 
+INSTALL_PAGE_TEST = "tests/airflow/test_install_page.py"
+INSTALL_STEPS = {
+    command
+    for block in re.findall(
+        r"<!-- install-step: [^>]*-->\n```bash\n(.*?)```", (ROOT / "docs" / "install.md").read_text(), re.S
+    )
+    for command in bash_commands(block)
+}
+"""The commands of docs/install.md's blocks marked ``<!-- install-step: NAME -->``, which
+``tests/airflow/test_install_page.py`` runs, block by block, in a fresh Airflow."""
+
+
 @pytest.mark.parametrize("command", shell_commands())
 def test_every_other_readme_command_is_exercised(command: str) -> None:
     """A command the README or a page shows but this module cannot run is run by the test (or the tool
     the demo and the end-to-end tests share) named here."""
+    if command in INSTALL_STEPS:
+        source = (ROOT / INSTALL_PAGE_TEST).read_text()
+        assert "<!-- install-step:" in source and "page_steps()" in source, (
+            f"{INSTALL_PAGE_TEST} no longer runs {command!r}"
+        )
+        return
     for pattern, path, evidence in EXERCISED_BY:
         if re.fullmatch(pattern, command):
             source = (ROOT / path).read_text()
