@@ -22,7 +22,7 @@ from pydantic import ValidationError
 from airflow_quota.core.config import pydantic_problems
 from airflow_quota.core.model import FINAL_STATES, JobRequest, JobState
 from airflow_quota.exceptions import InvalidInput, Problem
-from airflow_quota.hooks.quota import QuotaHook, describe_job
+from airflow_quota.hooks.quota import QuotaHook
 from airflow_quota.operators.arguments import has_template
 from airflow_quota.operators.deferral import default_deferrable
 from airflow_quota.triggers.quota import QuotaCapacityTrigger, QuotaJobEvent, QuotaJobTrigger
@@ -116,7 +116,7 @@ class QuotaJobSensor(BaseSensorOperator):
         job = self.hook.get_job(job_id)
         if job is None:
             raise AirflowException(f"there is no quota job {job_id} in the quota database")
-        self.log.info("%s", describe_job(job))
+        self.log.info("%s", self.hook.describe(job))
         if job.state not in FINAL_STATES:
             return False
         if job.state == JobState.FAILED.value and self.fail_on_job_failure:
