@@ -31,6 +31,7 @@ LONGEST_FIRST = (
     "tests/airflow/test_end_to_end.py",
     "tests/airflow/test_executor_end_to_end.py",
     "tests/airflow/test_executor_celery_end_to_end.py",
+    "tests/airflow/test_install_page.py",
     "tests/core/test_properties.py",
     "tests/service/test_cli_service.py",
 )
