@@ -42,7 +42,7 @@ from airflow_quota.operators.priority import QUOTA_PRIORITY_PARAM, priority_over
 from airflow_quota.plugins.links import XCOM_JOB_ID, QuotaJobLink, SageMakerTrainingJobLink, TrainingLogsLink
 from airflow_quota.store.backend_names import REAL_BACKENDS
 from airflow_quota.store.models import AttemptState, JobRow
-from airflow_quota.triggers.quota import QuotaJobEvent, QuotaJobTrigger, Status
+from airflow_quota.triggers.quota import QuotaJobEvent, QuotaJobTrigger, Status, settled_after_deferral
 
 if TYPE_CHECKING:
     from airflow.providers.openlineage.extractors import OperatorLineage
@@ -490,6 +490,7 @@ class QuotaTrainingOperator(BaseOperator):
                     print_log=self.print_log,
                     aws_conn_id=self._calls_aws_conn_id() if self.backend == "sagemaker" else None,
                     give_up_at=give_up_at,
+                    fire_not_before=settled_after_deferral(),
                 ),
                 method_name="execute_complete",
                 timeout=self.execution_timeout,  # as the amazon provider's deferrable operators

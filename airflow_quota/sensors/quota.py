@@ -25,7 +25,7 @@ from airflow_quota.exceptions import InvalidInput, Problem
 from airflow_quota.hooks.quota import QuotaHook
 from airflow_quota.operators.arguments import has_template
 from airflow_quota.operators.deferral import default_deferrable
-from airflow_quota.triggers.quota import QuotaCapacityTrigger, QuotaJobEvent, QuotaJobTrigger
+from airflow_quota.triggers.quota import QuotaCapacityTrigger, QuotaJobEvent, QuotaJobTrigger, settled_after_deferral
 
 
 def max_attempts_problems(max_attempts: Any) -> list[Problem]:
@@ -131,7 +131,10 @@ class QuotaJobSensor(BaseSensorOperator):
             return
         self.defer(
             trigger=QuotaJobTrigger(
-                job_id=self._job_id(), quota_conn_id=self.quota_conn_id, poll_interval=self.poke_interval
+                job_id=self._job_id(),
+                quota_conn_id=self.quota_conn_id,
+                poll_interval=self.poke_interval,
+                fire_not_before=settled_after_deferral(),
             ),
             method_name="execute_complete",
             timeout=timedelta(seconds=self.timeout),

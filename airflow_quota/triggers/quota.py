@@ -27,6 +27,15 @@ from airflow_quota.store.models import JobRow
 from airflow_quota.triggers.training_log import LogTail, training_log
 from airflow_quota.triggers.watch import JobWatch, Reading, Subscription
 
+DEFER_SETTLE_SECONDS = 10.0
+"""Seconds after a task defers before its job trigger fires. Airflow 3.3's scheduler fails a
+resumed task when it drains the deferring try's own exit (a SUCCESS for the same try) only once
+the resumed try is QUEUED or RUNNING: "state mismatch", then FAILED (apache/airflow#72716 and
+#71580; #66431 fixed only the SCHEDULED case). On two cores with three busy processes beside it, the
+task of a one-second training (``tests/airflow/test_lineage.py``) failed so in 2 runs of 2
+without this hold and in none of 2 with it. Only a job that ends this soon after the deferral
+waits, and never longer than this."""
+
 Status = Literal["success", "failed", "error", "timeout"]
 STATUSES: tuple[Status, ...] = ("success", "failed", "error", "timeout")
 
@@ -69,6 +78,11 @@ class QuotaJobEvent:
         return cls(cast(Status, status), job_id, state, reason, str(message))
 
 
+def settled_after_deferral() -> float:
+    """The ``fire_not_before`` of a trigger created now, as a task defers."""
+    return time.time() + DEFER_SETTLE_SECONDS
+
+
 def scheduler_silence(silent_seconds: float | None, now: float) -> str:
     """Why no quota scheduler counts as running, for the task log: "none has beaten for about
     13 minutes, since 14:07 UTC", or "none has ever run on this quota database"."""
@@ -108,6 +122,8 @@ class QuotaJobTrigger(BaseTrigger):
         local backend's log file every ``poll_interval`` (at least 1 s), a SageMaker job's
         CloudWatch streams every 30 s, each line once, as the provider's ``print_log``.
     :param aws_conn_id: the AWS connection CloudWatch is read with (SageMaker jobs).
+    :param fire_not_before: the earliest time (epoch seconds) to fire, for a job that ends at
+        once: ``settled_after_deferral()`` when the task defers (``DEFER_SETTLE_SECONDS``).
     :param give_up_at: when (epoch seconds) to stop waiting with a ``timeout`` event if the job
         is still live: the operator's ``max_attempts`` looks, ``check_interval`` apart, from
         its deferral. An absolute time, so a trigger restarted on another triggerer keeps it.
@@ -126,6 +142,7 @@ class QuotaJobTrigger(BaseTrigger):
         print_log: bool = False,
         aws_conn_id: str | None = None,
         give_up_at: float | None = None,
+        fire_not_before: float | None = None,
     ) -> None:
         super().__init__()  # type: ignore[no-untyped-call]
         self.job_id = job_id
@@ -135,6 +152,7 @@ class QuotaJobTrigger(BaseTrigger):
         self.print_log = print_log
         self.aws_conn_id = aws_conn_id
         self.give_up_at = give_up_at
+        self.fire_not_before = fire_not_before
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (
@@ -147,6 +165,7 @@ class QuotaJobTrigger(BaseTrigger):
                 "print_log": self.print_log,
                 "aws_conn_id": self.aws_conn_id,
                 "give_up_at": self.give_up_at,
+                "fire_not_before": self.fire_not_before,
             },
         )
 
@@ -155,7 +174,11 @@ class QuotaJobTrigger(BaseTrigger):
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         """Fire the job's one event: final, refused or missing, or the database unreadable."""
-        yield await self._follow()
+        event = await self._follow()
+        if self.fire_not_before is not None and (hold := self.fire_not_before - time.time()) > 0:
+            self.log.info("firing in %.0f s, once Airflow has taken in the task's deferral", hold)
+            await asyncio.sleep(hold)
+        yield event
 
     async def _follow(self) -> TriggerEvent:
         """Follow the job through the database's ``JobWatch`` until there is an event to fire.

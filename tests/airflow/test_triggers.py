@@ -33,11 +33,14 @@ from tests.waiting import wait_for_async
 TRIGGERS: list[BaseTrigger] = [
     QuotaJobTrigger(job_id=7, quota_conn_id="quota_default", poll_interval=5.0),
     QuotaJobTrigger(job_id=8, quota_conn_id="other", poll_interval=0.5, cancel_on_kill=True),
+    QuotaJobTrigger(job_id=9, give_up_at=1_900_000_000.0, fire_not_before=1_800_000_000.0),
     QuotaCapacityTrigger(share="research", instance_preferences=G5, quota_conn_id="quota_default", poll_interval=2),
 ]
 
 
-@pytest.mark.parametrize("trigger", TRIGGERS, ids=["job trigger", "owning job trigger", "capacity trigger"])
+@pytest.mark.parametrize(
+    "trigger", TRIGGERS, ids=["job trigger", "owning job trigger", "held job trigger", "capacity trigger"]
+)
 def test_serialize_round_trips(trigger: BaseTrigger) -> None:
     classpath, kwargs = trigger.serialize()
     module, _, name = classpath.rpartition(".")
@@ -154,6 +157,24 @@ def test_running_twice_writes_nothing_and_gives_the_same_event(world: QuotaWorld
     second = asyncio.run(events_of(QuotaJobTrigger(**trigger.serialize()[1]).run()))
     assert [e.payload for e in first] == [e.payload for e in second]
     assert (world.store.pending_requests(), len(world.store.events())) == before
+
+
+def test_a_job_that_ends_at_once_fires_once_airflow_took_in_the_deferral(world: QuotaWorld) -> None:
+    """``fire_not_before``: a job already final when its task defers fires no sooner (Airflow
+    3.3 fails a resumed task whose deferring try's exit it drains late: DEFER_SETTLE_SECONDS);
+    one without it fires at once."""
+    job = world.submit("quick", {"duration": 10})
+    world.step()
+    world.step(1100.0)
+    at_once = QuotaJobTrigger(job_id=job.id, quota_conn_id="quota_default", poll_interval=0.01)
+    started = time.monotonic()
+    asyncio.run(events_of(at_once.run()))
+    immediate = time.monotonic() - started
+    held = QuotaJobTrigger(**{**at_once.serialize()[1], "fire_not_before": time.time() + 1.5})
+    started = time.monotonic()
+    events = asyncio.run(events_of(held.run()))
+    assert time.monotonic() - started >= 1.5 > immediate
+    assert [payload_of(e)["status"] for e in events] == ["success"]
 
 
 def test_a_broken_database_gives_an_error_event_not_an_exception(

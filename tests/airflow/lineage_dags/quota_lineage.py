@@ -11,10 +11,9 @@ from airflow.sdk import DAG
 from airflow_quota.operators import QuotaTrainingOperator
 from airflow_quota.sensors import QuotaJobSensor
 
-# Ten seconds: a trigger that fires within a second or two of the deferral can meet the deferring
-# try's own end in Airflow 3.3 (the resumed task found already failed: "Cannot start Task Instance
-# in invalid state"), seen here with a one-second training.
-TRAINING = "import time; print('epoch 1', flush=True); time.sleep(10); print('the last line', flush=True)"
+# One second: the job ends within seconds of the task's deferral, which Airflow 3.3's scheduler
+# met with a failed resumed task until the trigger waited for it (DEFER_SETTLE_SECONDS)
+TRAINING = "import time; print('epoch 1', flush=True); time.sleep(1); print('the last line', flush=True)"
 
 with DAG(dag_id="quota_lineage", schedule=None, start_date=pendulum.datetime(2026, 11, 1, tz="UTC")):
     QuotaTrainingOperator(
