@@ -38,7 +38,7 @@ with DAG(
         instance_preferences=[{"instance_type": "ml.g5.xlarge", "count": 1}],
         max_pending_time=timedelta(hours=6),
         backend="local",
-        command=[sys.executable, TRAINING, "--steps", "20", "--step-seconds", "0.5"],
+        command=[sys.executable, TRAINING, "--steps", "10", "--step-seconds", "0.2"],
         env={"TRAINING_DATE": "{{ ds }}"},
         checkpoint_uri=str(CHECKPOINTS) + "/{{ dag.dag_id }}/{{ run_id | replace(':', '-') }}",
         checkpoint_interval=1,

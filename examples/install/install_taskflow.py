@@ -54,7 +54,7 @@ with DAG(
         priority=decided["priority"],
         instance_preferences=G5,
         backend="local",
-        command=[sys.executable, TRAINING, "--steps", "20", "--step-seconds", "0.5"],
+        command=[sys.executable, TRAINING, "--steps", "10", "--step-seconds", "0.2"],
         checkpoint_uri=str(CHECKPOINTS) + "/{{ dag.dag_id }}/{{ run_id | replace(':', '-') }}",
         checkpoint_interval=1,
         poll_interval=2.0,
