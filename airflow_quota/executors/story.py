@@ -3,7 +3,7 @@
 A ``QuotaTrainingOperator`` task logs its job's story as it waits (``describe_job`` at each
 change, then ``job_story``). A plain task run by ``QuotaExecutor`` waits while it is QUEUED, with
 no process and no log of its own; its try's process starts only once the job is placed. So, when
-the try starts, the task process writes the story so far (``plugins/task_listener.py``, an
+the try starts, the task process writes the story so far (``executors/task_listener.py``, an
 Airflow listener): submitted (job id, share, priority), why and where it waited, placed on
 (count x type, plan, borrowing), preempted (by whom, why, work lost), and what this try runs on
 and resumes from. Every line is in the words the operator's log uses (``hooks/quota.py``,

@@ -1,8 +1,8 @@
 """``QuotaPlugin``: the Quotas page and API on Airflow's api-server, and a "Quotas" entry in the
 Airflow UI's navigation. (The "Quota job" link of ``QuotaTrainingOperator`` tasks is declared on
 the operator, ``links.QuotaJobLink``: Airflow 3 stores operator links with the serialized DAG,
-so it needs no registration here.) Its listener (``task_listener``) writes a ``QuotaExecutor``
-task's quota story into the try's own log.
+so it needs no registration here. Neither does the listener that writes a ``QuotaExecutor``
+task's quota story into its log: ``executors/task_listener.py``, a plugin of its own.)
 
 Discovered through the ``airflow.plugins`` entry point (``pyproject.toml``); ``airflow plugins``
 lists it. The page is an ``external_views`` entry with a ``url_route``, so the UI shows it in an
@@ -18,7 +18,7 @@ from urllib.parse import urlparse
 from airflow.configuration import conf
 from airflow.plugins_manager import AirflowPlugin
 
-from airflow_quota.plugins import URL_PREFIX, task_listener
+from airflow_quota.plugins import URL_PREFIX
 from airflow_quota.plugins.app import create_app
 
 
@@ -31,7 +31,6 @@ class QuotaPlugin(AirflowPlugin):
     """The Quotas page: shares, queue, running jobs, preemptions, alerts, utilisation, cost."""
 
     name = "airflow_quota"
-    listeners: list[Any] = [task_listener]  # noqa: RUF012 - AirflowPlugin's API: a QuotaExecutor try's quota story
     fastapi_apps: list[dict[str, Any]] = [  # noqa: RUF012 - AirflowPlugin's API
         {"app": create_app(), "url_prefix": URL_PREFIX, "name": "Quotas"}
     ]

@@ -1,6 +1,7 @@
 """The Airflow listener that writes a ``QuotaExecutor`` task's quota story into its own log.
 
-``QuotaPlugin`` registers this module as a listener. The Task SDK calls
+``QuotaExecutorTaskLog``, a plugin of its own (the ``airflow.plugins`` entry point
+``airflow_quota_executor``), registers this module as a listener. The Task SDK calls
 ``on_task_instance_running`` in the task's own process, once the try has started and before the
 task runs (``task_runner._prepare``), so what it logs lands in the try's log as Airflow writes it.
 A task released by ``QuotaExecutor`` has its placement in its environment
@@ -13,10 +14,12 @@ try.
 from __future__ import annotations
 
 import os
+import sys
 from typing import Any
 
 import structlog
 from airflow.listeners import hookimpl
+from airflow.plugins_manager import AirflowPlugin
 
 log = structlog.get_logger(logger_name="airflow_quota.task")
 
@@ -45,3 +48,11 @@ def on_task_instance_running(previous_state: Any, task_instance: Any) -> None:
         return
     for line in lines:
         log.info(line)
+
+
+class QuotaExecutorTaskLog(AirflowPlugin):
+    """Registers this module's listener: the quota's lines in a ``QuotaExecutor`` try's log. Apart
+    from ``QuotaPlugin`` (the page), which sits below the executor and knows nothing of it."""
+
+    name = "airflow_quota_executor"
+    listeners: list[Any] = [sys.modules[__name__]]  # noqa: RUF012 - AirflowPlugin's API
