@@ -8,17 +8,19 @@ the job's DAG. Times are epoch seconds on the quota scheduler's clock; every ans
 duration and instant, a ``*_text`` field says it for people, from ``core.human_time`` (as the
 CLI and the task log do): the page shows those and formats no time itself.
 
-Refusals: an unknown job is 404, and so is an id outside the database's integer range
-(1..2^63-1); a change to a job that is already final is 409; a priority outside 0-9999 or
-above the share's ``max_priority``, and a number that is not finite (``NaN``, ``Infinity``),
-are 422, in FastAPI's validation-error shape (``detail[].loc`` names the field,
-``detail[].msg`` the rule). Changes are requests to the quota scheduler (202): they take
+Refusals: an unknown job is 404, and so are an id outside the database's integer range
+(1..2^63-1) and a job of a DAG the user may not read (the same answer byte for byte,
+``security.no_such_job``: it names no DAG and does not tell that the id exists); a change to a
+job that is already final is 409; a priority outside 0-9999 or above the share's
+``max_priority``, and a number that is not finite (``NaN``, ``Infinity``), are 422, in
+FastAPI's validation-error shape (``detail[].loc`` names the field, ``detail[].msg`` the
+rule). Changes are requests to the quota scheduler (202): they take
 effect at its next cycle.
 
 A change is checked in this order, so a request nobody may make costs the api-server nothing:
 a login with the right to read DAGs (401/403, ``app.py``), a same-origin JSON request (403,
-``security.same_origin_json``), the job (404) and the right to edit its DAG (403), and only
-then the body: read up to ``MAX_BODY_BYTES`` (413 beyond, without reading the rest), parsed,
+``security.same_origin_json``), the job, readable to the user (404), and the right to edit
+its DAG (403), and only then the body: read up to ``MAX_BODY_BYTES`` (413 beyond, without reading the rest), parsed,
 validated (422); then the job's state (409) and, for a priority, the share's
 ``access.set_priority`` rule for the logged-in user (403, ``core.access``). The body is therefore not a FastAPI body
 parameter (FastAPI reads and validates those before any dependency runs); its schema is
@@ -44,7 +46,7 @@ from airflow_quota.core.model import HOLDING_STATES, LIVE_STATES, JobState
 from airflow_quota.core.visibility import pending_seconds
 from airflow_quota.exceptions import ChangeRefused, PriorityChangeDenied
 from airflow_quota.plugins import URL_PREFIX
-from airflow_quota.plugins.security import ANOTHER_JOB, DagAccess, DagAccessDep, SameOriginJson
+from airflow_quota.plugins.security import ANOTHER_JOB, DagAccess, DagAccessDep, SameOriginJson, no_such_job
 from airflow_quota.store import dashboard
 from airflow_quota.store.models import JobRow
 from airflow_quota.store.repository import QuotaStore
@@ -309,7 +311,7 @@ def get_job(request: Request, job_id: int, store: StoreDep, access: DagAccessDep
     now = store.clock()
     detail = dashboard.job_detail(store, bounded_id(job_id), now)
     if detail is None:
-        raise HTTPException(status.HTTP_404_NOT_FOUND, f"no quota job {job_id}")
+        raise no_such_job(job_id)
     access.require_read(detail.job)
     preemptions = hide_preemptors(store, access, detail.preemptions)
     caused = access.readable(detail.caused, lambda p: p.dag_id)
@@ -339,11 +341,12 @@ def get_job(request: Request, job_id: int, store: StoreDep, access: DagAccessDep
 
 
 def changeable_job(job_id: int, store: StoreDep, access: DagAccessDep) -> JobRow:
-    """FastAPI dependency of the change routes: the job, once it is known (404) and the user
-    may edit its DAG (403); the body is read only after this."""
+    """FastAPI dependency of the change routes: the job, once it is known and readable to the
+    user (404 otherwise, as for no job) and the user may edit its DAG (403); the body is read
+    only after this."""
     job = store.job(bounded_id(job_id))
     if job is None:
-        raise HTTPException(status.HTTP_404_NOT_FOUND, f"no quota job {job_id}")
+        raise no_such_job(job_id)
     access.require_read(job)
     access.require_edit(job)
     return job
@@ -365,10 +368,10 @@ async def cancel_body(request: Request, job: ChangeableJob) -> CancelBody:
 
 CHANGE_RESPONSES: dict[int | str, dict[str, Any]] = {
     403: {
-        "description": "a cross-site request, no edit access to the job's DAG, or (a priority) a user the "
-        "share's access.set_priority rule leaves out"
+        "description": "a cross-site request, no edit access to the DAG of a job the user may read, or "
+        "(a priority) a user the share's access.set_priority rule leaves out"
     },
-    404: {"description": "no such job"},
+    404: {"description": "no such job, or a job of a DAG the user may not read (the same answer)"},
     409: {"description": "the job is already final"},
     413: {"description": f"a body larger than {MAX_BODY_BYTES} bytes"},
     422: {"description": "a body that is not JSON, or breaks a rule of a field"},
@@ -588,7 +591,7 @@ def job_model(
 def bounded_id(job_id: int) -> int:
     """``job_id`` if the database can hold it; 404 otherwise (never an overflow, never a 500)."""
     if not 1 <= job_id <= MAX_JOB_ID:
-        raise HTTPException(status.HTTP_404_NOT_FOUND, f"no quota job {job_id}")
+        raise no_such_job(job_id)
     return job_id
 
 

@@ -41,7 +41,8 @@ DESCRIPTION = """Quota shares, their jobs, preemptions and alerts, from the quot
 
 Every route needs an Airflow login: a bearer token from `POST /auth/token` or the Airflow
 UI's session cookie. Reading needs the right to read DAGs; jobs are shown to users who may
-read their DAG. Changing a job's priority or cancelling it needs the right to edit the job's
+read their DAG, and to others a job's id is answered as an id of no job (404, the same body).
+Changing a job's priority or cancelling it needs the right to edit the job's
 DAG, and a priority above the share's `max_priority` is refused (422). Changes must be sent
 as `Content-Type: application/json` and, from a browser, from this api-server's own origin
 (cross-site requests are 403); their bodies are read only once the right to edit is checked,

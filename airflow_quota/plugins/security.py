@@ -9,9 +9,11 @@ A FastAPI app mounted by a plugin gets no authentication from Airflow, so every 
 - **reading** anything needs the right to read DAGs (``requires_access_dag("GET")``, as
   ``GET /api/v2/dags`` asks); a job, its alerts and its preemptions are shown only to users
   who may read the job's DAG (a job submitted outside Airflow has no DAG: any DAG reader
-  sees it);
+  sees it); to anyone else, reading or changing the job is answered as for an id that names
+  no job (``no_such_job``: 404, the same body), naming no DAG;
 - **changing** a job (its priority, cancelling it) needs the right to edit the job's DAG
-  (``PUT``); for a job without a DAG, the right to edit DAGs in general;
+  (``PUT``); for a job without a DAG, the right to edit DAGs in general; a user who may read
+  the job but not edit it gets 403 naming the right they miss;
 - **other jobs' names**: a job named in what the user may read (the preemptor of a readable
   job, a victim in its story) is shown as ``ANOTHER_JOB`` when its DAG is not readable;
 - **no cross-site changes**: every route that changes something carries ``same_origin_json``
@@ -52,6 +54,12 @@ DEFAULT_PORTS = {"http": 80, "https": 443}
 requires_login_and_dag_read = Depends(requires_access_dag("GET"))
 """The dependency every route carries: an Airflow login (401 without one) with the right to
 read DAGs (403 without it). A ``dag_id`` query parameter narrows the check to that DAG."""
+
+
+def no_such_job(job_id: int) -> HTTPException:
+    """The 404 of a job id that names no job, and of a job the user may not read: one answer,
+    byte for byte, so that an id's answer tells nothing of a job the user may not see."""
+    return HTTPException(status.HTTP_404_NOT_FOUND, f"no quota job {job_id}")
 
 
 class DagAccess:
@@ -102,13 +110,15 @@ class DagAccess:
         return name if self.allows("GET", dag_id) else ANOTHER_JOB
 
     def require_read(self, job: JobRow) -> None:
+        """404 unless the user may read the job's DAG: the very answer of an id that names no
+        job (``no_such_job``), so a refusal names no DAG and does not tell that the id exists."""
         if not self.allows("GET", job.dag_id):
-            raise HTTPException(
-                status.HTTP_403_FORBIDDEN, f"reading quota job {job.id} needs read access to DAG {job.dag_id!r}"
-            )
+            raise no_such_job(job.id)
 
     def require_edit(self, job: JobRow) -> None:
-        """403 unless the user may edit the job's DAG (DAGs in general for a job without one)."""
+        """403 unless the user may edit the job's DAG (DAGs in general for a job without one).
+        Asked after ``require_read``: the user sees the job already, so the refusal may name
+        what they miss."""
         if not self.allows("PUT", job.dag_id):
             what = f"DAG {job.dag_id!r}" if job.dag_id else "DAGs (the job was submitted outside Airflow)"
             raise HTTPException(

@@ -2,8 +2,8 @@
 
 Airflow's SimpleAuthManager (the api-server tests) grants by role only, the same for every DAG;
 a deployment's auth manager (FAB, Keycloak, ...) grants per DAG. This stand-in shows what the
-app does with such rights: it hides jobs of DAGs a user may not read, refuses their pages, and
-lets a user change only jobs of DAGs they may edit. Airflow's own ``requires_access_dag`` and
+app does with such rights: it hides jobs of DAGs a user may not read, answers their ids as ids
+of no job, and lets a user change only jobs of DAGs they may edit. Airflow's own ``requires_access_dag`` and
 ``get_user`` run as in the api-server; only the user and the auth manager are stand-ins.
 """
 
@@ -21,7 +21,7 @@ from fastapi.testclient import TestClient
 from airflow_quota.core.model import JobRequest
 from airflow_quota.plugins import security
 from airflow_quota.plugins.app import create_app
-from airflow_quota.store.engine import make_engine
+from airflow_quota.store.engine import make_engine, migrate
 from airflow_quota.store.repository import QuotaStore
 from tests.plugins.walkthrough import DAG_ID, World, play
 
@@ -80,8 +80,46 @@ def test_jobs_of_dags_a_user_may_not_read_are_hidden(world: World, as_user: Any)
     assert "secret" not in seen_by_alice and "outside" in seen_by_alice and "qs1-med" in seen_by_alice
     assert "secret" in {j["name"] for j in bob.get("/api/jobs").json()["jobs"]}
     refused = alice.get(f"/api/jobs/{world.ids['secret']}")
-    assert refused.status_code == 403
-    assert refused.json()["detail"] == f"reading quota job {world.ids['secret']} needs read access to DAG '{PRIVATE}'"
+    assert refused.status_code == 404
+    assert refused.json()["detail"] == f"no quota job {world.ids['secret']}"  # neither its DAG nor that it exists
+    assert alice.get(f"/jobs/{world.ids['secret']}").status_code == 200  # the page: its script then meets the 404
+
+
+def answer(client: TestClient, method: str, path: str) -> tuple[int, dict[str, str], bytes]:
+    """Status, headers and body of a request, byte for byte (the date header left out)."""
+    body = {"priority": 3} if method == "PUT" else {}
+    got = client.request(method, path, json=None if method == "GET" else body)
+    return got.status_code, {k: v for k, v in got.headers.items() if k != "date"}, got.content
+
+
+@pytest.mark.parametrize(
+    ("method", "path"),
+    [("GET", "/api/jobs/{id}"), ("PUT", "/api/jobs/{id}/priority"), ("POST", "/api/jobs/{id}/cancel")],
+)
+def test_a_job_the_user_may_not_read_is_answered_byte_for_byte_as_one_that_does_not_exist(
+    world: World, as_user: Any, tmp_path: Path, method: str, path: str
+) -> None:
+    """Alice may not read ``secret``'s DAG: reading it, changing its priority and cancelling it
+    get what the same id gets from a quota database where no job has it, so she learns neither
+    the DAG nor that the id exists; nothing is asked of the quota scheduler."""
+    secret = world.ids["secret"]
+    engine = make_engine(f"sqlite:///{tmp_path / 'empty.db'}")
+    try:
+        migrate(engine)
+        empty = QuotaStore(engine)
+        latest = world.store.latest_config()
+        assert latest is not None
+        empty.apply_config(latest[1].model_dump(mode="json", exclude_defaults=True))
+        assert empty.job(secret) is None and empty.jobs() == []
+        app = create_app(store=lambda: empty)
+        app.dependency_overrides[airflow_security.get_user] = lambda: User("alice")
+        absent = answer(TestClient(app, root_path="/quota"), method, path.format(id=secret))
+    finally:
+        engine.dispose()
+    hidden = answer(as_user("alice"), method, path.format(id=secret))
+    assert hidden == absent
+    assert hidden[0] == 404 and PRIVATE.encode() not in hidden[2], hidden
+    assert world.store.pending_requests() == 0
 
 
 def test_a_user_who_may_read_no_dag_may_read_nothing(as_user: Any) -> None:
@@ -98,6 +136,13 @@ def test_only_jobs_of_dags_a_user_may_edit_can_be_changed(world: World, as_user:
 
     editable = {j["name"]: j["can_edit"] for j in bob.get("/api/jobs").json()["jobs"]}
     assert (editable["qs1-med"], editable["secret"], editable["outside"]) == (True, False, False)
+    secret = world.ids["secret"]
+    seen_not_editable = bob.put(f"/api/jobs/{secret}/priority", json={"priority": 3})
+    assert seen_not_editable.status_code == 403  # bob sees the job: the refusal may say what he misses
+    assert (
+        seen_not_editable.json()["detail"]
+        == f"changing quota job {secret} (secret) needs edit access to DAG '{PRIVATE}'"
+    )
     refused = bob.post(f"/api/jobs/{outside}/cancel", json={})
     assert refused.status_code == 403
     assert refused.json()["detail"] == (
