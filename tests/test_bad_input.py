@@ -33,8 +33,12 @@ from airflow_quota.store.backend_names import TEST_BACKENDS_VARIABLE
 from airflow_quota.store.engine import make_engine, migrate
 from airflow_quota.store.models import JobRow, Request
 from airflow_quota.store.repository import QuotaStore
+from airflow_quota.store.settings import normalize
 from tests.conftest import CLI, ROOT, Run, cli
+from tests.postgres import postgres_admin, postgres_url
 from tests.waiting import wait_for
+
+__all__ = ["postgres_admin", "postgres_url"]  # the fixtures of the id-range tests on PostgreSQL
 
 G5 = "ml.g5.xlarge"
 P4D = "ml.p4d.24xlarge"
@@ -636,15 +640,29 @@ LIMIT_QUOTA: dict[str, Any] = {
 }
 
 
-@pytest.fixture
-def quota_db(tmp_path: Path) -> Iterator[tuple[str, Engine]]:
-    """A migrated SQLite quota database with ``LIMIT_QUOTA`` applied, and its engine."""
-    url = f"sqlite:///{tmp_path / 'quota.db'}"
-    engine = make_engine(url)
+def migrated(url: str) -> Iterator[tuple[str, Engine]]:
+    """The quota database at ``url``, migrated with ``LIMIT_QUOTA`` applied, and its engine."""
+    engine = make_engine(normalize(url))
     migrate(engine)
     QuotaStore(engine).apply_config(LIMIT_QUOTA)
     yield url, engine
     engine.dispose()
+
+
+@pytest.fixture
+def quota_db(tmp_path: Path) -> Iterator[tuple[str, Engine]]:
+    """A migrated SQLite quota database with ``LIMIT_QUOTA`` applied, and its engine."""
+    yield from migrated(f"sqlite:///{tmp_path / 'quota.db'}")
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def quota_db_each(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[str, Engine]]:
+    """``quota_db`` on SQLite, then the same on a fresh PostgreSQL database: for the tests of
+    the id range, which PostgreSQL's column types bound (issue 39)."""
+    if request.param == "sqlite":
+        yield from migrated(f"sqlite:///{tmp_path / 'quota.db'}")
+    else:
+        yield from migrated(request.getfixturevalue("postgres_url"))
 
 
 def stored_rows(engine: Engine) -> tuple[int, int]:
@@ -830,13 +848,28 @@ def test_a_file_that_is_not_utf8_is_named_with_the_offending_byte(
     ids=["show 2^63", "cancel 0", "set-priority a 5001-digit id"],
 )
 def test_a_job_id_out_of_the_databases_range_is_a_clear_error(
-    quota_db: tuple[str, Engine], command: list[str], key: str
+    quota_db_each: tuple[str, Engine], command: list[str], key: str
 ) -> None:
-    url, engine = quota_db
+    url, engine = quota_db_each
     extra = ["1"] if command[1] == "set-priority" else []
     run = cli(*command, key, *extra, "--db", url)
     assert "Traceback" not in run.stderr and run.code == 2, run
     assert re.fullmatch(r"job: a job id is 1 to 9223372036854775807 \(got [^\n]{1,40}\)\n", run.stderr), run
+    assert stored_rows(engine) == (0, 1)
+
+
+@pytest.mark.parametrize("key", [str(2**31), str(2**63 - 1)], ids=["2^31", "2^63-1"])
+@pytest.mark.parametrize("command", [["jobs", "show"], ["jobs", "cancel"], ["jobs", "set-priority"]], ids=" ".join)
+def test_an_id_in_range_that_names_no_job_is_a_clear_error(
+    quota_db_each: tuple[str, Engine], command: list[str], key: str
+) -> None:
+    """Ids just past the 32-bit range and at the end of the 64-bit one, which no job has: on PostgreSQL as on
+    SQLite, one line naming the id, exit 2 (before migration 0013, a traceback on PostgreSQL)."""
+    url, engine = quota_db_each
+    extra = ["1"] if command[1] == "set-priority" else []
+    run = cli(*command, key, *extra, "--db", url)
+    assert "Traceback" not in run.stderr and run.code == 2, run
+    assert run.stderr == f"job: no job '{key}'\n", run
     assert stored_rows(engine) == (0, 1)
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 from enum import Enum
 from typing import Any
 
-from sqlalchemy import JSON, Boolean, Float, ForeignKey, Index, Integer, String, Text, text
+from sqlalchemy import JSON, BigInteger, Boolean, Float, ForeignKey, Index, Integer, String, Text, text
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 
@@ -21,12 +21,19 @@ class Base(DeclarativeBase):
     type_annotation_map = {dict[str, Any]: JSON, list[Any]: JSON}  # noqa: RUF012 - SQLAlchemy's API
 
 
+Id = BigInteger().with_variant(Integer, "sqlite")
+"""The type of every id and every column that refers to one: ``BIGINT`` on PostgreSQL (its
+sequence counting as ``BIGINT`` too), so that any id the API and the command line accept (1 to
+2^63-1) can be stored and looked up (migration 0013); on SQLite ``INTEGER``, which is 64-bit
+already and is the only type whose primary key SQLite numbers by itself (the rowid)."""
+
+
 class ConfigVersion(Base):
     """A quota configuration as applied with ``airflow-quota apply`` (one row per version)."""
 
     __tablename__ = "quota_config_versions"
 
-    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    id: Mapped[int] = mapped_column(Id, primary_key=True, autoincrement=True)
     created_at: Mapped[float] = mapped_column(Float)
     document: Mapped[dict[str, Any]]
     source: Mapped[str | None] = mapped_column(String(500))
@@ -37,11 +44,11 @@ class Request(Base):
 
     __tablename__ = "quota_requests"
 
-    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    id: Mapped[int] = mapped_column(Id, primary_key=True, autoincrement=True)
     created_at: Mapped[float] = mapped_column(Float)
     kind: Mapped[str] = mapped_column(String(20))
     """submit | set_priority | cancel | config"""
-    job_id: Mapped[int | None] = mapped_column(Integer)
+    job_id: Mapped[int | None] = mapped_column(Id)
     payload: Mapped[dict[str, Any]]
     handled: Mapped[bool] = mapped_column(Boolean, default=False)
     outcome: Mapped[str | None] = mapped_column(String(20))
@@ -55,7 +62,7 @@ class JobRow(Base):
 
     __tablename__ = "quota_jobs"
 
-    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    id: Mapped[int] = mapped_column(Id, primary_key=True, autoincrement=True)
     name: Mapped[str] = mapped_column(String(128))
     share: Mapped[str] = mapped_column(String(128))
     priority: Mapped[int] = mapped_column(Integer)
@@ -138,7 +145,7 @@ class Attempt(Base):
 
     __tablename__ = "quota_attempts"
 
-    job_id: Mapped[int] = mapped_column(ForeignKey("quota_jobs.id"), primary_key=True)
+    job_id: Mapped[int] = mapped_column(Id, ForeignKey("quota_jobs.id"), primary_key=True)
     number: Mapped[int] = mapped_column(Integer, primary_key=True)
     backend: Mapped[str] = mapped_column(String(32))
     instance_type: Mapped[str] = mapped_column(String(64))
@@ -170,7 +177,7 @@ class TaskReport(Base):
 
     __tablename__ = "quota_task_reports"
 
-    job_id: Mapped[int] = mapped_column(ForeignKey("quota_jobs.id"), primary_key=True)
+    job_id: Mapped[int] = mapped_column(Id, ForeignKey("quota_jobs.id"), primary_key=True)
     attempt: Mapped[int] = mapped_column(Integer, primary_key=True)
     status: Mapped[str] = mapped_column(String(20))
     reason: Mapped[str | None] = mapped_column(Text)
@@ -188,8 +195,8 @@ class TaskReport(Base):
 class Preemption(Base):
     __tablename__ = "quota_preemptions"
 
-    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
-    job_id: Mapped[int] = mapped_column(ForeignKey("quota_jobs.id"), index=True)
+    id: Mapped[int] = mapped_column(Id, primary_key=True, autoincrement=True)
+    job_id: Mapped[int] = mapped_column(Id, ForeignKey("quota_jobs.id"), index=True)
     attempt: Mapped[int] = mapped_column(Integer)
     at: Mapped[float] = mapped_column(Float)
     kind: Mapped[str] = mapped_column(String(20))
@@ -206,9 +213,9 @@ class AlertRow(Base):
 
     __tablename__ = "quota_alerts"
 
-    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    id: Mapped[int] = mapped_column(Id, primary_key=True, autoincrement=True)
     at: Mapped[float] = mapped_column(Float)
-    job_id: Mapped[int] = mapped_column(ForeignKey("quota_jobs.id"), index=True)
+    job_id: Mapped[int] = mapped_column(Id, ForeignKey("quota_jobs.id"), index=True)
     job: Mapped[str] = mapped_column(String(128))
     share: Mapped[str] = mapped_column(String(128))
     kind: Mapped[str] = mapped_column(String(40))
@@ -232,11 +239,11 @@ class EventRow(Base):
 
     __tablename__ = "quota_events"
 
-    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    id: Mapped[int] = mapped_column(Id, primary_key=True, autoincrement=True)
     at: Mapped[float] = mapped_column(Float)
     type: Mapped[str] = mapped_column(String(30))
     job: Mapped[str] = mapped_column(String(128), index=True)
-    job_id: Mapped[int | None] = mapped_column(Integer, index=True)
+    job_id: Mapped[int | None] = mapped_column(Id, index=True)
     """The job's id (names are reused once a job is final); the refused submission's for REJECTED."""
     share: Mapped[str] = mapped_column(String(128))
     record: Mapped[dict[str, Any]]
@@ -251,7 +258,7 @@ class Input(Base):
 
     __tablename__ = "quota_inputs"
 
-    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    id: Mapped[int] = mapped_column(Id, primary_key=True, autoincrement=True)
     at: Mapped[float] = mapped_column(Float)
     kind: Mapped[str] = mapped_column(String(20))
     payload: Mapped[dict[str, Any]]

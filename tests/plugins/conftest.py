@@ -17,7 +17,7 @@ import socket
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -111,16 +111,25 @@ class Heartbeat:
             self._thread = None
 
 
-def serve(root: Path, quota: dict[str, Any] | None = None) -> Iterator[Served]:
+def serve(
+    root: Path,
+    quota: dict[str, Any] | None = None,
+    quota_url: str | None = None,
+    before_play: Callable[[str], None] | None = None,
+) -> Iterator[Served]:
     """Start the api-server (with the walkthrough DAG in its DAGs folder) and play the
-    walkthrough into its quota database; stop everything afterwards."""
+    walkthrough into its quota database (``quota_url``, else SQLite under ``root``), after
+    ``before_play`` has had the migrated database's URL; stop everything afterwards."""
     settings = StackSettings(
         root=root,
         dags=[ROOT / "dags" / "quota_walkthrough.py"],
         users=USERS,
         components=("api-server",),
+        quota_url=quota_url,
     )
     with AirflowStack(settings) as stack:
+        if before_play is not None:
+            before_play(stack.quota_url)
         world = play(stack.quota_url, UNTIL, quota=quota)
         heartbeat = Heartbeat(world.service.engine)
         heartbeat.start()

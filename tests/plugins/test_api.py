@@ -473,8 +473,10 @@ def test_bodies_over_4096_bytes_are_413_even_without_a_length(served: Served, ed
     assert served.world.store.pending_requests() == 0
 
 
-@pytest.mark.parametrize("job_id", [MAX_ID + 1, 10**30, 0, -1, MAX_ID])
+@pytest.mark.parametrize("job_id", [MAX_ID + 1, 10**30, 0, -1, MAX_ID, 2**31 - 1, 2**31])
 def test_job_ids_outside_the_databases_range_are_404(served: Served, editor: Any, job_id: int) -> None:
+    """Ids no job has, at and beyond the ends of the 64-bit and 32-bit ranges: 404 everywhere,
+    never a 500 (test_api_postgres.py runs this on PostgreSQL too)."""
     assert editor.get(f"/quota/api/jobs/{job_id}").status_code == 404
     if not 1 <= job_id <= MAX_ID:  # the page itself does not look the job up
         assert editor.get(f"/quota/jobs/{job_id}").status_code == 404
