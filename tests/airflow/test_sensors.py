@@ -3,6 +3,7 @@ and the capacity check's arithmetic against the real quota scheduler's placement
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pytest
@@ -11,7 +12,7 @@ from airflow.sdk.exceptions import AirflowException, TaskDeferred
 from airflow_quota.exceptions import InvalidInput
 from airflow_quota.hooks.quota import QuotaHook
 from airflow_quota.sensors.quota import QuotaCapacitySensor, QuotaJobSensor
-from airflow_quota.triggers.quota import QuotaCapacityTrigger, QuotaJobTrigger
+from airflow_quota.triggers.quota import DEFER_SETTLE_SECONDS, QuotaCapacityTrigger, QuotaJobTrigger
 from tests.airflow.conftest import G5, QuotaWorld
 from tests.airflow.task_context import context
 
@@ -46,11 +47,15 @@ def test_the_job_sensor_fails_with_the_reason_unless_told_not_to(world: QuotaWor
 
 def test_the_job_sensor_defers_with_a_trigger_that_never_cancels(world: QuotaWorld) -> None:
     job = world.submit("train", {"duration": 100})
+    before = time.time()
     with pytest.raises(TaskDeferred) as deferral:
         job_sensor(job.id).execute(context())
+    after = time.time()
     trigger = deferral.value.trigger
     assert isinstance(trigger, QuotaJobTrigger)
-    assert trigger.serialize()[1] == {
+    kwargs = trigger.serialize()[1]
+    assert before + DEFER_SETTLE_SECONDS <= kwargs.pop("fire_not_before") <= after + DEFER_SETTLE_SECONDS
+    assert kwargs == {
         "job_id": job.id,
         "quota_conn_id": "quota_default",
         "poll_interval": 0.01,
