@@ -6,6 +6,7 @@ prints a table, or one JSON document with ``--json``.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import logging
 import re
@@ -279,8 +280,8 @@ def run_scheduler(args: argparse.Namespace) -> int:
         )
     except ImportError:  # pragma: no cover - the local backend ships with the package
         pass
-    try:
-        from airflow_quota.service.backends.sagemaker import SageMakerBackend
+    if importlib.util.find_spec("boto3") is not None and importlib.util.find_spec("botocore") is not None:
+        from airflow_quota.service.backends.sagemaker import SageMakerBackend  # boto3 only once a job needs it
 
         backends["sagemaker"] = SageMakerBackend(
             region_name=args.region,
@@ -288,7 +289,7 @@ def run_scheduler(args: argparse.Namespace) -> int:
             poll_calls_per_second=args.sagemaker_poll_rate,
             list_interval_seconds=args.sagemaker_list_seconds,
         )
-    except ImportError:
+    else:
         logging.getLogger("airflow_quota.scheduler").info("the sagemaker backend needs boto3: not enabled")
     service = QuotaService(
         engine,

@@ -27,18 +27,53 @@ from __future__ import annotations
 
 import importlib.util
 import logging
+import os
 from collections.abc import Iterable
 from datetime import timedelta
 from typing import Any, Protocol
 
 from airflow_quota.core.model import Alert, Decision, Failed, Placed, Preempted
 from airflow_quota.notifications.base import keeping_logging
+from airflow_quota.store.settings import airflow_config_file
 from airflow_quota.store.views import QuotaView
 
 log = logging.getLogger("airflow_quota.scheduler")
 
 GAUGES = ("limit", "used", "borrowed", "lent", "runnable", "oldest_pending_seconds")
 """Per share and instance type, in this order."""
+SWITCHES = ("statsd_on", "statsd_datadog_enabled", "otel_on")
+"""The options of Airflow's ``[metrics]`` that turn its metrics on; each is False by default."""
+FALSE_WORDS = ("f", "false", "0")
+"""What Airflow's ``conf.getboolean`` reads as False."""
+
+
+def metrics_may_be_on() -> bool:
+    """Whether Airflow's ``[metrics]`` may turn metrics on, read without importing Airflow.
+
+    Why: importing Airflow's configuration costs a second or two on an idle machine, many more
+    on a loaded one, and the quota scheduler settles its metrics before it tries for the lease,
+    so a new leader would wait that long for nothing where metrics are off (the default).
+    False only when every switch (``SWITCHES``) is absent, Airflow's default, or set to one of
+    Airflow's false words, in its environment variable or in Airflow's configuration file, read
+    in Airflow's order; a switch set to anything else, or given as a command or a secret, is
+    left to Airflow to read (``QuotaMetrics.from_airflow``), including values Airflow refuses."""
+    parser = airflow_config_file()
+    for option in SWITCHES:
+        variable = f"AIRFLOW__METRICS__{option.upper()}"
+        if variable in os.environ:
+            value = os.environ[variable]
+        elif any(f"{variable}{suffix}" in os.environ for suffix in ("_CMD", "_SECRET")):
+            return True
+        elif parser.has_option("metrics", option):
+            value = parser.get("metrics", option)
+        elif any(parser.has_option("metrics", f"{option}{suffix}") for suffix in ("_cmd", "_secret")):
+            return True
+        else:
+            continue
+        word = os.path.expandvars(value).lower().strip().split("#")[0].strip()  # as Airflow reads it
+        if word not in FALSE_WORDS:
+            return True
+    return False
 
 
 class StatsBackend(Protocol):
@@ -101,24 +136,23 @@ class QuotaMetrics:
     def from_airflow(cls, gauge_seconds: float = 10.0) -> QuotaMetrics:
         """Initialise Airflow's metrics in this process as Airflow's own processes do
         (``stats.initialize`` with the factory ``[metrics]`` selects) and send through them;
-        with Airflow missing or metrics off, send nothing. Says which in one log line."""
+        with Airflow missing or metrics off, send nothing. Says which in one log line. Airflow is
+        imported only when its ``[metrics]`` may turn metrics on (``metrics_may_be_on``)."""
+        installed = importlib.util.find_spec("airflow") is not None  # finds, does not import
+        if not installed or not metrics_may_be_on():
+            return cls._none_sent(airflow_installed=installed)
         try:
             with keeping_logging():
                 from airflow.sdk.configuration import conf
                 from airflow.sdk.observability import stats
                 from airflow.sdk.observability.metrics import stats_utils
         except ImportError:
-            log.info(
-                "Airflow is not installed here: the quota scheduler sends no metrics, and alerts go to "
-                "the log and to notifiers that need no Airflow (pip install 'airflow-quota[airflow]')"
-            )
-            return cls.off()
+            return cls._none_sent(airflow_installed=False)
         statsd = conf.getboolean("metrics", "statsd_on")
         datadog = conf.getboolean("metrics", "statsd_datadog_enabled", fallback=False)
         otel = conf.getboolean("metrics", "otel_on", fallback=False)
         if not (statsd or datadog or otel):
-            log.info("metrics are off in Airflow's [metrics] (statsd_on, otel_on): the quota scheduler sends none")
-            return cls.off()
+            return cls._none_sent(airflow_installed=True)
         client = "datadog" if datadog else "statsd"
         if (statsd or datadog) and importlib.util.find_spec(client) is None:  # Airflow's logger needs it
             log.error(
@@ -150,6 +184,18 @@ class QuotaMetrics:
         shape = "tags" if tagged else "share and type in the names"
         log.info("metrics go to %s as %squota.* (%s)", where, f"{prefix}." if prefix else "", shape)
         return cls(AirflowStats(stats), tagged=tagged, gauge_seconds=gauge_seconds)
+
+    @classmethod
+    def _none_sent(cls, airflow_installed: bool) -> QuotaMetrics:
+        """No metrics, said in one log line: Airflow is missing, or its ``[metrics]`` are off."""
+        if not airflow_installed:
+            log.info(
+                "Airflow is not installed here: the quota scheduler sends no metrics, and alerts go to "
+                "the log and to notifiers that need no Airflow (pip install 'airflow-quota[airflow]')"
+            )
+        else:
+            log.info("metrics are off in Airflow's [metrics] (statsd_on, otel_on): the quota scheduler sends none")
+        return cls.off()
 
     # -- what a step did -----------------------------------------------------------------
 

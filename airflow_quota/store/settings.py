@@ -63,7 +63,7 @@ def configured_url() -> str | None:
     in_environment = [f"{ENV_URL}{s.upper()}" for s in INDIRECT if os.environ.get(f"{ENV_URL}{s.upper()}")]
     if in_environment:
         return _from_airflow_conf(in_environment[0])
-    parser = _config_file()
+    parser = airflow_config_file()
     if parser.has_option(SECTION, OPTION):
         return normalize(os.path.expandvars(parser.get(SECTION, OPTION)))  # Airflow expands $VARS too
     in_file = [f"[{SECTION}] {OPTION}{s}" for s in INDIRECT if parser.has_option(SECTION, OPTION + s)]
@@ -91,9 +91,10 @@ def _from_airflow_conf(setting: str) -> str | None:
     return normalize(value) if value else None
 
 
-def _config_file() -> configparser.ConfigParser:
+def airflow_config_file() -> configparser.ConfigParser:
     """Airflow's configuration file as plain text (``$AIRFLOW_CONFIG``, else
-    ``$AIRFLOW_HOME/airflow.cfg``); empty when there is none."""
+    ``$AIRFLOW_HOME/airflow.cfg``); empty when there is none. Read without importing Airflow,
+    which costs seconds (the quota scheduler's metrics check, ``service/metrics.py``, too)."""
     parser = configparser.ConfigParser(interpolation=None)
     path = Path(os.environ.get("AIRFLOW_CONFIG") or airflow_home() / "airflow.cfg").expanduser()
     if path.exists():

@@ -228,7 +228,7 @@ def test_without_airflow_no_metrics_and_alerts_go_to_the_log(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.INFO, logger="airflow_quota")
-    for module in ("airflow.sdk", "airflow.sdk.configuration", "airflow.sdk.observability"):
+    for module in ("airflow", "airflow.sdk", "airflow.sdk.configuration", "airflow.sdk.observability"):
         monkeypatch.setitem(sys.modules, module, None)  # import fails as if Airflow were not installed
     assert not QuotaMetrics.from_airflow().enabled
     assert [r.getMessage() for r in caplog.records if "Airflow is not installed" in r.getMessage()] == [

@@ -53,6 +53,10 @@ the scheduler asked for, so requeueing it as preempted would only repeat it.
 
 After CAPACITY_ERROR the scheduler skips the placed entry for ``capacity_backoff_seconds``
 (docs/model.md rule 6.5); the backend only carries that setting.
+
+botocore (and boto3) are imported by the calls that need them, not with this module: the quota
+scheduler registers this backend at every start, and a new leader should not spend its start-up
+importing an AWS SDK that only SageMaker jobs use (``benchmarks/scheduler_start.py``).
 """
 
 from __future__ import annotations
@@ -66,10 +70,7 @@ import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Any
-
-from botocore.exceptions import BotoCoreError, ClientError, ParamValidationError
-from botocore.validate import ParamValidator
+from typing import TYPE_CHECKING, Any
 
 from airflow_quota.service.backends.base import (
     AttemptReport,
@@ -89,6 +90,9 @@ __all__ = [
     "status_from_summary",
     "training_job_name",
 ]
+
+if TYPE_CHECKING:
+    from botocore.exceptions import ClientError
 
 log = logging.getLogger(__name__)
 
@@ -195,6 +199,8 @@ def request_problems(request: Mapping[str, Any]) -> list[str]:
     """Every problem botocore's own SageMaker model finds in a CreateTrainingJob request
     (missing required fields, unknown fields, wrong types, out-of-range numbers), one line each,
     naming the field; empty when the request is valid."""
+    from botocore.validate import ParamValidator
+
     report = ParamValidator().validate(dict(request), _create_training_job_shape())
     if not report.has_errors():
         return []
@@ -484,6 +490,8 @@ class SageMakerBackend:
     def start(self, attempt: AttemptSpec) -> StartedAttempt:
         """Create the attempt's training job; do nothing if a job of that name exists already
         (it was started before a crash, or by an earlier call). Returns its name and ARN."""
+        from botocore.exceptions import BotoCoreError, ClientError, ParamValidationError
+
         request = self.build_request(attempt)
         name = request["TrainingJobName"]
         self._validate(request, attempt)
@@ -536,6 +544,8 @@ class SageMakerBackend:
         after ``since``, with this backend's name prefix, 100 a page, under each AWS connection the
         attempts use in turn. A job listed that is not one of ``attempts`` is left out; SageMaker
         (or moto) ignoring the filter only makes the pages longer."""
+        from botocore.exceptions import BotoCoreError, ClientError
+
         by_connection: dict[str | None, dict[str, AttemptSpec]] = {}
         for attempt in attempts:
             by_connection.setdefault(attempt.aws_conn_id, {})[self.job_name(attempt)] = attempt
@@ -583,6 +593,8 @@ class SageMakerBackend:
         time cannot be changed per call. Stopping a job that has already ended, is already
         stopping, or was never created is harmless (``base.py``): those errors are ignored.
         """
+        from botocore.exceptions import BotoCoreError, ClientError
+
         name = self.job_name(attempt)
         try:
             self.client_for(attempt).stop_training_job(TrainingJobName=name)
@@ -617,6 +629,8 @@ class SageMakerBackend:
 
     def _describe(self, name: str, attempt: AttemptSpec) -> dict[str, Any] | None:
         """DescribeTrainingJob, or None when SageMaker has no job of that name."""
+        from botocore.exceptions import BotoCoreError, ClientError
+
         try:
             response: dict[str, Any] = self.client_for(attempt).describe_training_job(TrainingJobName=name)
         except ClientError as exc:
