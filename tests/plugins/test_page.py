@@ -437,10 +437,12 @@ return [...document.querySelectorAll('td[data-role="waited"]')].map((cell) => {
 """How many lines each queue's "waited" cell takes."""
 
 
-def test_the_page_fits_1280_pixels_and_says_every_time_in_utc(walkthrough: Served, signed_in: WebDriver) -> None:
+def test_the_page_fits_1280_pixels_and_says_every_time_in_utc(
+    walkthrough: Served, signed_in: WebDriver, screenshots: Path
+) -> None:
     """Issue 38: at 1,280 px, inside Airflow's frame, nothing scrolls sideways (neither the page
     nor a table in its card), the queue's durations stay on one line, and the header's time is
-    the UTC clock of every other time on the page."""
+    the UTC clock of every other time on the page. Its screenshot is the manual's at 1,280 px."""
     browser = signed_in
     viewport(browser, *LAPTOP)
     open_quotas(browser)
@@ -453,6 +455,7 @@ def test_the_page_fits_1280_pixels_and_says_every_time_in_utc(walkthrough: Serve
     assert len({card(browser, s).location["x"] for s in ("qs1", "qs2", "qs3")}) == 2  # two columns
     assert updated_text(browser) in updated_texts(rendered_at(browser))
     browser.switch_to.default_content()
+    screenshot(browser, screenshots, "quotas-page-1280.png")
     assert browser.execute_script("return document.documentElement.scrollWidth") <= LAPTOP[0]
     viewport(browser, *LAPTOP)
     browser.get(walkthrough.url + "/quota/")  # the page alone, as a link to it opens it
