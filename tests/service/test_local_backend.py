@@ -130,10 +130,11 @@ def test_preempted_training_checkpoints_on_sigterm_and_the_next_attempt_resumes(
 
 
 def test_a_training_ignoring_sigterm_is_killed_after_the_grace(backend: LocalBackend, tmp_path: Path) -> None:
-    got_term = tmp_path / "got-term"
-    attempt = spec(f"trap 'echo TERM >> {got_term}' TERM; while :; do sleep 0.05; done")
+    got_term, trapping = tmp_path / "got-term", tmp_path / "trapping"
+    attempt = spec(f"trap 'echo TERM >> {got_term}' TERM; touch {trapping}; while :; do sleep 0.05; done")
     backend.start(attempt)
     wait_for(lambda: backend.poll(attempt).status is AttemptStatus.RUNNING, what="RUNNING")
+    wait_for(trapping.exists, what="the training's SIGTERM trap in place")  # RUNNING may come first
     group = json.loads((backend.attempt_dir(attempt) / "command.json").read_text())["pid"]
     stopped = time.monotonic()
     backend.stop(attempt, grace_seconds=1)
