@@ -15,16 +15,15 @@ from __future__ import annotations
 
 import json
 import subprocess
-import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-import psycopg
 import pytest
 
 from airflow_quota.devtools.stack import BIN, AirflowStack
 from tests.airflow.stacks import ADMIN_URL, EXECUTOR_DAGS, airflow_on_postgres
+from tests.postgres import fresh_database
 from tests.waiting import wait_for
 
 # Airflow's start (about a minute on two cores) and a dozen doctor runs of a few seconds each.
@@ -104,14 +103,8 @@ def failing(af: AirflowStack, name: str, timeout: float) -> Diagnosis:
 @pytest.fixture
 def other_database() -> Iterator[str]:
     """A fresh, empty PostgreSQL database's URL, dropped afterwards."""
-    name = f"quota_doctor_empty_{uuid.uuid4().hex[:8]}"
-    with psycopg.connect(ADMIN_URL, autocommit=True) as admin:
-        admin.execute(f'CREATE DATABASE "{name}"')
-    try:
-        yield f"{ADMIN_URL.rsplit('/', 1)[0]}/{name}"
-    finally:
-        with psycopg.connect(ADMIN_URL, autocommit=True) as admin:
-            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    with fresh_database(ADMIN_URL) as url:
+        yield url
 
 
 def test_every_line_holds_on_a_wired_installation(airflow: AirflowStack) -> None:
