@@ -13,7 +13,7 @@ from __future__ import annotations
 from enum import Enum
 from typing import Any
 
-from sqlalchemy import JSON, BigInteger, Boolean, Float, ForeignKey, Index, Integer, String, Text, text
+from sqlalchemy import JSON, BigInteger, Boolean, Float, ForeignKey, Index, Integer, LargeBinary, String, Text, text
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 
@@ -262,6 +262,27 @@ class Input(Base):
     at: Mapped[float] = mapped_column(Float)
     kind: Mapped[str] = mapped_column(String(20))
     payload: Mapped[dict[str, Any]]
+
+
+class Snapshot(Base):
+    """The core's state after the input of id ``last_input_id``, written by the leader
+    (``service/snapshots.py``): recovery loads the newest one that loads and replays only the
+    inputs after it. ``format`` is the encoding's version (``core/snapshot.py``); ``checksum``
+    the SHA-256 of ``payload``, so a damaged row is told apart from an older format."""
+
+    __tablename__ = "quota_snapshots"
+
+    id: Mapped[int] = mapped_column(Id, primary_key=True, autoincrement=True)
+    last_input_id: Mapped[int] = mapped_column(Id, index=True)
+    taken_at: Mapped[float] = mapped_column(Float)
+    format: Mapped[int] = mapped_column(Integer)
+    checksum: Mapped[str] = mapped_column(String(64))
+    size: Mapped[int] = mapped_column(Integer)
+    """The payload's length in bytes (compressed)."""
+    jobs: Mapped[int] = mapped_column(Integer)
+    """The jobs the state holds (the live ones: finished jobs live on in ``quota_jobs`` only)."""
+    payload: Mapped[bytes] = mapped_column(LargeBinary)
+    leader_epoch: Mapped[int | None] = mapped_column(Integer, nullable=True)
 
 
 class ShareViewRow(Base):
