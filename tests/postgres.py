@@ -13,6 +13,7 @@ import contextlib
 import os
 import shutil
 import subprocess
+import tempfile
 import time
 import uuid
 from collections.abc import Iterator
@@ -67,6 +68,47 @@ def _throwaway_server(base: Path) -> tuple[str, subprocess.Popen[bytes] | None]:
         time.sleep(0.1)
     server.terminate()
     missing("could not start a throwaway PostgreSQL server")
+
+
+class Server:
+    """A PostgreSQL server of a test's or a benchmark's own (initdb, pg_ctl), so it can be stopped
+    and started again (``test_database_faults``, the trace replay under chaos)."""
+
+    def __init__(self) -> None:
+        bins = sorted(Path("/usr/lib/postgresql").glob("*/bin"))
+        if not bins:
+            missing("no PostgreSQL server binaries (Debian's postgresql package)")
+        self.bin = bins[-1]
+        self.base = Path(tempfile.mkdtemp(prefix="quota-pg-"))
+        self.run_as = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
+        if self.run_as:
+            shutil.chown(self.base, "postgres")
+        self.data = self.base / "data"
+        self.port = free_port()
+        self.url = f"postgresql://postgres@127.0.0.1:{self.port}/postgres"
+        self._ctl("initdb", "-D", str(self.data), "-A", "trust", "-U", "postgres")
+
+    def _ctl(self, program: str, *args: str) -> None:
+        subprocess.run([*self.run_as, str(self.bin / program), *args], check=True, capture_output=True, timeout=60)
+
+    def start(self) -> None:
+        options = f"-p {self.port} -k {self.base} -h 127.0.0.1"
+        self._ctl("pg_ctl", "-D", str(self.data), "-o", options, "-l", str(self.base / "server.log"), "-w", "start")
+
+    def stop(self, mode: str = "fast") -> None:
+        self._ctl("pg_ctl", "-D", str(self.data), "-m", mode, "-w", "stop")
+
+    def answers(self) -> bool:
+        try:
+            with psycopg.connect(self.url, connect_timeout=2):
+                return True
+        except psycopg.Error:
+            return False
+
+    def remove(self) -> None:
+        if (self.data / "postmaster.pid").exists():
+            self.stop("immediate")
+        shutil.rmtree(self.base, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")

@@ -392,8 +392,8 @@ def check_books(env: Env, engine: Engine, jobs: int, *, all_succeed: bool = True
     files = fake_attempts(env)
     # An attempt stopped before its start began is never started: placed and preempted in the
     # same cycle (its START is dropped before anything is done), or preempted or cancelled while
-    # its start still waited in the poller (the STOP replaces it). Those end StoppedBeforeStart:
-    # the one kind of row the backend may not know.
+    # its start still waited in the poller (the STOP replaces it). Those end StoppedBeforeStart,
+    # one of the two kinds of row the backend may not know (the other: a start it refused).
     with engine.connect() as c:
         stopped_first = {
             f"{job_id}-{number}"
@@ -401,7 +401,17 @@ def check_books(env: Env, engine: Engine, jobs: int, *, all_succeed: bool = True
                 select(Attempt.job_id, Attempt.number).where(Attempt.reason == STOPPED_BEFORE_START)
             ).all()
         }
-    never_started = sorted(keys - set(files) - stopped_first)
+        # A start the backend refused (its call raised: an injected fault, an API error) never
+        # started either: the attempt failed with the error as its reason, without running.
+        start_failed = {
+            f"{job_id}-{number}"
+            for job_id, number in c.execute(
+                select(Attempt.job_id, Attempt.number).where(
+                    Attempt.reason.like("BackendError:%"), Attempt.running_since.is_(None)
+                )
+            ).all()
+        }
+    never_started = sorted(keys - set(files) - stopped_first - start_failed)
     assert set(files) <= keys and not never_started, (
         f"backend attempts without a row: {sorted(set(files) - keys)[:10]}; "
         f"rows the backend never started: {never_started[:10]}: "
@@ -427,6 +437,7 @@ def check_books(env: Env, engine: Engine, jobs: int, *, all_succeed: bool = True
         "starts": len(starts),
         "repeated_starts": len(starts) - len(created),
         "stopped_before_start": len(stopped_first),
+        "start_failed": len(start_failed),
     }
 
 

@@ -15,13 +15,9 @@ The helpers (``Env``, ``Scheduler``, ``Watcher``, ``check_books``...) are ``chao
 
 from __future__ import annotations
 
-import os
 import random
 import re
-import shutil
 import signal
-import subprocess
-import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -31,12 +27,11 @@ import psycopg
 import pytest
 from sqlalchemy import Engine, func, select
 
-from airflow_quota.devtools.stack import free_port
 from airflow_quota.store.engine import make_engine
 from airflow_quota.store.models import EventRow, Leader
 from airflow_quota.store.repository import QuotaStore
 from airflow_quota.store.settings import normalize
-from tests.conftest import missing
+from tests.postgres import Server
 from tests.service.chaos import Env, Scheduler, Watcher, all_final, check_books, counts, prepared, random_request
 from tests.waiting import wait_for
 
@@ -143,46 +138,6 @@ def test_connections_terminated_under_load(postgres_url: str, tmp_path: Path, sc
 
 
 # -- the server restarted -------------------------------------------------------------------
-
-
-class Server:
-    """A PostgreSQL server of the test's own (initdb, pg_ctl), so it can be restarted."""
-
-    def __init__(self) -> None:
-        bins = sorted(Path("/usr/lib/postgresql").glob("*/bin"))
-        if not bins:
-            missing("no PostgreSQL server binaries (Debian's postgresql package)")
-        self.bin = bins[-1]
-        self.base = Path(tempfile.mkdtemp(prefix="quota-pg-"))
-        self.run_as = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
-        if self.run_as:
-            shutil.chown(self.base, "postgres")
-        self.data = self.base / "data"
-        self.port = free_port()
-        self.url = f"postgresql://postgres@127.0.0.1:{self.port}/postgres"
-        self._ctl("initdb", "-D", str(self.data), "-A", "trust", "-U", "postgres")
-
-    def _ctl(self, program: str, *args: str) -> None:
-        subprocess.run([*self.run_as, str(self.bin / program), *args], check=True, capture_output=True, timeout=60)
-
-    def start(self) -> None:
-        options = f"-p {self.port} -k {self.base} -h 127.0.0.1"
-        self._ctl("pg_ctl", "-D", str(self.data), "-o", options, "-l", str(self.base / "server.log"), "-w", "start")
-
-    def stop(self, mode: str = "fast") -> None:
-        self._ctl("pg_ctl", "-D", str(self.data), "-m", mode, "-w", "stop")
-
-    def answers(self) -> bool:
-        try:
-            with psycopg.connect(self.url, connect_timeout=2):
-                return True
-        except psycopg.Error:
-            return False
-
-    def remove(self) -> None:
-        if (self.data / "postmaster.pid").exists():
-            self.stop("immediate")
-        shutil.rmtree(self.base, ignore_errors=True)
 
 
 @pytest.fixture
