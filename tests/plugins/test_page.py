@@ -368,8 +368,8 @@ def test_changing_a_priority_reaches_the_store_and_the_page_shows_it_applied(
     served, browser = walkthrough, quotas
     med = served.world.ids["qs1-med"]
     set_priority(browser, med, "5")
-    notice = wait_for(browser, lambda d: d.find_element(By.ID, "notice").text, what="the answer to the change")
-    assert notice == "qs1-med: priority 2 -> 5 asked; it applies at the quota scheduler's next cycle"
+    asked = "qs1-med: priority 2 -> 5 asked; it applies at the quota scheduler's next cycle"
+    assert wait_for(browser, answer_shown, what="the answer to the change") == ("notice", asked)
     assert served.world.store.pending_requests() == 1
     served.world.settle()  # the quota scheduler takes the request in
     job = served.world.store.job(med)
@@ -384,8 +384,49 @@ def test_changing_a_priority_reaches_the_store_and_the_page_shows_it_applied(
         "IN_SHARE",
         "qs1-med (qs1)",
     ]
+    assert answer_shown(browser) == ("notice", asked)  # the refreshes since left it alone
     browser.switch_to.default_content()
     screenshot(browser, screenshots, "quotas-page-priority.png")
+
+
+def test_an_answer_stays_through_refreshes_that_fail_or_work_until_dismissed(quotas: WebDriver) -> None:
+    """A person's answer is theirs to dismiss: a refresh failing (the network down) says so on
+    its own line and the next one that works takes that line away, the answer staying."""
+    browser = quotas
+    field = wait_for(browser, lambda d: d.find_element(By.CSS_SELECTOR, 'input[data-role="priority"]'), what="a field")
+    job_id = int(field.get_attribute("data-job-id") or 0)
+    set_priority(browser, job_id, "1")
+    answer = wait_for(browser, answer_shown, what="the answer to the change")
+    assert answer[0] == "notice" and "priority" in answer[1], answer
+    browser.execute_cdp_cmd("Network.enable", {})
+    offline = {"offline": True, "latency": 0, "downloadThroughput": -1, "uploadThroughput": -1}
+    browser.execute_cdp_cmd("Network.emulateNetworkConditions", offline)
+    try:
+        failed = wait_for(browser, refresh_problem, what="a refresh failing offline")
+        assert failed.startswith("The page could not refresh: "), failed
+        assert answer_shown(browser) == answer
+    finally:
+        browser.execute_cdp_cmd("Network.emulateNetworkConditions", {**offline, "offline": False})
+    wait_for(browser, lambda d: refresh_problem(d) == "", what="a refresh working again")
+    assert answer_shown(browser) == answer
+    browser.find_element(By.CSS_SELECTOR, '#notice [data-role="dismiss"]').click()
+    assert answer_shown(browser) is None
+
+
+def answer_shown(driver: WebDriver) -> tuple[str, str] | None:
+    """The page's answer to a person's change on show: ("notice", message) when done, ("error",
+    message) when refused, None before any or once dismissed."""
+    for kind in ("notice", "error"):
+        box = driver.find_element(By.ID, kind)
+        if box.is_displayed():
+            return kind, str(box.find_element(By.CSS_SELECTOR, '[data-role="message"]').text)
+    return None
+
+
+def refresh_problem(driver: WebDriver) -> str:
+    """Why the page's last refresh failed; empty when it worked."""
+    box = driver.find_element(By.ID, "refresh-error")
+    return str(box.text) if box.is_displayed() else ""
 
 
 def test_the_page_fits_a_narrow_screen(walkthrough: Served, signed_in: WebDriver, screenshots: Path) -> None:

@@ -67,10 +67,22 @@ window.Quota = (function () {
   function money(value) { return "$" + Number(value || 0).toFixed(2); }
   function number(value, digits) { return Number(value || 0).toFixed(digits === undefined ? 2 : digits); }
 
+  /** The answer to a person's change, in #notice (done) or #error (refused): it replaces the
+      previous answer and stays until the next one or its dismiss button; refreshes leave it
+      alone (their own failures go to #refresh-error). */
   function notice(message, isError) {
     const el = document.getElementById(isError ? "error" : "notice");
     const other = document.getElementById(isError ? "notice" : "error");
     if (other) other.hidden = true;
+    fill(el, h("span", {dataset: {role: "message"}}, message),
+      h("button", {type: "button", class: "dismiss", title: "Dismiss", "aria-label": "Dismiss", dataset: {role: "dismiss"},
+        onclick: () => { el.hidden = true; }}, "×"));
+    el.hidden = !message;
+  }
+
+  /** Why the last refresh failed (empty: it worked, and the line goes), in #refresh-error. */
+  function refreshProblem(message) {
+    const el = document.getElementById("refresh-error");
     el.textContent = message;
     el.hidden = !message;
   }
@@ -133,10 +145,10 @@ window.Quota = (function () {
       const focused = document.activeElement && document.activeElement.dataset ? document.activeElement.dataset.jobId : null;
       try {
         const now = await refresh();  // the API's now_text: the quota scheduler's clock, in UTC
-        document.getElementById("error").hidden = true;
+        refreshProblem("");
         document.getElementById("updated").textContent = now ? "Updated " + now + "." : "";
       } catch (error) {
-        notice(error.message || String(error), true);
+        refreshProblem("The page could not refresh: " + (error.message || String(error)));
       }
       if (focused) {
         const again = document.querySelector('input[data-role="priority"][data-job-id="' + focused + '"]');
