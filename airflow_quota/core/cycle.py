@@ -236,6 +236,33 @@ class QuotaScheduler:
             self.lifecycle.victim_down(job, now)
         return self.lifecycle.flush()
 
+    def forget_finished(self) -> int:
+        """Forget the finished jobs nothing in the state refers to any more; how many.
+
+        A finished job changes no decision: it is in no queue, holds nothing, and every input
+        about it is refused or changes nothing. What refers to one for a while: a victim
+        cancelled during its grace (``stopping``: its stop is still awaited) and the preemptor
+        such a victim stops for, the changes and the guarantee watch until the next cycle has
+        looked, a timer (which finds it gone and is dropped as stale). The quota service forgets
+        them before each snapshot (``core/snapshot.py``), so that its memory and its snapshots
+        hold the live jobs, not the history; their rows stay in the database. An input naming
+        a forgotten job's ``ref`` is answered by the caller (``by_ref`` raises KeyError)."""
+        state = self.state
+        held = state.changes.jobs | set(self._guarantees.violating) | set(self.lifecycle.ready())
+        held |= {job.stopping_for for job in state.jobs.values() if job.stopping_for is not None}
+        gone = [
+            job
+            for job in state.jobs.values()
+            if job.state.is_final and not job.stopping and job.placement is None and job.seq not in held
+        ]
+        for job in gone:
+            del state.jobs[job.seq]
+            if job.ref is not None and state.refs.get(job.ref) == job.seq:
+                del state.refs[job.ref]
+            if state.latest_names.get(job.name) == job.seq:
+                del state.latest_names[job.name]
+        return len(gone)
+
     def guarantee_watched(self) -> bool:
         """Whether the guarantee watchdog follows a waiting job into the next cycle. A cycle that
         finds or leaves it so changed what the next cycle alerts on, even when it decided

@@ -61,8 +61,8 @@ class Lifecycle:
         if kind == TYPE:
             return False
         seq, since = payload
-        job = self.state.jobs[seq]
-        if not queued(job) or job.runnable_since != since:
+        job = self.state.jobs.get(seq)  # None: finished and forgotten (``QuotaScheduler.forget_finished``)
+        if job is None or not queued(job) or job.runnable_since != since:
             return True
         if kind == DEADLINE:
             return job.pending_deadline != at
@@ -122,6 +122,10 @@ class Lifecycle:
         if due > now:
             self.state.overtakes.unwatch(job)
         self.timer(max(due, now), STARVE, (job.seq, job.runnable_since))
+
+    def ready(self) -> tuple[int, ...]:
+        """The preemptors whose victims have all stopped, placed at the next cycle."""
+        return tuple(self._ready)
 
     def start_ready(self, now: float) -> None:
         """Step 0 of the cycle: preemptors whose victims have all stopped are placed."""
