@@ -855,15 +855,21 @@ class QuotaService:
             action = BackendAction(kind, self._spec(row, attempt), attempt.stop_grace)
             actions.setdefault(attempt.backend, []).append(action)
         if unconfigured:
-            self._mark_done(unconfigured)
+            self._mark_done(unconfigured, retry_stops=False)
         self.poller.request(actions)
 
-    def _mark_done(self, outcomes: list[ActionOutcome]) -> None:
+    def _mark_done(self, outcomes: list[ActionOutcome], retry_stops: bool = True) -> None:
         """Write what came of starts and stops, in one fenced transaction. Each is a
         compare-and-set: written only if the attempt still has that action. So an outcome that
         comes back after another leader took over is not written (the fence rolls it back), nor
         a start's after a preemption turned it into a stop (the stop decides what comes next).
-        A start's training job name and ARN are kept either way. Errors are logged once committed."""
+        A start's training job name and ARN are kept either way. Errors are logged once committed.
+
+        A stop the backend refused stays asked for (``retry_stops``), and the next step asks
+        for it again: the attempt may still run, its capacity already given to its preemptor,
+        and the job's next attempt must not start before it has stopped (the trace under chaos
+        found both after one failed StopTrainingJob). Only a stop no backend here can make
+        (``_dispatch``: not configured) is given up."""
         done = [outcome for outcome in outcomes if outcome.error is None]
         failed: list[ActionOutcome] = []
         with self.sessions() as session, session.begin():
@@ -891,6 +897,9 @@ class QuotaService:
             for outcome in outcomes:
                 if outcome.error is None:
                     continue
+                if outcome.kind is ActionKind.STOP and retry_stops:
+                    failed.append(outcome)  # its action stays: asked again at the next step
+                    continue
                 values = {"action": None}
                 if outcome.kind is ActionKind.START:  # the next poll reports it as a failed attempt
                     values.update(status=AttemptState.START_FAILED.value, reason=f"BackendError: {outcome.error}")
@@ -904,7 +913,8 @@ class QuotaService:
                 if written.rowcount:  # type: ignore[attr-defined]
                     failed.append(outcome)
         for outcome in failed:
-            log.error("attempt %s of job %s: %s", outcome.key[1], outcome.job_name, outcome.error)
+            again = "; the stop is asked again" if outcome.kind is ActionKind.STOP and retry_stops else ""
+            log.error("attempt %s of job %s: %s%s", outcome.key[1], outcome.job_name, outcome.error, again)
 
     def _still_wanted(self, action: BackendAction) -> bool:
         """In a poller's thread, just before a backend action: this process still leads (its

@@ -16,6 +16,7 @@ from airflow_quota.service.backends.base import (
     AttemptReport,
     AttemptSpec,
     AttemptStatus,
+    BackendError,
     BackendThrottled,
     StartedAttempt,
 )
@@ -311,3 +312,53 @@ def test_a_victims_new_attempt_starts_only_once_its_old_attempts_stop_has_return
     assert inline.act_due(0.0) == 2, "inline, the held start follows its stop in the same call"
     assert inline.backend.calls == ["stop 1-1", "start 1-2"]  # type: ignore[attr-defined]
     inline.stop()
+
+
+class RefusingStops(FakeBackend):
+    """The fake backend whose first ``refusals`` stops fail (an API error), as StopTrainingJob
+    may; ``stop_calls`` counts every stop asked of it."""
+
+    def __init__(self, clock: ManualClock, refusals: int) -> None:
+        super().__init__(clock.now)
+        self.refusals = refusals
+        self.stop_calls = 0
+
+    def stop(self, attempt: AttemptSpec, grace_seconds: float) -> None:
+        self.stop_calls += 1
+        if self.refusals > 0:
+            self.refusals -= 1
+            raise BackendError(f"StopTrainingJob of {attempt.key} failed: InternalFailure")
+        super().stop(attempt, grace_seconds)
+
+
+def test_a_stop_the_backend_refuses_stays_asked_for_until_it_is_made(engine: Engine) -> None:
+    """A running job is cancelled and the backend refuses its stop twice: the attempt keeps its
+    STOP and the next steps ask for it again, until the third call stops it (the trace under
+    chaos found a refused stop given up: the attempt ran on after its capacity was given away,
+    and its job's next attempt ran beside it)."""
+    clock = ManualClock(1000.0)
+    store = QuotaStore(engine, clock.now)
+    store.apply_config(POOL)
+    job = store.submit(request("refused-stop"), "fake", {"duration": 600})
+    fake = RefusingStops(clock, refusals=2)
+    service = QuotaService(engine, {"fake": fake}, clock=clock)
+    key = f"{job.id}-1"
+    for at in (1000.0, 1001.0, 1002.0):  # placed, started, seen running
+        clock.advance_to(at)
+        service.step()
+    assert attempt_row(engine, job.id).status == "RUNNING"
+
+    store.cancel(job.id)
+    clock.advance_to(1010.0)
+    service.step()  # the cancel taken in: its stop asked for, and refused
+    assert fake.stop_calls == 1
+    assert attempt_row(engine, job.id).action == "STOP", "a refused stop was given up"
+    assert fake._load(key)["stop_at"] is None  # type: ignore[index]  # the training runs on
+
+    for at in (1011.0, 1012.0, 1013.0, 1014.0):
+        clock.advance_to(at)
+        service.step()
+    assert fake.stop_calls == 3, "the stop was not asked again until it was made, or asked again after"
+    assert fake._load(key)["stop_at"] is not None  # type: ignore[index]
+    row = attempt_row(engine, job.id)
+    assert row.action is None and row.ended_at is not None, (row.action, row.status, row.ended_at)
