@@ -56,6 +56,25 @@ it (step 4b) is stopped before it starts again. Just before each call the worker
 ``still_wanted`` (the service: this process still leads under its epoch and the attempt still has
 that action), so a deposed leader does not act on what it was asked before the takeover.
 
+That check and the call are not one atomic step: a leader frozen between them (SIGSTOP, a long
+GC pause, a stalled VM) makes the call after another leader took over. What that can do:
+
+- a late *stop* does nothing the log does not already hold: a stop is asked for only once it is
+  committed, no leader takes a committed stop back, and a job placed again runs a new attempt
+  under a new key, which the late stop does not touch;
+- a late *start* of an attempt the next leader stopped before anything ran (cancelled, preempted:
+  its stop found nothing to stop) or gave up (its own start failed) would run a training nobody
+  follows, holding capacity outside the books. Two guards close it. The backends keep a
+  tombstone for an attempt stopped before it started, and a start of a key they have does
+  nothing (fake, local; ``backends/base.py``). And after each start returns, the worker asks
+  ``undo_of_start`` (the service: has this process lost the lease, and does the log no longer
+  want the attempt running: stopped, ended, or gone?); if so it stops the attempt again with
+  the log's grace and reports nothing. A start the log still wants is kept: the next leader
+  asks for it under the same key (a no-op) and follows it. SageMaker has no tombstone (a name
+  is taken only by creating the job), so there the check after the call is the guard; a leader
+  killed between its late call and that check leaves a training that ends at its own
+  ``MaxRuntimeInSeconds``.
+
 One code path, two drivers: :meth:`Poller.act_due` carries out the actions asked for and
 :meth:`Poller.poll_due` makes the listing page due (if any) and asks about every attempt that is
 due, each waiting for the answers. Tests
@@ -235,6 +254,9 @@ class BackendPoller:
         """Outcomes the step has not taken yet."""
         self.still_wanted: Callable[[BackendAction], bool] | None = None
         """Asked just before each action's call (the service's fenced check); None: always."""
+        self.undo_of_start: Callable[[BackendAction], BackendAction | None] | None = None
+        """Asked just after each start returns: the stop that undoes it when its leader lost the
+        lease meanwhile and the log no longer wants the attempt running; None: keep it."""
         self.on_news: Callable[[], None] | None = None
         """Called (from a worker thread) when there is news for the step: an attempt's report
         changed, or a start or stop came back. The service wakes its idle wait with it."""
@@ -423,6 +445,8 @@ class BackendPoller:
                 return
             if action.kind is ActionKind.START:
                 outcome = ActionOutcome(action.kind, action.key, spec.job_name, started=self.backend.start(spec))
+                if self.undo_of_start is not None and self._undone(action):
+                    outcome = None  # made late by a deposed leader: nothing of it is reported
             else:
                 self.backend.stop(spec, action.grace_seconds)
                 outcome = ActionOutcome(action.kind, action.key, spec.job_name)
@@ -449,6 +473,37 @@ class BackendPoller:
             self._news()
         if recovered:
             log.info("%s answers again after throttling: calls resume", self.name)
+
+    def _undone(self, action: BackendAction) -> bool:
+        """The check after a start (the call itself is not fenced: a leader frozen between
+        ``still_wanted`` and the call makes it after a takeover). Asks ``undo_of_start`` and,
+        when the start came too late, makes the stop it gives, with the log's grace; whether it
+        did. A start still wanted by the log is kept: the next leader asks for it again under the
+        same key, which does nothing, and follows the attempt. A failure here is logged and left
+        to the backend's tombstone (fake, local) or to the training's own time limit."""
+        assert self.undo_of_start is not None
+        try:
+            undo = self.undo_of_start(action)
+            if undo is None:
+                return False
+            self.backend.stop(undo.spec, undo.grace_seconds)
+        except Exception as exc:
+            log.warning(
+                "attempt %s-%s on %s: could not check or undo a start made after the lease may have been lost: %s: %s",
+                *action.key,
+                self.name,
+                type(exc).__name__,
+                exc,
+            )
+            return False
+        log.warning(
+            "attempt %s-%s on %s: started after this scheduler lost the lease, and the log no longer wants it"
+            " running: stopped again (grace %g s)",
+            *action.key,
+            self.name,
+            undo.grace_seconds,
+        )
+        return True
 
     def _wanted(self, action: BackendAction) -> bool:
         """The service's check, where an error (the database, a lost lease) means "not now": the
@@ -836,6 +891,11 @@ class Poller:
         """The check each worker makes just before an action's call (see the module docstring)."""
         for poller in self.pollers.values():
             poller.still_wanted = check
+
+    def set_undo_of_start(self, check: Callable[[BackendAction], BackendAction | None] | None) -> None:
+        """The check each worker makes just after a start returns (see the module docstring)."""
+        for poller in self.pollers.values():
+            poller.undo_of_start = check
 
     def act_due(self, now: float) -> None:
         """Inline: every backend's actions waiting, carried out and awaited."""

@@ -255,6 +255,7 @@ class QuotaService:
         self.poller = Poller(self.backends, self.clock.now, poll_workers)
         """Starts, stops and polls attempts: inline in ``step`` until ``run`` starts its threads."""
         self.poller.set_still_wanted(self._still_wanted)
+        self.poller.set_undo_of_start(self._undo_of_late_start)
         self._news = Wakeup()
         """Set by the poller's threads when a backend has news, so a finish is taken in (and its
         capacity placed) at once, not at the next poll interval."""
@@ -929,6 +930,31 @@ class QuotaService:
             fresh = session.get(Attempt, action.key)
             return fresh is not None and fresh.action == action.kind.value
 
+    def _undo_of_late_start(self, action: BackendAction) -> BackendAction | None:
+        """In a poller's thread, just after a start returned: the stop that undoes it when it came
+        too late, else None. While this process leads, None: its own step handles whatever its
+        log says (a stop asked for meanwhile waits for this start to return). Once it has lost
+        the lease, the start may have been made after the next leader stopped the attempt, or
+        gave it up: unless the log still has it to start or started and open (then the next
+        leader follows it), the stop with the log's grace, the same the next leader's own stop
+        has (stopping, stopped, ended, refused, never started, or gone)."""
+        if not self._fencing:
+            return None
+        with self.sessions() as session:
+            if self.lock.holds(session.connection()):
+                return None
+            fresh = session.get(Attempt, action.key)
+            wanted = (
+                fresh is not None
+                and fresh.ended_at is None
+                and fresh.action != ActionKind.STOP.value
+                and fresh.status in _STARTED_OR_TO_START
+            )
+            if wanted:
+                return None  # the next leader starts it under the same key (a no-op) and follows it
+            grace = fresh.stop_grace if fresh is not None and fresh.stop_grace is not None else 0.0
+        return BackendAction(ActionKind.STOP, action.spec, grace)
+
     def _starting_since_upgrade(self) -> None:
         """A START recorded by a version that carried it out inside the step is still PLACED:
         it is STARTING from now on, as every start recorded since (see ``_record``)."""
@@ -971,6 +997,12 @@ class QuotaService:
             return None
         config = self.scheduler.state.config.share(share)
         return config.aws_conn_id if config is not None else None
+
+
+_STARTED_OR_TO_START = frozenset(
+    state.value for state in (AttemptState.PLACED, AttemptState.STARTING, AttemptState.PENDING, AttemptState.RUNNING)
+)
+"""An open attempt's statuses in which its leader wants it running (``_undo_of_late_start``)."""
 
 
 def _known(attempt: Attempt) -> Known | None:

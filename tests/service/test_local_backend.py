@@ -13,7 +13,13 @@ from pathlib import Path
 
 import pytest
 
-from airflow_quota.service.backends.base import AttemptReport, AttemptSpec, AttemptStatus, BackendError
+from airflow_quota.service.backends.base import (
+    STOPPED_BEFORE_START,
+    AttemptReport,
+    AttemptSpec,
+    AttemptStatus,
+    BackendError,
+)
 from airflow_quota.service.backends.local import LocalBackend
 from tests.service.local_attempts import spec, train, wait_until_ended
 from tests.waiting import wait_for
@@ -28,11 +34,26 @@ def backend(tmp_path: Path) -> LocalBackend:
     return LocalBackend(tmp_path / "state")
 
 
-def test_unknown_attempt_is_unknown_and_stopping_it_is_harmless(backend: LocalBackend) -> None:
-    attempt = spec("true")
+def test_unknown_attempt_is_unknown_and_stopping_it_leaves_a_tombstone_no_start_runs(
+    backend: LocalBackend, tmp_path: Path
+) -> None:
+    """A stop of an attempt never started (the next leader's, before a deposed leader's late
+    start) records it as stopped before it started; the start that comes after runs nothing."""
+    marker = tmp_path / "ran"
+    attempt = spec(f"touch {marker}")
     assert backend.poll(attempt) == AttemptReport(AttemptStatus.UNKNOWN)
     backend.stop(attempt, grace_seconds=1)
-    assert backend.poll(attempt).status is AttemptStatus.UNKNOWN
+    stopped = backend.poll(attempt)
+    assert (stopped.status, stopped.reason, stopped.running_since) == (
+        AttemptStatus.STOPPED,
+        STOPPED_BEFORE_START,
+        None,
+    )
+    backend.start(attempt)
+    backend.stop(attempt, grace_seconds=1)  # a second stop changes nothing either
+    assert backend.poll(attempt) == stopped
+    assert sorted(p.name for p in backend.attempt_dir(attempt).iterdir()) == ["exit.json", "stop.json"], "launched"
+    assert not marker.exists()
 
 
 def test_the_environment_reaches_the_training(backend: LocalBackend, tmp_path: Path) -> None:

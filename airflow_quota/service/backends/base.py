@@ -4,6 +4,19 @@ An attempt is one placement of a job (docs/model.md rule 6.1). Its ``key`` (job 
 number) is stable across scheduler restarts, so every call is idempotent: starting an attempt
 the backend already has does nothing, stopping one twice is harmless, and a scheduler that
 restarts after a crash asks ``poll`` what became of the attempts it had started.
+
+Fencing (a leader frozen between its lease check and a call, which it then makes after another
+leader took over): a late *stop* is harmless, because a stop is only ever asked for once it is
+committed, and no leader takes a committed stop back or starts that key again (a job's next
+placement is a new attempt, a new key). A late *start* is not: the next leader may have stopped
+the attempt (cancelled, preempted) before anything ran, and the start would then run a training
+nobody follows. So a backend that can should keep a *tombstone*: ``stop`` of an attempt it never
+heard of records it as stopped before it started (``poll`` then says STOPPED,
+``StoppedBeforeStart``), and ``start`` of an attempt it has, tombstone or not, does nothing; the
+record of a start and of a tombstone must each be created only if none exists, atomically, so
+that of a start and a stop racing from two schedulers one wins whole. The fake and local backends
+do; SageMaker cannot (a name is taken only by creating the job), so the poller also checks after
+each start whether its leader still wants it, and stops it when not (``service/polling.py``).
 """
 
 from __future__ import annotations
@@ -108,7 +121,8 @@ class Backend(Protocol):
 
     def stop(self, attempt: AttemptSpec, grace_seconds: float) -> None:
         """Ask the attempt to stop, giving it ``grace_seconds`` to checkpoint before it is
-        killed; ``poll`` reports STOPPED once it is down. Harmless if already stopped."""
+        killed; ``poll`` reports STOPPED once it is down. Harmless if already stopped; one never
+        started is best left a tombstone, that no later ``start`` runs (see above)."""
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,12 @@ scheduler killed at any point and restarted (a new ``LocalBackend`` on the same 
 finds every attempt as it left it, and starting an attempt twice is impossible: an existing
 directory means "already started".
 
+A stop of an attempt that has no directory leaves a *tombstone*: its directory, created the
+same atomic way, holding only ``stop.json`` and an ``exit.json`` that says it was stopped before
+it started. A later ``start`` finds the directory and does nothing, so a start made late by a
+leader deposed meanwhile (the next leader having stopped the attempt) never runs it; of a start
+and a stop racing, exactly one creates the directory (``base.py``).
+
 How outcomes map to :class:`AttemptStatus`:
 
 - no directory: UNKNOWN; the runner launched but the command not yet started: PENDING;
@@ -322,10 +328,13 @@ class LocalBackend:
 
         A second request keeps the first request time and can only bring the deadline
         forward (a cancel with a shorter grace during a preemption's grace). Harmless for an
-        attempt that never started or has already ended.
+        attempt that has already ended; one that never started is left a tombstone (see the
+        module docstring), so that no later start runs it.
         """
         directory = self.attempt_dir(attempt)
-        if not directory.is_dir() or (directory / files.EXIT).exists():
+        if not directory.is_dir() and self._bury(attempt, grace_seconds):
+            return
+        if (directory / files.EXIT).exists():
             return
         now = self.clock()
         deadline = now + max(grace_seconds, 0.0)
@@ -346,6 +355,32 @@ class LocalBackend:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(int(runner["pid"]), signal.SIGTERM)
         self._enforce_deadline(directory)
+
+    def _bury(self, attempt: AttemptSpec, grace_seconds: float) -> bool:
+        """Create the tombstone of an attempt stopped before it was ever started: its directory
+        with ``stop.json`` and an ``exit.json`` saying so, appearing whole by a rename that fails
+        if a racing start created the directory first. Whether the tombstone was made (False:
+        the attempt was started, and is stopped as any other)."""
+        final = self.attempt_dir(attempt)
+        now = self.clock()
+        try:
+            self.state_dir.mkdir(parents=True, exist_ok=True)
+            staging = Path(tempfile.mkdtemp(prefix=f".stopping-{attempt.key}-", dir=self.state_dir))
+            stop = {"requested_at": now, "deadline": now, "grace_seconds": grace_seconds}
+            files.write_json(staging / files.STOP, stop)
+            ended = {"returncode": None, "started_at": None, "ended_at": now, "stopped": True}
+            files.write_json(staging / files.EXIT, ended)
+        except OSError as exc:
+            raise BackendError(f"attempt {attempt.key}: cannot write its stop in {self.state_dir}: {exc}") from exc
+        try:
+            staging.rename(final)
+        except OSError as exc:
+            shutil.rmtree(staging, ignore_errors=True)
+            if final.is_dir():
+                return False
+            raise BackendError(f"attempt {attempt.key}: cannot create {final}: {exc}") from exc
+        log.info("attempt %s: stopped before it was started (a tombstone: no later start runs it)", attempt.key)
+        return True
 
     def _enforce_deadline(self, directory: Path) -> None:
         """SIGKILL what is left of a stopped attempt once its deadline has passed."""
