@@ -20,7 +20,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import boto3
 import pytest
+from botocore.stub import Stubber
 from sqlalchemy import Engine, func, select, text
 
 from airflow_quota.service.backends.base import (
@@ -32,8 +34,9 @@ from airflow_quota.service.backends.base import (
     BackendThrottled,
 )
 from airflow_quota.service.backends.fake import FakeBackend
+from airflow_quota.service.backends.sagemaker import SageMakerBackend
 from airflow_quota.service.clock import ManualClock
-from airflow_quota.service.polling import ActionKind, BackendAction
+from airflow_quota.service.polling import ActionKind, BackendAction, BackendPoller
 from airflow_quota.service.scheduler import QuotaService
 from airflow_quota.store.engine import make_engine, migrate
 from airflow_quota.store.lock import LeadershipLost
@@ -41,6 +44,9 @@ from airflow_quota.store.models import Attempt, EventRow
 from airflow_quota.store.repository import QuotaStore
 from airflow_quota.store.settings import normalize
 from tests.builders import request
+from tests.moto_server import REGION
+from tests.service.test_sagemaker_backend import NOT_FOUND, expect_not_found
+from tests.service.test_sagemaker_backend import attempt as sagemaker_attempt
 from tests.service.test_same_step_preemption import POOL as RECLAIMED_POOL
 
 WAIT = 30.0
@@ -363,3 +369,37 @@ def test_of_a_start_and_a_stop_racing_from_two_schedulers_the_attempt_ends_stopp
         racer.join(WAIT)
     reports = [starter.poll(attempt) for attempt in attempts]
     assert [r.status for r in reports] == [AttemptStatus.STOPPED] * len(attempts), reports
+
+
+def test_a_late_sagemaker_start_is_stopped_again_by_the_check_after_the_call() -> None:
+    """SageMaker keeps no tombstone: the new leader's stop of a job never created finds nothing,
+    and the stale leader's start, made afterwards, creates it. The check after the call then
+    stops it (a Stubber answers, in the order SageMaker would; moto has no StopTrainingJob)."""
+    client = boto3.client("sagemaker", region_name=REGION, aws_access_key_id="testing", aws_secret_access_key="testing")
+    backend = SageMakerBackend(client=client)
+    spec = sagemaker_attempt()
+    name = backend.job_name(spec)
+    with Stubber(client) as stub:
+        stub.add_client_error(
+            "stop_training_job", service_error_code="ValidationException", service_message=NOT_FOUND
+        )  # the new leader's stop
+        expect_not_found(stub, name)  # the stale leader's late start: looked up, then created
+        stub.add_response("create_training_job", {"TrainingJobArn": f"arn:aws:sagemaker:::training-job/{name}"})
+        stub.add_response("stop_training_job", {}, expected_params={"TrainingJobName": name})  # undone
+
+        backend.stop(spec, grace_seconds=0)
+        poller = BackendPoller(backend, ManualClock(1000.0).now, interval=30.0, workers=1)
+        poller.still_wanted = lambda action: True  # the check before the call had said yes
+        asked: list[BackendAction] = []
+
+        def undo(action: BackendAction) -> BackendAction:
+            asked.append(action)
+            return BackendAction(ActionKind.STOP, action.spec, 0.0)  # as the service answers, lease gone
+
+        poller.undo_of_start = undo
+        poller.request([BackendAction(ActionKind.START, spec)])
+        assert poller.act_due(1000.0) == 1
+        poller.stop()
+        stub.assert_no_pending_responses()
+    assert [action.kind for action in asked] == [ActionKind.START]
+    assert poller.take_outcomes() == [], "a start undone reports nothing"
