@@ -15,8 +15,9 @@ says where they part.
 
 from __future__ import annotations
 
+import bisect
 import heapq
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import timedelta
 from typing import Any
 
@@ -25,7 +26,7 @@ from sqlalchemy import Engine
 from airflow_quota.core.config import QuotaConfig
 from airflow_quota.core.explain import event_record
 from airflow_quota.exceptions import Refused
-from airflow_quota.service.backends.base import AttemptSpec
+from airflow_quota.service.backends.base import AttemptSpec, AttemptStatus, ChangePage, ListedChange
 from airflow_quota.service.backends.fake import FakeBackend, _timeline
 from airflow_quota.service.clock import ManualClock
 from airflow_quota.service.scheduler import QuotaService
@@ -108,15 +109,68 @@ class ReplayBackend(FakeBackend):
         heapq.heappush(self._moments, (running_since, key))
         heapq.heappush(self._moments, (ends, key))
 
-    def next_change(self, after: float) -> float | None:
+    def _is_change(self, moment: float, key: str) -> bool:
+        """Whether the attempt still changes at ``moment`` (a stop may have made it moot)."""
+        running_since, ends, _, _ = _timeline(self._memory[key])
+        return moment in (running_since, ends)
+
+    def _pass_time(self, now: float) -> None:
+        """The changes up to ``now`` have happened: out of the heap, into ``_happened``."""
         moments = self._moments
-        while moments:
-            moment, key = moments[0]
-            running_since, ends, _, _ = _timeline(self._memory[key])
-            if moment > after and moment in (running_since, ends):
-                return moment
+        while moments and moments[0][0] <= now:
+            moment, key = heapq.heappop(moments)
+            if self._is_change(moment, key):
+                self._happened(moment, key)
+
+    def _happened(self, moment: float, key: str) -> None:
+        """A change that came to pass (the listing variant keeps them)."""
+
+    def next_change(self, after: float) -> float | None:
+        self._pass_time(after)
+        moments = self._moments
+        while moments and not self._is_change(*moments[0]):
             heapq.heappop(moments)
-        return None
+        return moments[0][0] if moments else None
+
+
+class ListingReplayBackend(ReplayBackend):
+    """The replay's fake backend, listing its changes as SageMaker does (``ListsChanges``): the
+    poller lists once a step what changed since the previous listing and asks only about those
+    attempts, instead of polling each open attempt at every step (the fake backend's interval
+    0). A replay with a thousand attempts open thus makes a call or two a step, not a thousand.
+    The safety net's polls (ten intervals) never fall due in a replay's span."""
+
+    list_interval_seconds = 0.0
+    poll_interval_seconds = 1e12
+
+    def __init__(self, clock: Callable[[], float], remaining: Callable[[AttemptSpec], float] | None = None) -> None:
+        super().__init__(clock, remaining)
+        self._past: list[tuple[float, str]] = []
+        """Every change that has happened, in time order."""
+
+    def _happened(self, moment: float, key: str) -> None:
+        self._past.append((moment, key))
+
+    def changed_since(self, attempts: Sequence[AttemptSpec], since: float, page: object | None) -> ChangePage:
+        """The attempts among ``attempts`` that changed after ``since`` (one page: all of them),
+        with what each shows now; one the backend never heard of (never started, a start
+        refused) is listed as changed now, so that the poller asks about it."""
+        now = self.clock()
+        self._pass_time(now)
+        first = bisect.bisect_right(self._past, (since, "\uffff"))
+        recent = {key for _, key in self._past[first:]}
+        changed: dict[tuple[int, int], ListedChange] = {}
+        for spec in attempts:
+            state = self._memory.get(spec.key)
+            if state is None:
+                changed[spec.job_id, spec.attempt] = ListedChange(now)
+            elif spec.key in recent:
+                running_since, ends, _, _ = _timeline(state)
+                if now >= ends:
+                    changed[spec.job_id, spec.attempt] = ListedChange(ends)  # its outcome: a full poll
+                elif now >= running_since:
+                    changed[spec.job_id, spec.attempt] = ListedChange(running_since, AttemptStatus.RUNNING)
+        return ChangePage(changed)
 
 
 def _absolute_plans(document: dict[str, Any], loaded: LoadedScenario) -> dict[str, Any]:
@@ -142,6 +196,8 @@ class ServiceReplay:
         must be made in that instant's step (the fake attempt starts at the clock's time), so
         it is at least the most placements one cycle makes.
     :param service_options: more keyword arguments for ``QuotaService``.
+    :param listing: the fake backend lists its changes (``ListingReplayBackend``) instead of
+        being polled about every open attempt at every step.
     """
 
     def __init__(
@@ -150,13 +206,15 @@ class ServiceReplay:
         engine: Engine,
         poll_workers: int = 8,
         service_options: dict[str, Any] | None = None,
+        listing: bool = False,
     ) -> None:
         self.loaded = loaded
         self.origin = loaded.start.timestamp()
         self.clock = ManualClock(self.origin)
         self.store = QuotaStore(engine, self.clock.now)
         self.durations: dict[str, float] = {}
-        self.backend = ReplayBackend(self.clock.now, remaining=self._remaining)
+        backend = ListingReplayBackend if listing else ReplayBackend
+        self.backend = backend(self.clock.now, remaining=self._remaining)
         self.service = QuotaService(
             engine,
             {"fake": self.backend},

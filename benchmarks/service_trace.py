@@ -68,9 +68,9 @@ TRACE_JOBS = 69_351
 MEASURE_AT = (10_000, 35_000)
 """Jobs submitted when recovery and the database's size are measured (and at the end)."""
 PROGRESS_SECONDS = 5.0
-POLL_WORKERS = 2_000
-"""Starts one step may make at once: more than any cycle of the trace places (the pool has 1,200
-GPUs), so every start of an instant is made in that instant's step, as the simulator starts it."""
+POLL_WORKERS = 256
+"""Starts and stops one step may make at once: more than any instant of the whole trace has (57
+placements, 64 preemptions), so each is made in its instant's step, as the simulator makes it."""
 
 
 def itp_scenario(jobs: int | None = None, quota: Path = QUOTA) -> LoadedScenario:
@@ -207,7 +207,7 @@ def clean_run(
     engine = make_engine(normalize(url))
     migrate(engine)
     options = _options(snapshot_every)
-    replay = ServiceReplay(loaded, engine, poll_workers=POLL_WORKERS, service_options=options)
+    replay = ServiceReplay(loaded, engine, poll_workers=POLL_WORKERS, service_options=options, listing=True)
     total = len(loaded.events)
     marks = [m for m in MEASURE_AT if m < total] if measure else []
     measures: list[dict[str, Any]] = []
