@@ -68,6 +68,7 @@ from airflow_quota.core.human_time import duration_words
 from airflow_quota.core.model import HOLDING_STATES, WAITING_STATES, JobState
 from airflow_quota.exceptions import InvalidInput
 from airflow_quota.executors.config import config_problems, quota_arguments
+from airflow_quota.executors.forking import close_pooled_connections
 from airflow_quota.executors.jobs import ExecutorJobs, JobProgress, TaskIdentity, TaskRefused
 from airflow_quota.executors.placement import Placement
 from airflow_quota.executors.story import WaitLog, waiting_line
@@ -269,6 +270,10 @@ class QuotaExecutor(LocalExecutor):
     # -- worker processes ------------------------------------------------------------------
 
     def _spawn_worker(self) -> None:
+        """LocalExecutor's, forking only once this process's pooled database connections are
+        closed: a worker outliving a killed scheduler holds none of them (``forking.py``)."""
+        if self.is_mp_using_fork:
+            close_pooled_connections()
         process = multiprocessing.Process(
             target=run_worker,
             kwargs={

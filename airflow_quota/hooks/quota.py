@@ -56,6 +56,12 @@ def store_for(url: str) -> QuotaStore:
         return store
 
 
+def open_stores() -> list[QuotaStore]:
+    """The process-wide stores created so far (``store_for``), one per database URL."""
+    with _STORES_LOCK:
+        return list(_STORES.values())
+
+
 def connection_url(conn: Any) -> str:
     """The SQLAlchemy URL an Airflow connection names.
 

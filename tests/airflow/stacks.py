@@ -19,7 +19,9 @@ import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
+import psutil
 import psycopg
 import pytest
 
@@ -91,6 +93,27 @@ def tries(af: AirflowStack, dag_id: str, run_id: str) -> dict[str, dict[str, Any
         r=run_id,
     )
     return {r[0]: {"state": r[1], "try": r[2], "queued": r[3], "start": r[4], "end": r[5]} for r in rows}
+
+
+def connections_held_by(group: int) -> list[str]:
+    """The open connections to the PostgreSQL server that processes of process group ``group``
+    hold, one "pid name: local port" each. A killed scheduler's surviving workers must hold
+    none: a connection they kept open would keep the scheduler's session, and the row locks of
+    a transaction it was in, alive (``airflow_quota/executors/forking.py``)."""
+    server_port = urlsplit(ADMIN_URL).port or 5432
+    held = []
+    for process in psutil.process_iter(["name"]):
+        try:
+            if os.getpgid(process.pid) != group:
+                continue
+            held += [
+                f"{process.pid} {process.info['name']}: {c.laddr.port}"
+                for c in process.net_connections(kind="tcp")
+                if c.raddr and c.raddr.port == server_port and c.status == psutil.CONN_ESTABLISHED
+            ]
+        except (ProcessLookupError, psutil.NoSuchProcess, psutil.ZombieProcess):
+            continue  # ended meanwhile
+    return held
 
 
 def diagnosis(af: AirflowStack, *runs: tuple[str, str]) -> str:

@@ -44,7 +44,16 @@ import yaml
 
 from airflow_quota.devtools.stack import BIN, AirflowStack, free_port
 from airflow_quota.executors.celery_delegate import WORKER_CELERY_CONFIG
-from tests.airflow.stacks import EXECUTOR_DAGS, airflow_on_postgres, diagnosis, events, final_jobs, tries, wait_until
+from tests.airflow.stacks import (
+    EXECUTOR_DAGS,
+    airflow_on_postgres,
+    connections_held_by,
+    diagnosis,
+    events,
+    final_jobs,
+    tries,
+    wait_until,
+)
 from tests.conftest import missing
 
 # Airflow's and the workers' start count towards the first test, and the reclaim test alone may
@@ -217,8 +226,10 @@ def test_a_scheduler_killed_while_a_celery_task_runs_and_one_waits_in_the_broker
     old_group = os.getpgid(old.pid)
     os.kill(old.pid, signal.SIGKILL)
     old.wait(timeout=30)
-    af.start_process("scheduler", [str(BIN / "airflow"), "scheduler"])
     try:
+        kept_open = connections_held_by(old_group)  # its workers live on, none of its sessions may
+        assert kept_open == [], f"the killed scheduler's workers keep its database connections open: {kept_open}"
+        af.start_process("scheduler", [str(BIN / "airflow"), "scheduler"])
         states = af.wait_for_runs(ADOPT_DAG_ID, [run], 150)
         assert states[run] == "success", f"{tries(af, ADOPT_DAG_ID, run)}\n{af.tails(40)}"
     finally:

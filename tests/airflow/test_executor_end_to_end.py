@@ -34,7 +34,16 @@ from pathlib import Path
 import pytest
 
 from airflow_quota.devtools.stack import AirflowStack
-from tests.airflow.stacks import EXECUTOR_DAGS, airflow_on_postgres, diagnosis, events, final_jobs, tries, wait_until
+from tests.airflow.stacks import (
+    EXECUTOR_DAGS,
+    airflow_on_postgres,
+    connections_held_by,
+    diagnosis,
+    events,
+    final_jobs,
+    tries,
+    wait_until,
+)
 
 # Airflow's start (up to START_TIMEOUT) counts towards the first test, and a test waits minutes
 # for its holds and runs: twice the default limit (pyproject.toml) for each test.
@@ -229,8 +238,10 @@ def test_a_scheduler_killed_while_tasks_are_held_and_running_is_restarted_and_ea
     old_group = os.getpgid(old.pid)
     os.kill(old.pid, signal.SIGKILL)  # its LocalExecutor workers live on, running a_first
     old.wait(timeout=30)
-    af.start_process("scheduler", [str(Path(af.env["PATH"].split(os.pathsep)[0]) / "airflow"), "scheduler"])
     try:
+        kept_open = connections_held_by(old_group)  # its workers live on, none of its sessions may
+        assert kept_open == [], f"the killed scheduler's workers keep its database connections open: {kept_open}"
+        af.start_process("scheduler", [str(Path(af.env["PATH"].split(os.pathsep)[0]) / "airflow"), "scheduler"])
         states = af.wait_for_runs("quota_exec_adopt", [run], 420)
         assert states[run] == "success", diagnosis(af, ("quota_exec_adopt", run))
     finally:
