@@ -21,7 +21,7 @@ from airflow_quota.core.config import NAME_PATTERN, QUOTA_SECTIONS, load_file, p
 from airflow_quota.core.human_time import clock_time, duration_words
 from airflow_quota.exceptions import ChangeRefused, InvalidInput, Problem
 from airflow_quota.store.backend_names import enabled_backends
-from airflow_quota.store.settings import airflow_home, database_url, redacted
+from airflow_quota.store.settings import airflow_home, database_url, redacted, retention_days
 
 if TYPE_CHECKING:  # the store (SQLAlchemy, alembic) loads only for the commands that use it
     from airflow_quota.store.models import JobRow
@@ -36,6 +36,15 @@ def add_commands(commands: Any) -> None:
     migrate_parser = db_commands.add_parser("migrate", help="create or upgrade the quota database")
     _db_option(migrate_parser)
     migrate_parser.set_defaults(run=db_migrate)
+    prune = db_commands.add_parser(
+        "prune",
+        help="remove finished jobs and covered inputs older than retention_days now (what the leader does in batches)",
+    )
+    prune.add_argument("--dry-run", action="store_true", help="only count what would go, per table; write nothing")
+    _retention_option(prune)
+    _db_option(prune)
+    _json_option(prune)
+    prune.set_defaults(run=db_prune)
 
     apply = commands.add_parser("apply", help="validate and store a quota configuration as a new version")
     apply.add_argument("file")
@@ -98,6 +107,7 @@ def add_commands(commands: Any) -> None:
         default=10.0,
         help="leader_lease_seconds: a leader that has not renewed its lease this long is replaced",
     )
+    _retention_option(scheduler)
     scheduler.set_defaults(run=run_scheduler)
 
     shares = commands.add_parser("shares", help="per share and type: limit, used, borrowed, lent, RUNNABLE")
@@ -207,6 +217,18 @@ def _db_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--db", default=None, metavar="URL", help="quota database URL (default: docs/operations.md)")
 
 
+def _retention_option(parser: argparse.ArgumentParser) -> None:
+    """``--retention-days``: read as text and checked when the command runs (``retention_days``),
+    so a bad value in Airflow's configuration is refused by the commands that use it only."""
+    parser.add_argument(
+        "--retention-days",
+        default=None,
+        metavar="DAYS",
+        help="prune finished jobs this many days after they ended; 0 keeps everything (default: "
+        "AIRFLOW__QUOTA__RETENTION_DAYS, else [quota] retention_days, else 90)",
+    )
+
+
 def _json_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print one JSON document")
 
@@ -227,6 +249,22 @@ def db_migrate(args: argparse.Namespace) -> int:
         print(f"quota database {redacted(url)} is up to date (revision {after})")
     else:
         print(f"quota database {redacted(url)} migrated from {before or 'nothing'} to revision {after}")
+    return 0
+
+
+def db_prune(args: argparse.Namespace) -> int:
+    """``db prune``: what retention would remove now, per table, with the cutoff and the oldest
+    kept; without ``--dry-run``, prune it now in the leader's batches (``store/retention.py``)."""
+    from airflow_quota.store.engine import make_engine
+    from airflow_quota.store.prune_report import prune_now
+
+    days = retention_days(args.retention_days)
+    url = database_url(args.db)
+    document, text = prune_now(make_engine(url), days, dry_run=args.dry_run)
+    if args.json:
+        _print_json({"database": redacted(url), **document})
+    else:
+        print(text)
     return 0
 
 
@@ -260,6 +298,7 @@ def run_scheduler(args: argparse.Namespace) -> int:
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s", stream=sys.stderr)
     url = database_url(args.db)
+    days = retention_days(args.retention_days)  # a bad setting exits 2 before anything starts
     engine = make_engine(url)
     state = Path(args.state_dir) if args.state_dir else airflow_home() / "quota"
     clock = WallClock()
@@ -299,6 +338,7 @@ def run_scheduler(args: argparse.Namespace) -> int:
         poll_seconds=args.poll_seconds,
         lease_seconds=args.lease_seconds,
         poll_workers=int(args.poll_workers),
+        retention_days=days,
     )
     logging.getLogger("airflow_quota.scheduler").info(
         "quota scheduler %s on %s with backends %s", service.holder, redacted(url), ", ".join(sorted(backends))

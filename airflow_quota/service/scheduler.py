@@ -97,6 +97,7 @@ from airflow_quota.service.polling import (
     Known,
     Poller,
 )
+from airflow_quota.service.pruning import LeaderPruning
 from airflow_quota.service.wakeup import Wakeup
 from airflow_quota.store.engine import DatabaseUnavailable, migrate, reachable, session_factory
 from airflow_quota.store.lock import LeadershipLost, current_leader, leader_lock
@@ -112,6 +113,7 @@ from airflow_quota.store.models import (
 )
 from airflow_quota.store.models import Input as InputRow
 from airflow_quota.store.repository import IN_CHUNK, NOTIFY_CHANNEL
+from airflow_quota.store.settings import DEFAULT_RETENTION_DAYS
 from airflow_quota.store.views import QuotaView, ViewBuilder, write_view
 
 log = logging.getLogger("airflow_quota.scheduler")
@@ -198,6 +200,8 @@ class QuotaService:
     :param lease_seconds: the same, under its older name (what the CLI passes).
     :param poll_workers: the cap on one backend's polls in flight at once (``--poll-workers``);
         how often each attempt is polled is its backend's ``poll_interval_seconds``.
+    :param retention_days: finished jobs and covered inputs are pruned this long after they
+        ended, a batch at a time in idle steps (``service/pruning.py``); 0 keeps everything.
     """
 
     _view: QuotaView | None = None
@@ -221,6 +225,7 @@ class QuotaService:
         alert_retry_seconds: float = 5.0,
         leader_lease_seconds: float = 10.0,
         poll_workers: int = DEFAULT_POLL_WORKERS,
+        retention_days: float = DEFAULT_RETENTION_DAYS,
     ) -> None:
         self.engine = engine
         self.backends = dict(backends)
@@ -260,6 +265,8 @@ class QuotaService:
         """Set by the poller's threads when a backend has news, so a finish is taken in (and its
         capacity placed) at once, not at the next poll interval."""
         self.poller.set_on_news(self._news.set)
+        self.pruning = LeaderPruning(self.sessions, retention_days)
+        """Retention: a short batch in a step that had nothing else to do."""
 
     # -- the process ---------------------------------------------------------------------
 
@@ -446,7 +453,11 @@ class QuotaService:
             acted = self._act(now)
             self._report(gathered, now)
         # a start marked done opens an attempt the next step hands to the poller at once
-        return bool(gathered.decisions or gathered.handled or acted)
+        worked = bool(gathered.decisions or gathered.handled or acted)
+        if not worked:
+            with reachable(str(self.engine.url)):
+                self.pruning.when_idle(now, self._fence)
+        return worked
 
     def _cycle(self, gathered: _Step, now: float) -> None:
         """Run a cycle. One that decided nothing and left the guarantee watchdog idle changed

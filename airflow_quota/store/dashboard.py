@@ -31,18 +31,22 @@ from typing import Annotated, Any, NamedTuple
 
 from pydantic import Field
 from sqlalchemy import func, or_, select
+from sqlalchemy.orm import Session
 
 from airflow_quota.core.config import QuotaConfig, stored_config
 from airflow_quota.core.human_time import clock_time, duration_words
 from airflow_quota.core.model import HOLDING_STATES, LIVE_STATES, WAITING_STATES, JobState
 from airflow_quota.store.engine import reachable
 from airflow_quota.store.models import (
+    RETENTION_ROW,
     AlertRow,
     Attempt,
     ConfigVersion,
     EventRow,
     JobRow,
     Preemption,
+    RetentionState,
+    ShareHour,
 )
 from airflow_quota.store.repository import QuotaStore
 from airflow_quota.store.views import LatestConfiguration, TypeView, read_shown_view
@@ -174,10 +178,16 @@ def share_summaries(store: QuotaStore, now: float) -> Shares:
     with reachable(str(store.engine.url)), store.sessions() as session:
         view, latest = read_shown_view(session)
         holding = list(session.scalars(select(JobRow).where(JobRow.state.in_(HOLDING_STATES))))
-        totals = {
-            share: (float(gpu or 0.0), float(lost or 0.0), float(cost or 0.0), int(preempted or 0))
-            for share, gpu, lost, cost, preempted in session.execute(_share_totals())
-        }
+        totals: dict[str, tuple[float, float, float, int]] = {}
+        for query in (_share_totals(), _pruned_share_totals()):  # the jobs kept, and those pruned
+            for share, gpu, lost, cost, preempted in session.execute(query):
+                before = totals.get(share, (0.0, 0.0, 0.0, 0))
+                totals[share] = (
+                    before[0] + float(gpu or 0.0),
+                    before[1] + float(lost or 0.0),
+                    before[2] + float(cost or 0.0),
+                    before[3] + int(preempted or 0),
+                )
     charges = running_charges(store, holding)
     accrued: dict[str, tuple[float, float]] = {}
     for job in holding:
@@ -238,6 +248,17 @@ def _share_totals() -> Any:
         func.sum(JobRow.cost),
         func.sum(JobRow.preemptions),
     ).group_by(JobRow.share)
+
+
+def _pruned_share_totals() -> Any:
+    """The same totals of the jobs retention has pruned (``quota_share_hours``)."""
+    return select(
+        ShareHour.share,
+        func.sum(ShareHour.gpu_hours),
+        func.sum(ShareHour.lost_gpu_hours),
+        func.sum(ShareHour.cost),
+        func.sum(ShareHour.preemptions),
+    ).group_by(ShareHour.share)
 
 
 # -- borrowing now -----------------------------------------------------------------------------
@@ -600,12 +621,14 @@ def alert_records(
 @dataclass(frozen=True, slots=True)
 class UtilisationPoint:
     """From ``at`` until the next point: GPUs the share holds, of which borrowed (held above its
-    limit), and its limit in GPUs under the configuration then in force."""
+    limit), and its limit in GPUs under the configuration then in force. Whole numbers, except
+    in the past retention has compacted (``store/retention.py``): there one point an hour, the
+    hour's averages."""
 
     at: float
-    used_gpus: int
-    borrowed_gpus: int
-    limit_gpus: int
+    used_gpus: float
+    borrowed_gpus: float
+    limit_gpus: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -626,30 +649,98 @@ class UtilisationHistory:
         return self.gpu_hours / self.limit_gpu_hours if self.limit_gpu_hours else None
 
 
+HOUR = 3600
+"""The resolution of the compacted past (``quota_share_hours``), in seconds."""
+
+
+class Held(NamedTuple):
+    """An attempt's hold on instances: from ``placed_at`` until ``ended_at`` (None: still held)."""
+
+    placed_at: float
+    ended_at: float | None
+    instance_type: str
+    instances: int
+
+
 def utilisation_history(store: QuotaStore, share: str, start: float, end: float) -> UtilisationHistory:
     """The share's GPUs held over ``[start, end]``, exact at every placement and end.
 
     Limits follow the configuration versions as they were applied (a limit changes at the
     version's ``created_at``); GPUs per instance come from the latest configuration's catalogue.
+    The past before ``compacted_until`` (retention, ``store/retention.py``) is read from its
+    hourly aggregates, one point an hour; an hour the window cuts counts pro rata.
     """
     with reachable(str(store.engine.url)), store.sessions() as session:
-        versions = [
-            (row.created_at, stored_config(row.document))
-            for row in session.scalars(select(ConfigVersion).order_by(ConfigVersion.id))
-        ]
-        attempts = list(
-            session.execute(
-                select(Attempt.placed_at, Attempt.ended_at, Attempt.instance_type, Attempt.count)
-                .join(JobRow, JobRow.id == Attempt.job_id)
-                .where(
-                    JobRow.share == share,
-                    Attempt.placed_at < end,
-                    or_(Attempt.ended_at.is_(None), Attempt.ended_at > start),
-                )
+        versions = configuration_history(session)
+        compacted_until = compacted_until_of(session)
+        hours: dict[int, ShareHour] = {}
+        if compacted_until is not None and start < compacted_until:
+            first_hour = int(start // HOUR) * HOUR
+            query = select(ShareHour).where(
+                ShareHour.share == share, ShareHour.hour >= first_hour, ShareHour.hour < min(end, compacted_until)
             )
-        )
+            hours = {row.hour: row for row in session.scalars(query)}
+        live_start = start if compacted_until is None else max(start, compacted_until)
+        holds = [held for _, held in held_between(session, share, live_start, end)] if live_start < end else []
     if not versions:
         return UtilisationHistory(share, start, end)
+    compacted = _compacted_points(hours, start, min(end, live_start))
+    points = _without_repeats([*compacted, *usage_points(versions, holds, share, live_start, end)])
+    used = borrowed = limit = 0.0
+    for current, following in zip(points, [*points[1:], None][: len(points)], strict=True):
+        seconds = (following.at if following else end) - current.at
+        used += current.used_gpus * seconds
+        borrowed += current.borrowed_gpus * seconds
+        limit += current.limit_gpus * seconds
+    return UtilisationHistory(
+        share=share,
+        start=start,
+        end=end,
+        points=points,
+        gpu_hours=round(used / 3600, 6),
+        borrowed_gpu_hours=round(borrowed / 3600, 6),
+        limit_gpu_hours=round(limit / 3600, 6),
+    )
+
+
+def configuration_history(session: Session) -> list[tuple[float, QuotaConfig]]:
+    """Every configuration version with when it was applied, oldest first."""
+    return [
+        (row.created_at, stored_config(row.document))
+        for row in session.scalars(select(ConfigVersion).order_by(ConfigVersion.id))
+    ]
+
+
+def compacted_until_of(session: Session) -> float | None:
+    """Before this instant, history is read from ``quota_share_hours``; None: nothing compacted."""
+    return session.scalar(select(RetentionState.compacted_until).where(RetentionState.name == RETENTION_ROW))
+
+
+def held_between(session: Session, share: str | None, start: float, end: float) -> list[tuple[str, Held]]:
+    """The attempts (of ``share``, or of every share for None) that held instances at some time
+    in ``[start, end)``, with their share."""
+    query = (
+        select(JobRow.share, Attempt.placed_at, Attempt.ended_at, Attempt.instance_type, Attempt.count)
+        .join(JobRow, JobRow.id == Attempt.job_id)
+        .where(Attempt.placed_at < end, or_(Attempt.ended_at.is_(None), Attempt.ended_at > start))
+    )
+    if share is not None:
+        query = query.where(JobRow.share == share)
+    return [(row[0], Held(*row[1:])) for row in session.execute(query)]
+
+
+def usage_points(
+    versions: Sequence[tuple[float, QuotaConfig]],
+    holds: Sequence[Held],
+    share: str,
+    start: float,
+    end: float,
+) -> list[UtilisationPoint]:
+    """The share's step function over ``[start, end)`` from its attempts' holds: a point at
+    ``start`` and at every instant anything changes (a placement, an end, a configuration
+    version). ``versions`` must not be empty."""
+    if start >= end:
+        return []
     catalogue = versions[-1][1].catalogue()
 
     def gpus(instance_type: str) -> int:
@@ -658,10 +749,10 @@ def utilisation_history(store: QuotaStore, share: str, start: float, end: float)
 
     # 1. the instants where anything changes: placements, ends, configuration versions
     changes: list[tuple[float, str, int]] = []
-    for placed_at, ended_at, instance_type, count in attempts:
-        changes.append((max(placed_at, start), instance_type, count))
-        if ended_at is not None and ended_at < end:
-            changes.append((ended_at, instance_type, -count))
+    for held in holds:
+        changes.append((max(held.placed_at, start), held.instance_type, held.instances))
+        if held.ended_at is not None and held.ended_at < end:
+            changes.append((held.ended_at, held.instance_type, -held.instances))
     instants = sorted({start} | {t for t, _, _ in changes} | {t for t, _ in versions if start < t < end})
     changes.sort(key=lambda change: change[0])
     version_times = [t for t, _ in versions]
@@ -678,39 +769,72 @@ def utilisation_history(store: QuotaStore, share: str, start: float, end: float)
         config_share = config.share(share)
         limits = dict(config_share.capacity_limits) if config_share else {}
         types = set(usage) | set(limits)
-        point = UtilisationPoint(
-            at=instant,
-            used_gpus=sum(usage.get(t, 0) * gpus(t) for t in types),
-            borrowed_gpus=sum(max(0, usage.get(t, 0) - limits.get(t, 0)) * gpus(t) for t in types),
-            limit_gpus=sum(limits.get(t, 0) * gpus(t) for t in types),
+        points.append(
+            UtilisationPoint(
+                at=instant,
+                used_gpus=sum(usage.get(t, 0) * gpus(t) for t in types),
+                borrowed_gpus=sum(max(0, usage.get(t, 0) - limits.get(t, 0)) * gpus(t) for t in types),
+                limit_gpus=sum(limits.get(t, 0) * gpus(t) for t in types),
+            )
         )
-        if points and (points[-1].used_gpus, points[-1].borrowed_gpus, points[-1].limit_gpus) == (
+    return _without_repeats(points)
+
+
+def hourly_integrals(points: Sequence[UtilisationPoint], start: int, end: int) -> dict[int, tuple[float, float, float]]:
+    """GPU-seconds used, borrowed and guaranteed in each whole hour of ``[start, end)`` (hour
+    aligned) under the step function ``points`` (its first point at ``start``)."""
+    totals = {hour: (0.0, 0.0, 0.0) for hour in range(start, end, HOUR)}
+    for current, following in zip(points, [*points[1:], None][: len(points)], strict=True):
+        left, right = current.at, following.at if following else end
+        while left < right:
+            hour = int(left // HOUR) * HOUR
+            cut = min(right, hour + HOUR)
+            seconds = cut - left
+            used, borrowed, limit = totals[hour]
+            totals[hour] = (
+                used + current.used_gpus * seconds,
+                borrowed + current.borrowed_gpus * seconds,
+                limit + current.limit_gpus * seconds,
+            )
+            left = cut
+    return totals
+
+
+def _compacted_points(hours: dict[int, ShareHour], start: float, end: float) -> list[UtilisationPoint]:
+    """One point an hour over ``[start, end)``: the hour's averages (none stored: nothing)."""
+    points: list[UtilisationPoint] = []
+    if start >= end:
+        return points
+    hour = int(start // HOUR) * HOUR
+    while hour < end:
+        row = hours.get(hour)
+        used, borrowed, limit = (
+            (row.used_gpu_seconds, row.borrowed_gpu_seconds, row.limit_gpu_seconds) if row else (0.0, 0.0, 0.0)
+        )
+        points.append(UtilisationPoint(max(float(hour), start), used / HOUR, borrowed / HOUR, limit / HOUR))
+        hour += HOUR
+    return points
+
+
+def _without_repeats(points: list[UtilisationPoint]) -> list[UtilisationPoint]:
+    """The step function without points that change nothing (the step goes on)."""
+    kept: list[UtilisationPoint] = []
+    for point in points:
+        if kept and (kept[-1].used_gpus, kept[-1].borrowed_gpus, kept[-1].limit_gpus) == (
             point.used_gpus,
             point.borrowed_gpus,
             point.limit_gpus,
         ):
-            continue  # no change: the step goes on
-        points.append(point)
-    # 3. integrate the step function over the window
-    used = borrowed = limit = 0.0
-    for current, following in zip(points, [*points[1:], None], strict=True):
-        seconds = (following.at if following else end) - current.at
-        used += current.used_gpus * seconds
-        borrowed += current.borrowed_gpus * seconds
-        limit += current.limit_gpus * seconds
-    return UtilisationHistory(
-        share=share,
-        start=start,
-        end=end,
-        points=points,
-        gpu_hours=round(used / 3600, 6),
-        borrowed_gpu_hours=round(borrowed / 3600, 6),
-        limit_gpu_hours=round(limit / 3600, 6),
-    )
+            continue
+        kept.append(point)
+    return kept
 
 
 def first_activity(store: QuotaStore) -> float | None:
-    """The first placement ever recorded (the default start of a history), if any."""
+    """The first placement ever recorded (the default start of a history), if any: kept by
+    retention once the attempt that made it may be pruned."""
     with reachable(str(store.engine.url)), store.sessions() as session:
-        value = session.scalar(select(func.min(Attempt.placed_at)))
-    return None if value is None else float(value)
+        placed = session.scalar(select(func.min(Attempt.placed_at)))
+        kept = session.scalar(select(RetentionState.first_placed_at).where(RetentionState.name == RETENTION_ROW))
+    found = [float(value) for value in (placed, kept) if value is not None]
+    return min(found) if found else None

@@ -367,3 +367,65 @@ class Leader(Base):
     backends: Mapped[str | None] = mapped_column(String(200), nullable=True)
     """The backends the holder runs, comma-separated (written when it takes the lease); None: a
     scheduler from before this column. ``airflow-quota doctor`` checks the live jobs' backends."""
+
+
+class ShareHour(Base):
+    """One hour of one share's history, kept for ever while the rows it sums are pruned
+    (``store/retention.py``): what the Quotas page's chart and the share totals read for the
+    past that retention has compacted.
+
+    Two kinds of figure, filled at two moments. The *usage* integrals (GPU-seconds held,
+    borrowed, and guaranteed by the limit) are written when the hour is compacted, from every
+    attempt that overlapped it, before any of them may be pruned: an hour below
+    ``RetentionState.compacted_until`` is read from here only. The *job* totals (jobs ended,
+    their GPU-hours, lost GPU-hours, cost, preemptions and waits) are added in the transaction
+    that deletes those jobs, in the hour each job ended, so a job counts exactly once: in
+    ``quota_jobs`` until its prune, here after it."""
+
+    __tablename__ = "quota_share_hours"
+
+    share: Mapped[str] = mapped_column(String(128), primary_key=True)
+    hour: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=False)
+    """The hour's first second (epoch seconds, a multiple of 3600)."""
+    used_gpu_seconds: Mapped[float] = mapped_column(Float, default=0.0)
+    borrowed_gpu_seconds: Mapped[float] = mapped_column(Float, default=0.0)
+    limit_gpu_seconds: Mapped[float] = mapped_column(Float, default=0.0)
+    jobs_pruned: Mapped[int] = mapped_column(Integer, default=0)
+    """Jobs that ended in this hour and were pruned since (SUCCEEDED and FAILED)."""
+    jobs_succeeded: Mapped[int] = mapped_column(Integer, default=0)
+    gpu_hours: Mapped[float] = mapped_column(Float, default=0.0)
+    lost_gpu_hours: Mapped[float] = mapped_column(Float, default=0.0)
+    cost: Mapped[float] = mapped_column(Float, default=0.0)
+    preemptions: Mapped[int] = mapped_column(Integer, default=0)
+    wait_seconds: Mapped[float] = mapped_column(Float, default=0.0)
+
+
+RETENTION_ROW = "retention"
+"""The ``name`` of ``quota_retention``'s one row."""
+
+
+class RetentionState(Base):
+    """Where retention stands: one row (``name`` "retention"). Every prune batch, the leader's
+    or ``airflow-quota db prune``'s, first updates it, so two pruners take turns (a row lock on
+    PostgreSQL, the write lock on SQLite) and never count a job into ``quota_share_hours`` twice."""
+
+    __tablename__ = "quota_retention"
+
+    name: Mapped[str] = mapped_column(String(20), primary_key=True)
+    compacted_until: Mapped[float | None] = mapped_column(Float, nullable=True)
+    """Every hour before this instant is in ``quota_share_hours``; None: none yet."""
+    first_placed_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+    """The first placement ever, kept once its attempt may be pruned (the chart's default start)."""
+    pruned_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+    """When the last batch ran."""
+
+
+Index(
+    "ix_quota_jobs_finished",
+    JobRow.updated_at,
+    postgresql_where=text("state IN ('SUCCEEDED','FAILED')"),
+    sqlite_where=text("state IN ('SUCCEEDED','FAILED')"),
+)
+"""The finished jobs by when they ended (their last write): what retention looks for."""
+Index("ix_quota_attempts_placed", Attempt.placed_at)
+"""Attempts by placement: the hours retention compacts read the attempts placed before their end."""

@@ -129,3 +129,37 @@ def redacted(url: str) -> str:
     from sqlalchemy.engine import make_url
 
     return make_url(url).render_as_string(hide_password=True)
+
+
+RETENTION_OPTION = "retention_days"
+ENV_RETENTION = "AIRFLOW__QUOTA__RETENTION_DAYS"
+DEFAULT_RETENTION_DAYS = 90.0
+"""Finished jobs, and the inputs a snapshot covers, are pruned this many days after they ended
+(``store/retention.py``); 0 keeps everything."""
+
+
+def retention_days(explicit: str | None = None) -> float:
+    """The ``retention_days`` setting: ``--retention-days``, else ``AIRFLOW__QUOTA__RETENTION_DAYS``,
+    else ``[quota] retention_days`` in Airflow's configuration file (read as ``configured_url``
+    reads the URL, without importing Airflow), else 90. InvalidInput names the setting that
+    holds a value that is not a number of days ≥ 0."""
+    if explicit is not None:
+        return parse_days(explicit, "--retention-days")
+    if os.environ.get(ENV_RETENTION):
+        return parse_days(os.environ[ENV_RETENTION], ENV_RETENTION)
+    parser = airflow_config_file()
+    if parser.has_option(SECTION, RETENTION_OPTION):
+        raw = os.path.expandvars(parser.get(SECTION, RETENTION_OPTION)).split("#")[0]
+        return parse_days(raw, f"[{SECTION}] {RETENTION_OPTION}")
+    return DEFAULT_RETENTION_DAYS
+
+
+def parse_days(text: str, setting: str) -> float:
+    """A number of days ≥ 0 (fractions allowed), else InvalidInput naming ``setting``."""
+    try:
+        days = float(text.strip())
+    except ValueError:
+        raise InvalidInput.single(setting, f"{text.strip()!r} is not a number of days (0 keeps everything)") from None
+    if not days >= 0 or days == float("inf"):  # also refuses NaN
+        raise InvalidInput.single(setting, f"must be a number of days ≥ 0 (0 keeps everything), not {text.strip()}")
+    return days
