@@ -103,7 +103,15 @@ class FakeBackend:
         started is left a tombstone, so that no later start runs it."""
         state = self._load(attempt.key)
         if state is None:
-            tombstone = {"tombstone": True, "stop_at": self.clock(), "training": {}}
+            now = self.clock()  # a record like any other (readers of the files), running from now to now
+            tombstone = {
+                "tombstone": True,
+                "started_at": now,
+                "training": {},
+                "work": 0.0,
+                "failure": None,
+                "stop_at": now,
+            }
             if self._create(attempt.key, tombstone):
                 return
             state = self._load(attempt.key)  # a racing start created it first: stop that
