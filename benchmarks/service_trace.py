@@ -217,6 +217,7 @@ def clean_run(
     difference: str | None = None
     progress = Progress(total)
     started = time.perf_counter()
+    cpu_started = time.process_time()
 
     def take_decisions() -> None:
         nonlocal last_id, checked, difference
@@ -238,6 +239,7 @@ def clean_run(
             if difference is not None:
                 break
     seconds = time.perf_counter() - started
+    cpu_seconds = time.process_time() - cpu_started
     if difference is None:
         take_decisions()
         if difference is None and len(served) != len(expected):
@@ -249,6 +251,7 @@ def clean_run(
     return {
         "jobs": total,
         "seconds": seconds,
+        "cpu_seconds": cpu_seconds,
         "steps": replay.steps,
         "decisions": len(served),
         "expected_decisions": len(expected),
@@ -319,7 +322,8 @@ def main() -> int:
 def _show(result: dict[str, Any]) -> None:
     print(
         f"{result['jobs']:,} ITP jobs through the quota service (PostgreSQL, fake backend, manual clock): "
-        f"{result['seconds']:,.1f} s, {result['steps']:,} steps ({result['steps'] / result['seconds']:,.0f}/s), "
+        f"{result['seconds']:,.1f} s ({result['cpu_seconds']:,.1f} s CPU in this process), "
+        f"{result['steps']:,} steps ({result['steps'] / result['seconds']:,.0f}/s), "
         f"{result['decisions']:,} decisions ({result['decisions'] / result['seconds']:,.0f}/s), "
         f"{result['simulated_days']:.1f} simulated days"
     )
