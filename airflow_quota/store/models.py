@@ -384,9 +384,10 @@ class ShareHour(Base):
 
     __tablename__ = "quota_share_hours"
 
-    share: Mapped[str] = mapped_column(String(128), primary_key=True)
     hour: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=False)
-    """The hour's first second (epoch seconds, a multiple of 3600)."""
+    """The hour's first second (epoch seconds, a multiple of 3600); first in the key, so that
+    retention's reads of a range of hours go by the key."""
+    share: Mapped[str] = mapped_column(String(128), primary_key=True)
     used_gpu_seconds: Mapped[float] = mapped_column(Float, default=0.0)
     borrowed_gpu_seconds: Mapped[float] = mapped_column(Float, default=0.0)
     limit_gpu_seconds: Mapped[float] = mapped_column(Float, default=0.0)
@@ -429,3 +430,5 @@ Index(
 """The finished jobs by when they ended (their last write): what retention looks for."""
 Index("ix_quota_attempts_placed", Attempt.placed_at)
 """Attempts by placement: the hours retention compacts read the attempts placed before their end."""
+Index("ix_quota_requests_job", Request.job_id)
+"""A job's requests: retention keeps a job with one not taken in, and prunes the others with it."""

@@ -73,7 +73,7 @@ class BatchLimits:
     """Finished jobs per batch (with their attempts, decisions, ...: about 10 rows each)."""
     inputs: int = 2000
     """Inputs per batch (one indexed range of small rows)."""
-    hours: int = 168
+    hours: int = 48
     """Hours compacted per batch at most (every attempt overlapping them is read)."""
     attempts: int = 1000
     """Placements a compaction batch reads at most (it ends at an earlier hour when there are
@@ -432,9 +432,9 @@ def _take_turn(session: Session, now: float) -> RetentionState:
 
 
 def _prunable_jobs(cutoff: float, compacted_until: float) -> Select[Any]:
-    """Finished jobs that ended before ``cutoff``, with every attempt ended before
-    ``compacted_until`` and no backend action pending, no alert not yet delivered and no
-    request not yet taken in."""
+    """Finished jobs that ended before ``cutoff`` and before ``compacted_until`` (their hours
+    compacted), with every attempt ended before it and no backend action pending, no alert not
+    yet delivered and no request not yet taken in."""
     attempt_open = (
         select(Attempt.job_id)
         .where(
@@ -445,8 +445,9 @@ def _prunable_jobs(cutoff: float, compacted_until: float) -> Select[Any]:
     )
     undelivered = select(AlertRow.id).where(AlertRow.job_id == JobRow.id, AlertRow.notified_at.is_(None)).exists()
     waiting = select(Request.id).where(Request.job_id == JobRow.id, Request.handled.is_(False)).exists()
+    ended_before = min(cutoff, compacted_until)  # its hour compacted: the index's range holds only candidates
     return select(JobRow).where(
-        JobRow.state.in_(FINISHED), JobRow.updated_at < cutoff, ~attempt_open, ~undelivered, ~waiting
+        JobRow.state.in_(FINISHED), JobRow.updated_at < ended_before, ~attempt_open, ~undelivered, ~waiting
     )
 
 

@@ -1,5 +1,6 @@
 """retention: per-hour, per-share aggregates kept for ever (``quota_share_hours``), where
-retention stands (``quota_retention``), and the finished jobs by when they ended (issue 39)
+retention stands (``quota_retention``); indexes on the finished jobs by when they ended, the
+attempts by placement and the requests by job (issue 39)
 
 Revision ID: 0015
 Revises: 0014
@@ -21,8 +22,8 @@ FINISHED = "state IN ('SUCCEEDED','FAILED')"
 def upgrade() -> None:
     op.create_table(
         "quota_share_hours",
-        sa.Column("share", sa.String(length=128), primary_key=True),
         sa.Column("hour", sa.BigInteger(), primary_key=True, autoincrement=False),
+        sa.Column("share", sa.String(length=128), primary_key=True),
         sa.Column("used_gpu_seconds", sa.Float(), nullable=False),
         sa.Column("borrowed_gpu_seconds", sa.Float(), nullable=False),
         sa.Column("limit_gpu_seconds", sa.Float(), nullable=False),
@@ -50,9 +51,11 @@ def upgrade() -> None:
         sqlite_where=sa.text(FINISHED),
     )
     op.create_index("ix_quota_attempts_placed", "quota_attempts", ["placed_at"])
+    op.create_index("ix_quota_requests_job", "quota_requests", ["job_id"])
 
 
 def downgrade() -> None:
+    op.drop_index("ix_quota_requests_job", table_name="quota_requests")
     op.drop_index("ix_quota_attempts_placed", table_name="quota_attempts")
     op.drop_index("ix_quota_jobs_finished", table_name="quota_jobs")
     op.drop_table("quota_retention")
