@@ -251,6 +251,8 @@ class LogAudit:
     problems: list[str] = field(default_factory=list)
     held_at_end: dict[str, int] = field(default_factory=dict)
     """Instances the log still shows held (by job name): none once every job has ended."""
+    kinds: Counter[str] = field(default_factory=Counter)
+    """Decisions by type (PLACED, PREEMPTED, REQUEUED...): how much the run exercised."""
 
 
 def audit_log(engine: Engine, config: QuotaConfig, batch: int = 5000) -> LogAudit:
@@ -290,6 +292,7 @@ def audit_log(engine: Engine, config: QuotaConfig, batch: int = 5000) -> LogAudi
         audit.events += 1
         names[key] = row.job
         kind = row.type
+        audit.kinds[kind] += 1
         if kind == "PLACED":
             if key in holding:
                 audit.problems.append(f"{row.job} placed at {row.at:.0f} while it holds {holding[key]}")
@@ -358,7 +361,8 @@ class Fault:
     """When: once this fraction of the jobs has ended."""
     trace_day: float = 0.0
     lease_taken_after: float | None = None
-    """Wall seconds from the kill (or the server answering again) to a new lease epoch."""
+    """Wall seconds from the kill to a new lease epoch; for a restart, from the server answering
+    again, and None when the leader kept its lease through the outage."""
     decision_after: float | None = None
     """Wall seconds from the kill (or the server answering again) to the first decision after."""
 
@@ -396,7 +400,12 @@ class ChaosResult:
             "submit_lag_trace_seconds": round(self.submit_lag_seconds),
             "submit_retries": self.submit_retries,
             "books": self.books,
-            "log_audit": {"steps": self.audit.steps, "events": self.audit.events, "problems": self.audit.problems[:10]},
+            "log_audit": {
+                "steps": self.audit.steps,
+                "events": self.audit.events,
+                "decisions": dict(self.audit.kinds),
+                "problems": self.audit.problems[:10],
+            },
             "watcher": {"samples": self.watcher_samples, "violations": self.watcher_violations[:10]},
             "tracebacks_in_scheduler_logs": self.tracebacks,
             "problems": self.problems,
@@ -587,8 +596,8 @@ def _restart(server: Server, engine: Engine, fault: Fault, outage: float) -> Non
 
     wait_for(decided, 120, "a decision after the restart")
     fault.decision_after = round(time.monotonic() - back, 2)
-    epoch_after = _lease(engine)[1]
-    fault.lease_taken_after = fault.decision_after if epoch_after > epoch_before else 0.0
+    if _lease(engine)[1] > epoch_before:  # the leader lost its lease in the outage: a takeover
+        fault.lease_taken_after = fault.decision_after
 
 
 def _finish(env: ChaosEnv, engine: Engine, config: QuotaConfig, running: list[Scheduler], result: ChaosResult) -> None:
