@@ -5,6 +5,7 @@ quota service on PostgreSQL, decision for decision against ``airflow-quota simul
     python benchmarks/service_trace.py --jobs 2000          # its first 2,000 jobs
     python benchmarks/service_trace.py --measure-recovery   # and recovery + database size at 10k, 35k, all
     python benchmarks/service_trace.py --db postgresql://postgres@127.0.0.1:5432/test --json
+    python benchmarks/service_trace.py --chaos --jobs 10000   # the chaos run: benchmarks/trace_chaos.py
 
 The quota is ``examples/itp-quota.yaml`` (ten LEND_AND_BORROW shares, one per cluster, over
 1,200 V100 GPUs: see ``benchmarks/itp_replay.py``). The jobs go through the store's
@@ -275,6 +276,10 @@ def _show_measure(measure: dict[str, Any]) -> None:
 
 
 def main() -> int:
+    if "--chaos" in sys.argv[1:]:  # the chaos run: benchmarks/trace_chaos.py, given the other arguments
+        from benchmarks import trace_chaos
+
+        return trace_chaos.main([arg for arg in sys.argv[1:] if arg != "--chaos"])
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--jobs", type=int, default=None, help=f"the first N jobs (default all {TRACE_JOBS:,})")
     parser.add_argument("--db", help="an admin URL of a PostgreSQL server to use (default: start one here)")

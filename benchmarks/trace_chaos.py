@@ -55,6 +55,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--every", type=float, default=15.0, help="seconds between progress lines")
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "trace_chaos.json")
     args = parser.parse_args(argv)
+    rules = [
+        ("--jobs", args.jobs is None or args.jobs >= 1, "must be at least 1"),
+        ("--speed", args.speed > 0, "must be above 0"),
+        ("--kills", args.kills >= 0, "must be 0 or more"),
+        ("--restarts", args.restarts >= 0, "must be 0 or more"),
+        ("--fault-rate", 0 <= args.fault_rate < 1, "must be from 0 to below 1"),
+        ("--duration-scale", args.duration_scale > 0, "must be above 0"),
+        ("--timeout", args.timeout > 0, "must be above 0"),
+    ]
+    broken = [f"error: {name}: {rule}" for name, holds, rule in rules if not holds]
+    if broken:
+        print("\n".join(broken), file=sys.stderr)
+        return 2
     settings = ChaosSettings(
         jobs=args.jobs,
         speed=args.speed,
