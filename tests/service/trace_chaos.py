@@ -561,8 +561,15 @@ def _decided_under(engine: Engine, epoch: int) -> bool:
 def _kill_leader(env: ChaosEnv, engine: Engine, running: list[Scheduler], fault: Fault, extra: tuple[str, ...]) -> None:
     """SIGKILL the leader, start its replacement (the next standby) at once, and time how soon
     a standby takes the lease and commits its first decision."""
-    holder, epoch = _lease(engine)
-    leader = next(s for s in running if s.holder == holder and s.alive())
+
+    def leading() -> tuple[Scheduler, int] | None:
+        holder, epoch = _lease(engine)
+        return next(((s, epoch) for s in running if s.holder == holder and s.alive()), None)
+
+    wait_for(lambda: leading() is not None, 60, "one of the schedulers to lead")
+    found = leading()
+    assert found is not None
+    leader, epoch = found
     killed = time.monotonic()
     leader.kill()  # SIGKILL, and reaped
     running.remove(leader)
