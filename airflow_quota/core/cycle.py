@@ -51,6 +51,14 @@ from airflow_quota.exceptions import ChangeRefused
 EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 
 
+def finished_refusal(name: str, state: JobState, request: str) -> ChangeRefused:
+    """Why a change (``set_priority``, ``cancel``) to a finished job is refused: the one
+    wording, whether the core still holds the job or has forgotten it (``forget_finished``)."""
+    if request == "cancel":
+        return ChangeRefused(f"job {name!r} is already {state.value}")
+    return ChangeRefused(f"job {name!r} is {state.value}; its priority can no longer change")
+
+
 class QuotaScheduler:
     """The quota model, driven by events and a time passed in by the caller."""
 
@@ -121,7 +129,7 @@ class QuotaScheduler:
         """UpdateServiceJob: takes effect in the next cycle; above max_priority it is refused."""
         share = self.state.shares[job.share]
         if job.state.is_final:
-            raise ChangeRefused(f"job {job.name!r} is {job.state.value}; its priority can no longer change")
+            raise finished_refusal(job.name, job.state, "set_priority")
         if not 0 <= priority <= share.max_priority:
             raise ChangeRefused(
                 f"priority {priority} of job {job.name!r} is above share {share.name!r}'s max_priority "
@@ -150,7 +158,7 @@ class QuotaScheduler:
     def cancel(self, job: Job, now: float, detail: str = "cancelled") -> list[Decision]:
         """Stop the job for good (FAILED with CANCELLED); whatever it holds is released."""
         if job.state.is_final:
-            raise ChangeRefused(f"job {job.name!r} is already {job.state.value}")
+            raise finished_refusal(job.name, job.state, "cancel")
         if job.placement is None and job.state is JobState.RUNNABLE and not job.stopping:
             self.state.dequeue(job)
         elif job.placement is not None:

@@ -121,7 +121,13 @@ def refusal(decisions: list[Decision]) -> Rejected | None:
 
 def replay(rows: Iterable[tuple[str, dict[str, Any], float]]) -> QuotaScheduler | None:
     """Rebuild a scheduler from its input log; refused inputs are refused again, silently."""
-    scheduler: QuotaScheduler | None = None
+    return replay_onto(None, rows)
+
+
+def replay_onto(
+    scheduler: QuotaScheduler | None, rows: Iterable[tuple[str, dict[str, Any], float]]
+) -> QuotaScheduler | None:
+    """Feed a part of the input log to ``scheduler`` (a snapshot's, or None at the log's start)."""
     for kind, payload, at in rows:
         scheduler, _ = apply(scheduler, from_row(kind, payload), at)
     return scheduler

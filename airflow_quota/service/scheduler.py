@@ -54,7 +54,7 @@ from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.orm import Session
 from tenacity import RetryCallState, RetryError, Retrying, retry_if_exception_type, wait_exponential
 
-from airflow_quota.core.cycle import QuotaScheduler
+from airflow_quota.core.cycle import QuotaScheduler, finished_refusal
 from airflow_quota.core.explain import describe, event_record
 from airflow_quota.core.inputs import (
     AttemptFailed,
@@ -77,6 +77,7 @@ from airflow_quota.core.model import (
     Rejected,
 )
 from airflow_quota.core.visibility import pending_view
+from airflow_quota.service import snapshots
 from airflow_quota.service.alerts import AlertDelivery
 from airflow_quota.service.backends.base import (
     STOPPED_BEFORE_START,
@@ -86,7 +87,7 @@ from airflow_quota.service.backends.base import (
     Backend,
 )
 from airflow_quota.service.clock import Clock, WallClock
-from airflow_quota.service.inputs import apply, from_row, refusal, replay, to_row
+from airflow_quota.service.inputs import apply, from_row, refusal, to_row
 from airflow_quota.service.metrics import QuotaMetrics
 from airflow_quota.service.polling import (
     DEFAULT_POLL_WORKERS,
@@ -200,6 +201,8 @@ class QuotaService:
     :param lease_seconds: the same, under its older name (what the CLI passes).
     :param poll_workers: the cap on one backend's polls in flight at once (``--poll-workers``);
         how often each attempt is polled is its backend's ``poll_interval_seconds``.
+    :param snapshot_every: a snapshot of the core every this many inputs, and at a clean stop,
+        so that recovery replays only the inputs after it (``service/snapshots.py``); 0: none.
     :param retention_days: finished jobs and covered inputs are pruned this long after they
         ended, a batch at a time in idle steps (``service/pruning.py``); 0 keeps everything.
     """
@@ -226,6 +229,7 @@ class QuotaService:
         leader_lease_seconds: float = 10.0,
         poll_workers: int = DEFAULT_POLL_WORKERS,
         retention_days: float = DEFAULT_RETENTION_DAYS,
+        snapshot_every: int = snapshots.DEFAULT_SNAPSHOT_EVERY,
     ) -> None:
         self.engine = engine
         self.backends = dict(backends)
@@ -254,6 +258,9 @@ class QuotaService:
         self._beats_reported = 0
         self._last_refresh = float("-inf")
         self.recovered = False
+        self.snapshot_every = snapshot_every
+        self._inputs_since_snapshot = 0
+        """Inputs committed since the last snapshot (or replayed after it at recovery)."""
         self._metrics_given = metrics is not None
         self.metrics = metrics or QuotaMetrics.off()
         self.alerts = AlertDelivery(self.sessions, self.metrics, alert_attempts, alert_retry_seconds)
@@ -306,6 +313,11 @@ class QuotaService:
         self.poller.stop()
         self._news.close()
         if self._leading:
+            try:
+                if self._inputs_since_snapshot:  # the next leader replays nothing
+                    self.snapshot(self.clock.now())
+            except (*DATABASE_ERRORS, LeadershipLost) as exc:
+                log.warning("%s could not write its last snapshot (%s)", self.holder, exc)
             try:
                 self.lock.release()
             except DATABASE_ERRORS as exc:
@@ -415,12 +427,24 @@ class QuotaService:
     # -- recovery ------------------------------------------------------------------------
 
     def recover(self) -> None:
-        """Rebuild the core from the input log, then finish what the last leader left undone."""
+        """Rebuild the core from the newest snapshot that loads and the inputs after it
+        (``service/snapshots.py``), then finish what the last leader left undone."""
+        started = time.perf_counter()
         with reachable(str(self.engine.url)), self.sessions() as session:
-            rows = session.execute(select(InputRow.kind, InputRow.payload, InputRow.at).order_by(InputRow.id)).all()
-        self.scheduler = replay((kind, payload, at) for kind, payload, at in rows)
+            recovered = snapshots.recover(session, inputs_pruned=snapshots.inputs_pruned(session))
+        self.scheduler = recovered.scheduler
+        self._inputs_since_snapshot = recovered.replayed
         self._last_cycle = float("-inf")
-        log.info("recovered from %d inputs", len(rows))
+        if recovered.snapshot_id is None:
+            log.info("recovered from %d inputs in %.2f s", recovered.replayed, time.perf_counter() - started)
+        else:
+            log.info(
+                "recovered from snapshot %d (after input %d) and the %d inputs after it in %.2f s",
+                recovered.snapshot_id,
+                recovered.after_input,
+                recovered.replayed,
+                time.perf_counter() - started,
+            )
         if self.poller.background:  # the poller starts on the open attempts while the rest recovers
             self._track_open_attempts(self.clock.now())
         self._rewrite_view()
@@ -428,6 +452,26 @@ class QuotaService:
         self._act(self.clock.now())
         self.alerts.wake()  # alerts the last leader recorded and did not finish delivering
         self.recovered = True
+
+    def snapshot(self, now: float) -> None:
+        """Write a snapshot of the core as of the inputs committed so far, fenced like the
+        decisions (``service/snapshots.py``); every ``snapshot_every`` inputs and at a clean stop."""
+        if self.scheduler is None:
+            return
+        started = time.perf_counter()
+        with self.sessions() as session, session.begin():
+            self._fence(session)
+            row = snapshots.write_snapshot(session, self.scheduler, now, self.lock.epoch if self._fencing else None)
+            snapshot_id, after, jobs, size = row.id, row.last_input_id, row.jobs, row.size
+        self._inputs_since_snapshot = 0
+        log.info(
+            "snapshot %d written after input %d: %d jobs, %.1f MB, in %.2f s",
+            snapshot_id,
+            after,
+            jobs,
+            size / 1e6,
+            time.perf_counter() - started,
+        )
 
     # -- one step ------------------------------------------------------------------------
 
@@ -447,6 +491,9 @@ class QuotaService:
                 self._cycle(gathered, now)
             if gathered.inputs or gathered.handled or gathered.ended or gathered.running:
                 self._commit(gathered, now)
+                self._inputs_since_snapshot += len(gathered.inputs)
+                if self.snapshot_every and self._inputs_since_snapshot >= self.snapshot_every:
+                    self.snapshot(now)
             self._rewrite_view_when_due(now)
             for decision in gathered.decisions:  # committed: never logged by two leaders
                 log.info(describe(decision, wall_clock=self.wall_clock))
@@ -527,7 +574,12 @@ class QuotaService:
                 payload = {"job_id": request.job_id, **request.payload}
             if self.scheduler is None and request.kind != "config":
                 break  # nothing can be taken in before the first configuration
-            refused = refusal(self._feed(gathered, from_row(request.kind, payload), now, (request.kind, payload)))
+            refused: Rejected | None
+            if request.job_id is not None and self._forgotten(request.job_id) and request.kind != "submit":
+                refused = _refusal_of_forgotten(request, jobs.get(request.job_id), now)
+                gathered.decisions.append(refused)
+            else:
+                refused = refusal(self._feed(gathered, from_row(request.kind, payload), now, (request.kind, payload)))
             if refused is None:
                 gathered.handled.append((request.id, "accepted", None))
             else:
@@ -629,6 +681,10 @@ class QuotaService:
                 self._feed(gathered, CapacityErrorReported(ref, number, self.capacity_backoff_seconds), now)
             else:
                 self._feed(gathered, AttemptFailed(ref, number, report.reason or report.status.value), now)
+
+    def _forgotten(self, job_id: int | None) -> bool:
+        """Whether the core has forgotten the job (finished, ``QuotaScheduler.forget_finished``)."""
+        return job_id is not None and self.scheduler is not None and job_id not in self.scheduler.state.refs
 
     def _job(self, job_id: int) -> Job | None:
         assert self.scheduler is not None
@@ -1029,6 +1085,15 @@ def _known(attempt: Attempt) -> Known | None:
     if attempt.status == AttemptState.PENDING.value:
         return Known(AttemptStatus.PENDING, attempt.placed_at)
     return None
+
+
+def _refusal_of_forgotten(request: Request, row: JobRow | None, now: float) -> Rejected:
+    """A change to a job the core has forgotten is refused as the core refuses a change to a
+    finished job it holds (its row says what it was; retention may have pruned even that)."""
+    if row is None:
+        return Rejected(now, str(request.job_id), "", f"job {request.job_id} is finished", request=request.kind)
+    error = finished_refusal(row.name, JobState(row.state), request.kind)
+    return Rejected(now, row.name, row.share, str(error), request=request.kind)
 
 
 def _rows_by_id(session: Session, ids: set[int]) -> dict[int, JobRow | None]:

@@ -419,6 +419,8 @@ class RetentionState(Base):
     """The first placement ever, kept once its attempt may be pruned (the chart's default start)."""
     pruned_at: Mapped[float | None] = mapped_column(Float, nullable=True)
     """When the last batch ran."""
+    inputs_pruned_through: Mapped[int | None] = mapped_column(Id, nullable=True)
+    """The newest input pruned; None: the input log is whole (it alone rebuilds the state)."""
 
 
 Index(

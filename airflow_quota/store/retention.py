@@ -189,7 +189,7 @@ class Retention:
             end = self._window_end(session, start, target)
             kind, removed = "compact", self._compact(session, state, start, end)
         if not removed:
-            kind, removed = "inputs", self._prune_inputs(session, cutoff)
+            kind, removed = "inputs", self._prune_inputs(session, state, cutoff)
         if not removed:
             kind, removed = "orphans", self._prune_orphans(session, cutoff)
         if not removed:
@@ -308,17 +308,21 @@ class Retention:
         _count_deleted(session, delete(JobRow).where(JobRow.id.in_(ids)))
         return removed
 
-    def _prune_inputs(self, session: Session, cutoff: float) -> Removed:
+    def _prune_inputs(self, session: Session, state: RetentionState, cutoff: float) -> Removed:
         """Delete at most ``limits.inputs`` inputs the older of the two newest snapshots covers
-        and that came before the cutoff, and at most ``limits.snapshots`` older snapshots."""
+        and that came before the cutoff, and at most ``limits.snapshots`` older snapshots. The
+        last input removed is recorded (``inputs_pruned_through``): from then on the log alone
+        no longer rebuilds the state, and recovery knows it (``service/snapshots.py``)."""
         bound = _covered(session)
         if bound is None:
             return Removed()
         older_snapshot, last_input_id = bound
         ids = select(Input.id).where(Input.id <= last_input_id, Input.at < cutoff).order_by(Input.id)
-        inputs = _count_deleted(
-            session, delete(Input).where(Input.id.in_(ids.limit(self.limits.inputs).scalar_subquery()))
-        )
+        batch = ids.limit(self.limits.inputs).subquery()
+        through = session.scalar(select(func.max(batch.c.id)))
+        inputs = _count_deleted(session, delete(Input).where(Input.id.in_(select(batch.c.id))))
+        if inputs and through is not None:
+            state.inputs_pruned_through = max(int(through), state.inputs_pruned_through or 0)
         old = select(Snapshot.id).where(Snapshot.id < older_snapshot).order_by(Snapshot.id).limit(self.limits.snapshots)
         snapshots = _count_deleted(session, delete(Snapshot).where(Snapshot.id.in_(old.scalar_subquery())))
         return Removed(inputs=inputs, snapshots=snapshots)

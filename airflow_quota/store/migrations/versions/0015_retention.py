@@ -41,6 +41,7 @@ def upgrade() -> None:
         sa.Column("compacted_until", sa.Float(), nullable=True),
         sa.Column("first_placed_at", sa.Float(), nullable=True),
         sa.Column("pruned_at", sa.Float(), nullable=True),
+        sa.Column("inputs_pruned_through", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), nullable=True),
     )
     op.bulk_insert(retention, [{"name": "retention"}])
     op.create_index(

@@ -1,0 +1,156 @@
+"""The leader's snapshots of the core, and recovery from them (issue 39).
+
+Recovery loads the newest snapshot that loads and replays only the inputs logged after it, so
+a new leader's start costs what the live jobs and the last ``snapshot_every`` inputs cost,
+whatever the history. A snapshot is written in a transaction fenced like the decisions (an
+old leader writes none), right after a commit: the state then is exactly that of the inputs
+committed so far, the newest of which it records (``last_input_id``).
+
+A snapshot that does not load (damaged: its checksum differs; or of a format or layout this
+version does not read, ``core/snapshot.py``) is skipped, with a warning, for the one before,
+then for the whole input log. Retention prunes the inputs that two snapshots cover
+(``store/retention.py``): once it has, the whole log no longer rebuilds the state, and when no
+snapshot loads either, recovery refuses to lead (``RecoveryImpossible``) rather than lead on a
+wrong state.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from airflow_quota.core import snapshot
+from airflow_quota.core.cycle import QuotaScheduler
+from airflow_quota.service.inputs import replay_onto
+from airflow_quota.store.models import Input as InputRow
+from airflow_quota.store.models import RetentionState, Snapshot
+
+log = logging.getLogger("airflow_quota.scheduler")
+
+DEFAULT_SNAPSHOT_EVERY = 10_000
+"""Inputs between two snapshots, by default (``--snapshot-every``)."""
+
+REPLAY_CHUNK = 5_000
+"""Inputs read from the log at a time during recovery."""
+
+
+class RecoveryImpossible(RuntimeError):
+    """No snapshot loads and the inputs before them were pruned: the state cannot be rebuilt."""
+
+
+@dataclass(frozen=True)
+class Recovered:
+    """What recovery rebuilt, and from what."""
+
+    scheduler: QuotaScheduler | None
+    snapshot_id: int | None
+    """The snapshot it started from; None: the whole log."""
+    after_input: int
+    """The last input the snapshot holds (0 from the whole log)."""
+    replayed: int
+    """Inputs replayed after it."""
+    skipped: tuple[str, ...]
+    """Each snapshot skipped, and why."""
+
+
+def write_snapshot(session: Session, scheduler: QuotaScheduler, now: float, epoch: int | None) -> Snapshot:
+    """Add a snapshot of ``scheduler`` as of the newest input committed (in the caller's
+    fenced transaction); the finished jobs nothing refers to are forgotten first."""
+    scheduler.forget_finished()
+    last_input_id = session.scalar(select(func.max(InputRow.id))) or 0
+    data = snapshot.encode(scheduler)
+    row = Snapshot(
+        last_input_id=int(last_input_id),
+        taken_at=now,
+        format=snapshot.SNAPSHOT_FORMAT,
+        checksum=snapshot.checksum(data),
+        size=len(data),
+        jobs=len(scheduler.state.jobs),
+        payload=data,
+        leader_epoch=epoch,
+    )
+    session.add(row)
+    session.flush()
+    return row
+
+
+def recover(session: Session, inputs_pruned: bool) -> Recovered:
+    """The newest snapshot that loads and the inputs after it, else the whole log (only when
+    ``inputs_pruned`` is False: nothing has been removed from it)."""
+    skipped: list[str] = []
+    newest_first = session.execute(
+        select(Snapshot.id, Snapshot.last_input_id).order_by(Snapshot.last_input_id.desc(), Snapshot.id.desc())
+    ).all()
+    for snapshot_id, last_input_id in newest_first:
+        row = session.get(Snapshot, snapshot_id)
+        if row is None:  # pruned meanwhile
+            continue
+        try:
+            if snapshot.checksum(row.payload) != row.checksum:
+                raise snapshot.SnapshotUnreadable("its checksum differs: the stored bytes are damaged")
+            scheduler = snapshot.decode(row.payload)
+        except snapshot.SnapshotUnreadable as exc:
+            why = f"snapshot {snapshot_id} (after input {last_input_id}) skipped: {exc}"
+            log.warning("%s; trying the one before", why)
+            skipped.append(why)
+            continue
+        finally:
+            session.expunge_all()  # its payload may be large: not kept in the session
+        replayed = _replay_after(session, scheduler, int(last_input_id))
+        return Recovered(scheduler, int(snapshot_id), int(last_input_id), replayed, tuple(skipped))
+    if inputs_pruned:
+        raise RecoveryImpossible(
+            "no snapshot could be loaded ("
+            + ("; ".join(skipped) or "there is none")
+            + ") and retention has pruned the inputs before them, so the input log no longer rebuilds the"
+            " state: run the airflow-quota version that wrote the newest snapshot, or restore the database"
+        )
+    if skipped:
+        log.warning("recovering from the whole input log, since no snapshot loads")
+    from_log: QuotaScheduler | None = None
+    replayed = 0
+    for rows in _chunks(session, 0):
+        from_log = replay_onto(from_log, rows)
+        replayed += len(rows)
+    return Recovered(from_log, None, 0, replayed, tuple(skipped))
+
+
+def inputs_pruned(session: Session) -> bool:
+    """Whether retention has removed inputs from the log, so that the whole log no longer
+    rebuilds the state (``store/retention.py`` records the newest it removed)."""
+    return session.scalar(select(RetentionState.inputs_pruned_through)) is not None
+
+
+def _replay_after(session: Session, scheduler: QuotaScheduler, last_input_id: int) -> int:
+    replayed = 0
+    for rows in _chunks(session, last_input_id):
+        replay_onto(scheduler, rows)
+        replayed += len(rows)
+    return replayed
+
+
+def _chunks(session: Session, after: int) -> Iterable[list[tuple[str, dict[str, Any], float]]]:
+    """The inputs after id ``after``, in order, a chunk at a time (so a long tail is never all
+    in memory at once)."""
+    while True:
+        rows = session.execute(
+            select(InputRow.id, InputRow.kind, InputRow.payload, InputRow.at)
+            .where(InputRow.id > after)
+            .order_by(InputRow.id)
+            .limit(REPLAY_CHUNK)
+        ).all()
+        if not rows:
+            return
+        after = int(rows[-1][0])
+        yield [(kind, payload, at) for _, kind, payload, at in rows]
+
+
+def timed(started: float) -> float:
+    """Seconds since ``started`` (``time.perf_counter``)."""
+    return time.perf_counter() - started
