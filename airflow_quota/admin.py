@@ -21,7 +21,7 @@ from airflow_quota.core.config import NAME_PATTERN, QUOTA_SECTIONS, load_file, p
 from airflow_quota.core.human_time import clock_time, duration_words
 from airflow_quota.exceptions import ChangeRefused, InvalidInput, Problem
 from airflow_quota.store.backend_names import enabled_backends
-from airflow_quota.store.settings import airflow_home, database_url, redacted, retention_days
+from airflow_quota.store.settings import DEFAULT_SNAPSHOT_EVERY, airflow_home, database_url, redacted, retention_days
 
 if TYPE_CHECKING:  # the store (SQLAlchemy, alembic) loads only for the commands that use it
     from airflow_quota.store.models import JobRow
@@ -108,6 +108,13 @@ def add_commands(commands: Any) -> None:
         help="leader_lease_seconds: a leader that has not renewed its lease this long is replaced",
     )
     _retention_option(scheduler)
+    scheduler.add_argument(
+        "--snapshot-every",
+        type=_at_least(0, whole=True),
+        default=DEFAULT_SNAPSHOT_EVERY,
+        help="a snapshot of the scheduler's state every this many inputs and at a clean stop, so a new leader"
+        " replays only the inputs after it (default %(default)d; 0: none, recovery replays the whole log)",
+    )
     scheduler.set_defaults(run=run_scheduler)
 
     shares = commands.add_parser("shares", help="per share and type: limit, used, borrowed, lent, RUNNABLE")
@@ -339,12 +346,12 @@ def run_scheduler(args: argparse.Namespace) -> int:
         lease_seconds=args.lease_seconds,
         poll_workers=int(args.poll_workers),
         retention_days=days,
+        snapshot_every=int(args.snapshot_every),
     )
     logging.getLogger("airflow_quota.scheduler").info(
         "quota scheduler %s on %s with backends %s", service.holder, redacted(url), ", ".join(sorted(backends))
     )
-    run_forever(service)
-    return 0
+    return 0 if run_forever(service) else 1
 
 
 def gpu_indices(text: str) -> dict[str, list[int]]:

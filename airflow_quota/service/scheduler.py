@@ -259,6 +259,8 @@ class QuotaService:
         self._last_refresh = float("-inf")
         self.recovered = False
         self.snapshot_every = snapshot_every
+        self.cannot_lead: str | None = None
+        """Why ``run`` stopped without leading (``RecoveryImpossible``); None otherwise."""
         self._inputs_since_snapshot = 0
         """Inputs committed since the last snapshot (or replayed after it at recovery)."""
         self._metrics_given = metrics is not None
@@ -309,6 +311,11 @@ class QuotaService:
                 self.poller.forget()  # a standby asks the backends about nothing
             except RetryError:
                 break  # stopped while backing off from a database error
+            except snapshots.RecoveryImpossible as exc:
+                log.error("%s cannot lead: %s", self.holder, exc)
+                self.cannot_lead = str(exc)
+                self.scheduler = None
+                break
         self.alerts.close()
         self.poller.stop()
         self._news.close()
@@ -1156,8 +1163,9 @@ def _end_frozen_transactions(engine: Engine, lease_seconds: float) -> None:
         dbapi_connection.autocommit = autocommit
 
 
-def run_forever(service: QuotaService) -> None:
-    """Run until SIGTERM or SIGINT, then stop cleanly (the lock is released for the next one)."""
+def run_forever(service: QuotaService) -> bool:
+    """Run until SIGTERM or SIGINT, then stop cleanly (the lock is released for the next one);
+    False when the scheduler stopped because it cannot lead (``QuotaService.cannot_lead``)."""
     import signal
 
     stop = threading.Event()
@@ -1170,3 +1178,4 @@ def run_forever(service: QuotaService) -> None:
     signal.signal(signal.SIGTERM, _stop)
     signal.signal(signal.SIGINT, _stop)
     service.run(stop)
+    return service.cannot_lead is None

@@ -30,14 +30,15 @@ from airflow_quota.core.cycle import QuotaScheduler
 from airflow_quota.service.inputs import replay_onto
 from airflow_quota.store.models import Input as InputRow
 from airflow_quota.store.models import RetentionState, Snapshot
+from airflow_quota.store.settings import DEFAULT_SNAPSHOT_EVERY
 
 log = logging.getLogger("airflow_quota.scheduler")
 
-DEFAULT_SNAPSHOT_EVERY = 10_000
-"""Inputs between two snapshots, by default (``--snapshot-every``)."""
-
 REPLAY_CHUNK = 5_000
 """Inputs read from the log at a time during recovery."""
+
+
+__all__ = ["DEFAULT_SNAPSHOT_EVERY", "Recovered", "RecoveryImpossible", "inputs_pruned", "recover", "write_snapshot"]
 
 
 class RecoveryImpossible(RuntimeError):

@@ -137,6 +137,10 @@ DEFAULT_RETENTION_DAYS = 90.0
 """Finished jobs, and the inputs a snapshot covers, are pruned this many days after they ended
 (``store/retention.py``); 0 keeps everything."""
 
+DEFAULT_SNAPSHOT_EVERY = 10_000
+"""Inputs between two snapshots of the quota scheduler's state, by default (``--snapshot-every``,
+``service/snapshots.py``)."""
+
 
 def retention_days(explicit: str | None = None) -> float:
     """The ``retention_days`` setting: ``--retention-days``, else ``AIRFLOW__QUOTA__RETENTION_DAYS``,
