@@ -19,35 +19,14 @@ from sortedcontainers import SortedList
 
 from airflow_quota.core import snapshot
 from airflow_quota.core.cycle import QuotaScheduler
-from airflow_quota.core.inputs import Input
-from airflow_quota.core.model import Decision, JobRequest, Rejected
-from airflow_quota.service.inputs import apply, from_row, to_row
+from airflow_quota.core.model import Decision, Rejected
+from airflow_quota.service.inputs import apply, from_row
 from airflow_quota.sim.scenario import LoadedScenario
-from airflow_quota.sim.simulator import Simulator
+from benchmarks.input_log import Row, input_log, starting_core
 from tests.core.properties import congested_workload, scenarios, with_reservations
 
 STORED = Path(__file__).parent / "snapshots"
 """A snapshot of each format, written from ``stored_state``."""
-
-Row = tuple[str, dict[str, Any], float]
-
-
-def input_log(loaded: LoadedScenario) -> list[Row]:
-    """Every input the simulator fed its core, as the quota service logs them, after the
-    configuration it starts from (``fresh``)."""
-    rows: list[Row] = []
-
-    class Recording(Simulator):
-        def _handle(self, item: Input, now: float) -> list[Decision]:
-            kind, payload = to_row(item)
-            if kind == "submit":  # the simulator's job carries its duration too: not part of the log
-                payload["request"] = {k: v for k, v in payload["request"].items() if k in JobRequest.model_fields}
-            rows.append((kind, payload, now))
-            return super()._handle(item, now)
-
-    Recording(loaded).run()
-    return rows
-
 
 Made = list[Decision] | None
 """What one input made: its decisions, or None when it was about a job the core forgot (the
@@ -75,11 +54,6 @@ def same_decisions(after_snapshot: list[Made], replayed: list[Made]) -> bool:
         elif ours != theirs:
             return False
     return True
-
-
-def fresh(loaded: LoadedScenario) -> QuotaScheduler:
-    """The core the simulator starts from."""
-    return QuotaScheduler(loaded.config, origin=loaded.start)
 
 
 def comparable(value: Any, seen: dict[int, int] | None = None) -> Any:
@@ -120,8 +94,8 @@ def assert_round_trip(loaded: LoadedScenario, at: float) -> None:
     ends as the whole replay does."""
     rows = input_log(loaded)
     cut = int(at * len(rows))
-    whole, decided = play(fresh(loaded), rows)
-    before, decided_before = play(fresh(loaded), rows[:cut])
+    whole, decided = play(starting_core(loaded), rows)
+    before, decided_before = play(starting_core(loaded), rows[:cut])
     assert decided_before == decided[:cut]
     before.forget_finished()
     after, decided_after = play(snapshot.decode(snapshot.encode(before)), rows[cut:])
@@ -147,7 +121,7 @@ def test_the_round_trip_holds_on_congested_workloads(seed: int, where: float, re
 def test_forgetting_the_finished_jobs_keeps_the_snapshot_to_the_live_ones() -> None:
     loaded = congested_workload(600, 3)
     rows = input_log(loaded)
-    scheduler, _ = play(fresh(loaded), rows[: len(rows) // 2])
+    scheduler, _ = play(starting_core(loaded), rows[: len(rows) // 2])
     live = sum(1 for job in scheduler.state.jobs.values() if not job.state.is_final)
     finished = len(scheduler.state.jobs) - live
     assert finished > 100 and live > 0
@@ -170,7 +144,7 @@ def test_forgetting_the_finished_jobs_keeps_the_snapshot_to_the_live_ones() -> N
 )
 def test_a_snapshot_that_cannot_be_read_says_why(damage: Any, why: str) -> None:
     loaded = congested_workload(40, 1)
-    scheduler, _ = play(fresh(loaded), input_log(loaded))
+    scheduler, _ = play(starting_core(loaded), input_log(loaded))
     with pytest.raises(snapshot.SnapshotUnreadable, match=why):
         snapshot.decode(damage(snapshot.encode(scheduler)))
 
@@ -201,7 +175,7 @@ def stored_state() -> QuotaScheduler:
     workload's log, its first half."""
     loaded = congested_workload(200, 11)
     rows = input_log(loaded)
-    scheduler, _ = play(fresh(loaded), rows[: len(rows) // 2])
+    scheduler, _ = play(starting_core(loaded), rows[: len(rows) // 2])
     return scheduler
 
 
