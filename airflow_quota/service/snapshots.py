@@ -38,7 +38,15 @@ REPLAY_CHUNK = 5_000
 """Inputs read from the log at a time during recovery."""
 
 
-__all__ = ["DEFAULT_SNAPSHOT_EVERY", "Recovered", "RecoveryImpossible", "inputs_pruned", "recover", "write_snapshot"]
+__all__ = [
+    "DEFAULT_SNAPSHOT_EVERY",
+    "Recovered",
+    "RecoveryImpossible",
+    "inputs_pruned",
+    "recover",
+    "recover_whole_log",
+    "write_snapshot",
+]
 
 
 class RecoveryImpossible(RuntimeError):
@@ -114,12 +122,17 @@ def recover(session: Session, inputs_pruned: bool) -> Recovered:
         )
     if skipped:
         log.warning("recovering from the whole input log, since no snapshot loads")
+    return recover_whole_log(session, tuple(skipped))
+
+
+def recover_whole_log(session: Session, skipped: tuple[str, ...] = ()) -> Recovered:
+    """Every input replayed into a fresh core (what recovery did before snapshots)."""
     from_log: QuotaScheduler | None = None
     replayed = 0
     for rows in _chunks(session, 0):
         from_log = replay_onto(from_log, rows)
         replayed += len(rows)
-    return Recovered(from_log, None, 0, replayed, tuple(skipped))
+    return Recovered(from_log, None, 0, replayed, skipped)
 
 
 def inputs_pruned(session: Session) -> bool:
