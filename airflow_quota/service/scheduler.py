@@ -713,18 +713,19 @@ class QuotaService:
                         for request_id, outcome, error in gathered.handled
                     ],
                 )
+            attempts = self._attempts_of(session, gathered)
             for job_id, number, running_since in gathered.running:
-                attempt = session.get(Attempt, (job_id, number))
+                attempt = attempts.get(job_id, {}).get(number)
                 if attempt is not None and attempt.ended_at is None:
                     attempt.status, attempt.running_since = AttemptState.RUNNING.value, running_since
             for job_id, number, report in gathered.ended:
-                attempt = session.get(Attempt, (job_id, number))
+                attempt = attempts.get(job_id, {}).get(number)
                 if attempt is not None:
                     attempt.status, attempt.reason = AttemptState(report.status.value).value, report.reason
                     attempt.ended_at = now if report.ended_at is None else report.ended_at
             backends = self._backends_of_placed(session, gathered.decisions)
             for decision in gathered.decisions:
-                self._record(session, decision, gathered, backends)
+                self._record(session, decision, gathered, backends, attempts)
             for attempt in gathered.placed:
                 if attempt.action == ActionKind.START.value:  # not preempted in this same step
                     attempt.status = AttemptState.STARTING.value
@@ -772,6 +773,25 @@ class QuotaService:
             view = self._write_view(session, self.clock.now())
         self._view = view
 
+    def _attempts_of(self, session: Session, gathered: _Step) -> dict[int, dict[int, Attempt]]:
+        """Every attempt of the jobs whose attempts this step changes (reported running or ended,
+        preempted, cancelled), by job id and number, read in one query a chunk of jobs rather
+        than one ``session.get`` an attempt."""
+        job_ids = {job_id for job_id, _, _ in gathered.running} | {job_id for job_id, _, _ in gathered.ended}
+        for decision in gathered.decisions:
+            stopping = isinstance(decision, Preempted) or (
+                isinstance(decision, Failed) and decision.reason is FailureReason.CANCELLED
+            )
+            if stopping and (job := self._job_of(decision)) is not None and job.ref is not None:
+                job_ids.add(job.ref)
+        found: dict[int, dict[int, Attempt]] = {}
+        wanted = sorted(job_ids)
+        for chunk in range(0, len(wanted), IN_CHUNK):
+            query = select(Attempt).where(Attempt.job_id.in_(wanted[chunk : chunk + IN_CHUNK]))
+            for attempt in session.scalars(query):
+                found.setdefault(attempt.job_id, {})[attempt.number] = attempt
+        return found
+
     def _backends_of_placed(self, session: Session, decisions: list[Decision]) -> dict[int, str]:
         """The backend of each job placed by ``decisions``, by job id, read in one query."""
         refs = {
@@ -786,9 +806,18 @@ class QuotaService:
         assert self.scheduler is not None
         return None if isinstance(decision, Rejected) else self.scheduler.job(decision.job)
 
-    def _record(self, session: Session, decision: Decision, gathered: _Step, backends: dict[int, str]) -> None:
+    def _record(
+        self,
+        session: Session,
+        decision: Decision,
+        gathered: _Step,
+        backends: dict[int, str],
+        attempts: dict[int, dict[int, Attempt]],
+    ) -> None:
         """Write one committed decision: its event, and the attempt, preemption or alert rows it
-        makes. ``backends`` holds the backend of each job placed in this step."""
+        makes. ``backends`` holds the backend of each job placed in this step; ``attempts`` every
+        attempt of the jobs it preempts or cancels (``_attempts_of``), with the ones placed
+        earlier in the step added as they are."""
         record = event_record(decision)
         job = self._job_of(decision)
         job_id = job.ref if job is not None else gathered.rejected_ids.get(decision.job)
@@ -822,13 +851,14 @@ class QuotaService:
             )
             session.add(placed)
             gathered.placed.append(placed)
+            attempts.setdefault(job_id, {})[placed.number] = placed
         elif isinstance(decision, Preempted):
             # the attempt placed last *before* this decision: a victim preempted with no grace may
             # be placed again (attempt n + 1) later in the same step, and then job.attempts, the
             # state after the whole step, names the new attempt, not the one to stop
-            number = session.scalar(select(func.max(Attempt.number)).where(Attempt.job_id == job_id))
-            number = job.attempts if number is None else int(number)
-            attempt = session.get(Attempt, (job_id, number))
+            known = attempts.get(job_id, {})
+            number = max(known, default=job.attempts)
+            attempt = known.get(number)
             if attempt is not None and attempt.ended_at is None:
                 if attempt.status == AttemptState.PLACED.value:  # placed in this step: no backend heard of it
                     attempt.action, attempt.status = None, AttemptState.NOT_STARTED.value
@@ -846,7 +876,7 @@ class QuotaService:
                 )
             )
         elif isinstance(decision, Failed) and decision.reason is FailureReason.CANCELLED:
-            attempt = session.get(Attempt, (job_id, job.attempts))
+            attempt = attempts.get(job_id, {}).get(job.attempts)
             if attempt is not None and attempt.ended_at is None and attempt.status != AttemptState.STOPPING.value:
                 attempt.action, attempt.stop_grace = ActionKind.STOP.value, 0.0
                 attempt.status = AttemptState.STOPPING.value
