@@ -17,7 +17,6 @@ wrong state.
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -163,8 +162,3 @@ def _chunks(session: Session, after: int) -> Iterable[list[tuple[str, dict[str, 
             return
         after = int(rows[-1][0])
         yield [(kind, payload, at) for _, kind, payload, at in rows]
-
-
-def timed(started: float) -> float:
-    """Seconds since ``started`` (``time.perf_counter``)."""
-    return time.perf_counter() - started
