@@ -5,7 +5,7 @@ server restart, and 2 % of the fake backend's calls failing. The whole trace is
 ``benchmarks/trace_chaos.py``; the machinery, and why the clock is scaled, ``trace_chaos.py``.
 
 The trace's durations are a quarter of the real ones and its clock runs 40,000 times faster
-than the wall's; the run takes 46 s on the 2-core machine when it is quiet, 160 s with a load
+than the wall's; the run took 46 s on the 2-core machine with a load average of 7, 160 s with a load
 average of 12 (other suites running), most of it the 2,000 submissions.
 """
 
