@@ -44,14 +44,15 @@ import os
 import socket
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
 from sqlalchemy import Engine, event, func, select, tuple_, update
 from sqlalchemy.exc import DBAPIError, DisconnectionError, PendingRollbackError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, sessionmaker
 from tenacity import RetryCallState, RetryError, Retrying, retry_if_exception_type, wait_exponential
 
 from airflow_quota.core.cycle import QuotaScheduler, finished_refusal
@@ -211,6 +212,8 @@ class QuotaService:
     """The shares' view as this leader last committed it (``store/views.py``); None before."""
     _views: ViewBuilder | None = None
     """What computes it, keeping each share's waiting figures until its queue changes."""
+    _step_sessions: sessionmaker[Session] | None = None
+    """Sessions on the step's one connection while a step runs (``_one_connection``)."""
 
     def __init__(
         self,
@@ -466,7 +469,7 @@ class QuotaService:
         if self.scheduler is None:
             return
         started = time.perf_counter()
-        with self.sessions() as session, session.begin():
+        with self._session() as session, session.begin():
             self._fence(session)
             row = snapshots.write_snapshot(session, self.scheduler, now, self.lock.epoch if self._fencing else None)
             snapshot_id, after, jobs, size = row.id, row.last_input_id, row.jobs, row.size
@@ -486,7 +489,7 @@ class QuotaService:
         """One pass of the leader; True when anything came in, was decided or was marked done."""
         now = self.clock.now()
         gathered = _Step()
-        with reachable(str(self.engine.url)):
+        with reachable(str(self.engine.url)), self._one_connection():
             self._take_in_reports(gathered, now)  # what finished at this instant releases first
             self._take_in_requests(gathered, now)
             due = self.scheduler is not None and (
@@ -512,6 +515,23 @@ class QuotaService:
             with reachable(str(self.engine.url)):
                 self.pruning.when_idle(now, self._fence)
         return worked
+
+    @contextmanager
+    def _one_connection(self) -> Iterator[None]:
+        """Run the step's transactions on one connection: checked out of the pool once, so
+        pinged once (``pool_pre_ping``), not once a session. A connection the server dropped
+        meanwhile fails the step's next statement, which ``run`` retries like any database error."""
+        with self.engine.connect() as connection:
+            self._step_sessions = sessionmaker(connection, expire_on_commit=False)
+            try:
+                yield
+            finally:
+                self._step_sessions = None
+
+    def _session(self) -> Session:
+        """A session of the leader's own thread: on the step's connection inside ``step``
+        (``_one_connection``), from the pool otherwise (recovery, the last snapshot)."""
+        return (self._step_sessions or self.sessions)()
 
     def _cycle(self, gathered: _Step, now: float) -> None:
         """Run a cycle. One that decided nothing and left the guarantee watchdog idle changed
@@ -558,7 +578,7 @@ class QuotaService:
         return decisions
 
     def _take_in_requests(self, gathered: _Step, now: float) -> None:
-        with self.sessions() as session:
+        with self._session() as session:
             requests = session.scalars(
                 select(Request).where(Request.handled.is_(False)).order_by(Request.id).limit(REQUESTS_PER_STEP)
             ).all()
@@ -624,7 +644,7 @@ class QuotaService:
         the PLACED decision's place in its log); the poller is told to follow them (the job rows
         are loaded only for the attempts it does not follow yet)."""
         tracking = self.poller.tracking()
-        with self.sessions() as session:
+        with self._session() as session:
             placed = (
                 select(func.max(EventRow.id))
                 .where(EventRow.job_id == Attempt.job_id, EventRow.type == "PLACED")
@@ -702,7 +722,7 @@ class QuotaService:
 
     def _commit(self, gathered: _Step, now: float) -> None:
         assert self.scheduler is not None or not gathered.decisions
-        with self.sessions() as session, session.begin():
+        with self._session() as session, session.begin():
             self._fence(session)
             session.add_all(InputRow(at=at, kind=kind, payload=payload) for kind, payload, at in gathered.inputs)
             if gathered.handled:  # one executemany, not a load and a flush a request
@@ -756,7 +776,7 @@ class QuotaService:
         back-off ends) without any commit: at such an instant the view is rewritten."""
         if self._view is None or self._view.valid_until is None or now < self._view.valid_until:
             return
-        with self.sessions() as session, session.begin():
+        with self._session() as session, session.begin():
             self._fence(session)
             view = self._write_view(session, now)
         self._view = view
@@ -768,7 +788,7 @@ class QuotaService:
         self._view = None
         if self.scheduler is None:
             return
-        with self.sessions() as session, session.begin():
+        with self._session() as session, session.begin():
             self._fence(session)
             view = self._write_view(session, self.clock.now())
         self._view = view
@@ -935,7 +955,7 @@ class QuotaService:
         """Ask the poller for every backend action recorded and not yet done, in the order they
         were placed, except the ones it has already (waiting, in flight, or done and not taken)."""
         requested = self.poller.requested()
-        with self.sessions() as session:
+        with self._session() as session:
             pending = session.scalars(
                 select(Attempt)
                 .where(Attempt.action.is_not(None))
@@ -977,7 +997,7 @@ class QuotaService:
         (``_dispatch``: not configured) is given up."""
         done = [outcome for outcome in outcomes if outcome.error is None]
         failed: list[ActionOutcome] = []
-        with self.sessions() as session, session.begin():
+        with self._session() as session, session.begin():
             self._fence(session)
             for kind, status in ((ActionKind.START, AttemptState.PENDING.value), (ActionKind.STOP, None)):
                 keys = [outcome.key for outcome in done if outcome.kind is kind]
@@ -1062,7 +1082,7 @@ class QuotaService:
     def _starting_since_upgrade(self) -> None:
         """A START recorded by a version that carried it out inside the step is still PLACED:
         it is STARTING from now on, as every start recorded since (see ``_record``)."""
-        with self.sessions() as session, session.begin():
+        with self._session() as session, session.begin():
             self._fence(session)
             session.execute(
                 update(Attempt)
