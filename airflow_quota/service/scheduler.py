@@ -213,6 +213,16 @@ class QuotaService:
     _views: ViewBuilder | None = None
     """What computes it, keeping each share's waiting figures until its queue changes."""
     _step_sessions: sessionmaker[Session] | None = None
+    _open: dict[AttemptKey, Attempt] | None = None
+    """The attempts not ended, as this leader last committed them (detached rows), by key; None
+    until loaded from the database (``_load_open_attempts``). The leader is the only writer of
+    attempts, so it keeps them up to date from its own commits instead of reading them every
+    step; recovery reloads them."""
+    _placement_order: dict[int, int]
+    """Each job's latest placement, as a number that grows with each one (the PLACED event's id
+    for the ones loaded): the open attempts' order after their instant."""
+    _placements: int = 0
+    """The largest number in ``_placement_order`` so far."""
     """Sessions on the step's one connection while a step runs (``_one_connection``)."""
 
     def __init__(
@@ -443,6 +453,7 @@ class QuotaService:
         with reachable(str(self.engine.url)), self.sessions() as session:
             recovered = snapshots.recover(session, inputs_pruned=snapshots.inputs_pruned(session))
         self.scheduler = recovered.scheduler
+        self._open = None  # read again: the last leader's commits are not this process's
         self._inputs_since_snapshot = recovered.replayed
         self._last_cycle = float("-inf")
         if recovered.snapshot_id is None:
@@ -459,6 +470,7 @@ class QuotaService:
             self._track_open_attempts(self.clock.now())
         self._rewrite_view()
         self._starting_since_upgrade()
+        self._open = None  # an upgrade's starts just changed status
         self._act(self.clock.now())
         self.alerts.wake()  # alerts the last leader recorded and did not finish delivering
         self.recovered = True
@@ -644,20 +656,19 @@ class QuotaService:
         the PLACED decision's place in its log); the poller is told to follow them (the job rows
         are loaded only for the attempts it does not follow yet)."""
         tracking = self.poller.tracking()
-        with self._session() as session:
-            placed = (
-                select(func.max(EventRow.id))
-                .where(EventRow.job_id == Attempt.job_id, EventRow.type == "PLACED")
-                .correlate(Attempt)
-                .scalar_subquery()
-            )
-            open_attempts = session.scalars(
-                select(Attempt)
-                .where(Attempt.ended_at.is_(None), Attempt.action.is_(None))
-                .order_by(Attempt.placed_at, placed, Attempt.job_id, Attempt.number)
-            ).all()
-            new = [a for a in open_attempts if (a.job_id, a.number) not in tracking.get(a.backend, ())]
-            rows = _rows_by_id(session, {a.job_id for a in new})
+        if self._open is None:
+            self._load_open_attempts()
+        assert self._open is not None
+        order = self._placement_order
+        open_attempts = sorted(
+            (attempt for attempt in self._open.values() if attempt.action is None),
+            key=lambda a: (a.placed_at, order.get(a.job_id, 0), a.job_id, a.number),
+        )
+        new = [a for a in open_attempts if (a.job_id, a.number) not in tracking.get(a.backend, ())]
+        rows: dict[int, JobRow | None] = {}
+        if new:
+            with self._session() as session:
+                rows = _rows_by_id(session, {a.job_id for a in new})
         tracked: dict[str, dict[AttemptKey, AttemptSpec | None]] = {}
         known: dict[str, dict[AttemptKey, Known]] = {}
         for attempt in open_attempts:
@@ -670,7 +681,44 @@ class QuotaService:
             if seen is not None:
                 known.setdefault(attempt.backend, {})[attempt.job_id, attempt.number] = seen
         self.poller.track(tracked, now, known)
-        return list(open_attempts)
+        return open_attempts
+
+    def _load_open_attempts(self) -> None:
+        """Read the attempts not ended, with each job's latest PLACED decision (its order)."""
+        with self._session() as session:
+            placed = (
+                select(func.max(EventRow.id))
+                .where(EventRow.job_id == Attempt.job_id, EventRow.type == "PLACED")
+                .correlate(Attempt)
+                .scalar_subquery()
+            )
+            loaded = session.execute(select(Attempt, placed).where(Attempt.ended_at.is_(None))).all()
+        self._open = {(attempt.job_id, attempt.number): attempt for attempt, _ in loaded}
+        self._placement_order = {attempt.job_id: event_id or 0 for attempt, event_id in loaded}
+        self._placements = max(self._placement_order.values(), default=0)
+
+    def _committed_attempts(self, attempts: dict[int, dict[int, Attempt]], placed: list[Attempt]) -> None:
+        """After ``_commit``: the attempts it wrote, as committed, replace the open ones kept."""
+        if self._open is None:
+            return
+        for attempt in placed:  # in the order of their PLACED decisions
+            self._placements += 1
+            self._placement_order[attempt.job_id] = self._placements
+        for job_attempts in attempts.values():
+            for attempt in job_attempts.values():
+                key = (attempt.job_id, attempt.number)
+                if attempt.ended_at is None:
+                    self._open[key] = attempt
+                else:
+                    self._open.pop(key, None)
+
+    def _marked_done(self, outcome: ActionOutcome, values: dict[str, Any]) -> None:
+        """After ``_mark_done``: an outcome written (the attempt still had that action) changes
+        the open attempt kept as it changed the row."""
+        attempt = None if self._open is None else self._open.get(outcome.key)
+        if attempt is not None and attempt.action == outcome.kind.value:
+            for name, value in values.items():
+                setattr(attempt, name, value)
 
     def _ingest(self, gathered: _Step, attempt: Attempt, report: AttemptReport, now: float) -> None:
         assert self.scheduler is not None
@@ -756,6 +804,7 @@ class QuotaService:
             self._write_jobs(session, gathered.touched - set(gathered.rejected_jobs), now)
             view = self._write_view(session, now)
         self._view = view  # committed
+        self._committed_attempts(attempts, gathered.placed)
 
     def _write_view(self, session: Session, now: float) -> QuotaView | None:
         """The shares' view of the core's state (``store/views.py``), rewritten in the commit's
@@ -868,6 +917,12 @@ class QuotaService:
                 placed_at=decision.at,
                 action=ActionKind.START.value,
                 status=AttemptState.PLACED.value,
+                stop_grace=0.0,
+                running_since=None,
+                ended_at=None,
+                reason=None,
+                external_name=None,
+                external_arn=None,
             )
             session.add(placed)
             gathered.placed.append(placed)
@@ -997,11 +1052,13 @@ class QuotaService:
         (``_dispatch``: not configured) is given up."""
         done = [outcome for outcome in outcomes if outcome.error is None]
         failed: list[ActionOutcome] = []
+        written: list[tuple[ActionOutcome, dict[str, Any]]] = []  # the compare-and-sets, for _marked_done
         with self._session() as session, session.begin():
             self._fence(session)
             for kind, status in ((ActionKind.START, AttemptState.PENDING.value), (ActionKind.STOP, None)):
                 keys = [outcome.key for outcome in done if outcome.kind is kind]
                 values: dict[str, Any] = {"action": None} if status is None else {"action": None, "status": status}
+                written.extend((outcome, values) for outcome in done if outcome.kind is kind)
                 for chunk in range(0, len(keys), IN_CHUNK):
                     session.execute(
                         update(Attempt)
@@ -1029,14 +1086,21 @@ class QuotaService:
                 if outcome.kind is ActionKind.START:  # the next poll reports it as a failed attempt
                     values.update(status=AttemptState.START_FAILED.value, reason=f"BackendError: {outcome.error}")
                 job_id, number = outcome.key
-                written = session.execute(
+                result = session.execute(
                     update(Attempt)
                     .where(Attempt.job_id == job_id, Attempt.number == number, Attempt.action == outcome.kind.value)
                     .values(**values),
                     execution_options={"synchronize_session": False},
                 )
-                if written.rowcount:  # type: ignore[attr-defined]
+                if result.rowcount:  # type: ignore[attr-defined]
                     failed.append(outcome)
+                    written.append((outcome, values))
+        for outcome in done:  # committed
+            kept = None if self._open is None or outcome.started is None else self._open.get(outcome.key)
+            if kept is not None and outcome.started is not None:
+                kept.external_name, kept.external_arn = outcome.started.name, outcome.started.arn
+        for outcome, values in written:
+            self._marked_done(outcome, values)
         for outcome in failed:
             again = "; the stop is asked again" if outcome.kind is ActionKind.STOP and retry_stops else ""
             log.error("attempt %s of job %s: %s%s", outcome.key[1], outcome.job_name, outcome.error, again)
