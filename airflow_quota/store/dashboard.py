@@ -718,13 +718,18 @@ def compacted_until_of(session: Session) -> float | None:
 
 def held_between(session: Session, share: str | None, start: float, end: float) -> list[tuple[str, Held]]:
     """The attempts (of ``share``, or of every share for None) that held instances at some time
-    in ``[start, end)``, with their share."""
-    query = (
-        select(JobRow.share, Attempt.placed_at, Attempt.ended_at, Attempt.instance_type, Attempt.count)
-        .join(JobRow, JobRow.id == Attempt.job_id)
-        .where(Attempt.placed_at < end, or_(Attempt.ended_at.is_(None), Attempt.ended_at > start))
-    )
-    if share is not None:
+    in ``[start, end)``, with their share.
+
+    For every share (retention's compaction), each attempt's share is looked up by its job's id
+    rather than joined: a join lets PostgreSQL hash the whole jobs table, whose cost grows with
+    the history kept, where a window holds a bounded number of attempts."""
+    held = (Attempt.placed_at < end, or_(Attempt.ended_at.is_(None), Attempt.ended_at > start))
+    columns = (Attempt.placed_at, Attempt.ended_at, Attempt.instance_type, Attempt.count)
+    if share is None:
+        share_of = select(JobRow.share).where(JobRow.id == Attempt.job_id).scalar_subquery()
+        query = select(share_of, *columns).where(*held).order_by(Attempt.placed_at)  # by the placements' index
+    else:
+        query = select(JobRow.share, *columns).join(JobRow, JobRow.id == Attempt.job_id).where(*held)
         query = query.where(JobRow.share == share)
     return [(row[0], Held(*row[1:])) for row in session.execute(query)]
 

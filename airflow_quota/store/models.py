@@ -434,3 +434,8 @@ Index("ix_quota_attempts_placed", Attempt.placed_at)
 """Attempts by placement: the hours retention compacts read the attempts placed before their end."""
 Index("ix_quota_requests_job", Request.job_id)
 """A job's requests: retention keeps a job with one not taken in, and prunes the others with it."""
+Index("ix_quota_events_at", EventRow.at)
+"""Decisions by when: retention's search for those of no job (refused submissions) before its
+cutoff reads only what is left before it, not the whole log."""
+Index("ix_quota_requests_created", Request.created_at)
+"""Requests by when: the same for requests of no job."""

@@ -1,6 +1,6 @@
 """retention: per-hour, per-share aggregates kept for ever (``quota_share_hours``), where
 retention stands (``quota_retention``); indexes on the finished jobs by when they ended, the
-attempts by placement and the requests by job (issue 39)
+attempts by placement, the requests by job and by creation and the decisions by instant (issue 39)
 
 Revision ID: 0015
 Revises: 0014
@@ -53,9 +53,13 @@ def upgrade() -> None:
     )
     op.create_index("ix_quota_attempts_placed", "quota_attempts", ["placed_at"])
     op.create_index("ix_quota_requests_job", "quota_requests", ["job_id"])
+    op.create_index("ix_quota_requests_created", "quota_requests", ["created_at"])
+    op.create_index("ix_quota_events_at", "quota_events", ["at"])
 
 
 def downgrade() -> None:
+    op.drop_index("ix_quota_events_at", table_name="quota_events")
+    op.drop_index("ix_quota_requests_created", table_name="quota_requests")
     op.drop_index("ix_quota_requests_job", table_name="quota_requests")
     op.drop_index("ix_quota_attempts_placed", table_name="quota_attempts")
     op.drop_index("ix_quota_jobs_finished", table_name="quota_jobs")
