@@ -817,7 +817,7 @@ class QuotaService:
         if self._view is not None and view == self._view:
             # unchanged: the stored one, computed when it last changed, valid until the next timer
             return dataclasses.replace(self._view, valid_until=view.valid_until)
-        write_view(session, view)
+        write_view(session, view, stored=self._view)
         return view
 
     def _rewrite_view_when_due(self, now: float) -> None:

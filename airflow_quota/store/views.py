@@ -26,7 +26,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import delete, func, select
+from sqlalchemy import delete, func, insert, select, tuple_, update
 from sqlalchemy.orm import Session
 
 from airflow_quota.core.config import QuotaConfig, stored_config
@@ -110,6 +110,8 @@ class QuotaView:
 
 _TYPE_FIELDS = tuple(f.name for f in dataclasses.fields(TypeView))
 """The columns of ``quota_share_type_views`` beside ``share``: one per field of ``TypeView``."""
+_SHARE_FIELDS = tuple(f.name for f in dataclasses.fields(ShareView) if f.name not in ("share", "types"))
+"""The columns of ``quota_share_views`` from a ``ShareView`` beside its key (``share``)."""
 
 
 class ViewBuilder:
@@ -178,10 +180,16 @@ def _valid_until(state: QuotaState, now: float) -> float | None:
     return min((t for t in instants if t > now), default=None)
 
 
-def write_view(session: Session, view: QuotaView) -> None:
+def write_view(session: Session, view: QuotaView, stored: QuotaView | None = None) -> None:
     """Replace the stored view by ``view`` (a handful of rows: shares x types), in the caller's
-    transaction."""
+    transaction. Given ``stored``, the view the tables hold now, only the rows that differ are
+    written (the leader's usual case: a step changes a share or two), in a few statements
+    rather than a DELETE and an INSERT of every row of the three tables."""
     assert view.computed_at is not None
+    same_shares = stored is not None and [s.share for s in stored.shares] == [s.share for s in view.shares]
+    if stored is not None and stored.computed_at is not None and same_shares:
+        _write_changes(session, view, stored)
+        return
     session.execute(delete(PlaceableViewRow))
     session.execute(delete(ShareTypeViewRow))
     session.execute(delete(ShareViewRow))
@@ -213,6 +221,63 @@ def write_view(session: Session, view: QuotaView) -> None:
             )
         )
         session.add_all(ShareTypeViewRow(share=share.share, **_fields(t)) for t in share.types)
+
+
+def _write_changes(session: Session, view: QuotaView, stored: QuotaView) -> None:
+    """``write_view`` given the stored view of the same shares in the same order: every share
+    row's ``computed_at`` in one UPDATE, then the rows that changed, came or went."""
+    session.execute(update(ShareViewRow).values(computed_at=view.computed_at))
+    changed_shares = [
+        {"share": new.share, **_share_fields(new)}
+        for old, new in zip(stored.shares, view.shares, strict=True)
+        if _share_fields(old) != _share_fields(new)
+    ]
+    if changed_shares:
+        session.execute(update(ShareViewRow), changed_shares)  # one executemany by primary key
+    _sync(session, ShareTypeViewRow, _type_rows(stored), _type_rows(view))
+    _sync(session, PlaceableViewRow, _placeable_rows(stored), _placeable_rows(view))
+
+
+def _share_fields(share: ShareView) -> dict[str, Any]:
+    """A share row's columns beside its key, its position and ``computed_at``."""
+    return {name: getattr(share, name) for name in _SHARE_FIELDS}
+
+
+def _type_rows(view: QuotaView) -> dict[tuple[str, ...], dict[str, Any]]:
+    return {(s.share, t.instance_type): {"share": s.share, **_fields(t)} for s in view.shares for t in s.types}
+
+
+def _placeable_rows(view: QuotaView) -> dict[tuple[str, ...], dict[str, Any]]:
+    return {
+        (p.share, p.instance_type, p.training_plan or ""): {
+            "share": p.share,
+            "instance_type": p.instance_type,
+            "training_plan": p.training_plan or "",
+            "most": p.most,
+            "blocked_by": p.blocked_by,
+        }
+        for p in view.placeable
+    }
+
+
+def _sync(
+    session: Session,
+    model: type[ShareTypeViewRow] | type[PlaceableViewRow],
+    stored: dict[tuple[str, ...], dict[str, Any]],
+    wanted: dict[tuple[str, ...], dict[str, Any]],
+) -> None:
+    """Make ``model``'s rows, stored as ``stored``, be ``wanted`` (both by primary key): a
+    DELETE of the keys gone, an UPDATE of the rows changed, an INSERT of the new ones."""
+    keys = model.__mapper__.primary_key
+    gone = [key for key in stored if key not in wanted]
+    if gone:
+        session.execute(delete(model).where(tuple_(*keys).in_(gone)))
+    changed = [row for key, row in wanted.items() if key in stored and stored[key] != row]
+    if changed:
+        session.execute(update(model), changed)
+    new = [row for key, row in wanted.items() if key not in stored]
+    if new:
+        session.execute(insert(model), new)
 
 
 def read_view(session: Session) -> QuotaView:
