@@ -141,10 +141,12 @@ class ListingReplayBackend(ReplayBackend):
     The safety net's polls (ten intervals) never fall due in a replay's span."""
 
     list_interval_seconds = 0.0
-    poll_interval_seconds = 1e12
+    SAFETY_POLL_SECONDS = 1e12
 
     def __init__(self, clock: Callable[[], float], remaining: Callable[[AttemptSpec], float] | None = None) -> None:
         super().__init__(clock, remaining)
+        # an instance attribute: FakeBackend's own (0, a poll at every step) would hide a class one
+        self.poll_interval_seconds = self.SAFETY_POLL_SECONDS
         self._past: list[tuple[float, str]] = []
         """Every change that has happened, in time order."""
 
