@@ -213,6 +213,7 @@ class QuotaService:
     _views: ViewBuilder | None = None
     """What computes it, keeping each share's waiting figures until its queue changes."""
     _step_sessions: sessionmaker[Session] | None = None
+    """Sessions on the step's one connection while a step runs (``_one_connection``)."""
     _open: dict[AttemptKey, Attempt] | None = None
     """The attempts not ended, as this leader last committed them (detached rows), by key; None
     until loaded from the database (``_load_open_attempts``). The leader is the only writer of
@@ -223,7 +224,6 @@ class QuotaService:
     for the ones loaded): the open attempts' order after their instant."""
     _placements: int = 0
     """The largest number in ``_placement_order`` so far."""
-    """Sessions on the step's one connection while a step runs (``_one_connection``)."""
 
     def __init__(
         self,
