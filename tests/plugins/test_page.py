@@ -205,7 +205,11 @@ def set_priority(driver: WebDriver, job_id: int, value: str) -> None:
         field = d.find_element(By.CSS_SELECTOR, f'input[data-role="priority"][data-job-id="{job_id}"]')
         field.clear()
         field.send_keys(value)
-        d.find_element(By.CSS_SELECTOR, f'form[data-job-id="{job_id}"] button').click()
+        if field.get_attribute("value") != value:
+            return False  # typed into a field a refresh was replacing: from the start again
+        # the button of this field's own form: a form a refresh replaced meanwhile is stale and
+        # raises, where a new lookup would click a fresh form holding another value
+        field.find_element(By.XPATH, "./ancestor::form//button").click()
         return True
 
     wait_for(driver, fill_and_send, what=f"the priority form of job {job_id}")
