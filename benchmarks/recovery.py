@@ -32,7 +32,6 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from sqlalchemy import insert, text  # noqa: E402
-from sqlalchemy.engine import make_url  # noqa: E402
 
 from airflow_quota.core import snapshot  # noqa: E402
 from airflow_quota.core.config import load_config  # noqa: E402
@@ -43,29 +42,20 @@ from airflow_quota.service.inputs import apply, from_row, to_row  # noqa: E402
 from airflow_quota.sim.traces import trace_scenario  # noqa: E402
 from airflow_quota.store.engine import make_engine, migrate, session_factory  # noqa: E402
 from airflow_quota.store.models import Input, Snapshot  # noqa: E402
-from airflow_quota.store.settings import DEFAULT_SNAPSHOT_EVERY  # noqa: E402
+from airflow_quota.store.settings import DEFAULT_SNAPSHOT_EVERY, normalize  # noqa: E402
 from benchmarks.input_log import Row, input_log  # noqa: E402
 from benchmarks.itp_replay import first_jobs  # noqa: E402
+from benchmarks.throwaway_postgres import fresh_database  # noqa: E402
 
 QUOTA = ROOT / "examples" / "itp-quota.yaml"
 SIZES = (10_000, 35_000, 69_351)
 INSERT_CHUNK = 5_000
-ADMIN_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
+ADMIN_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
 HEADER = "| jobs | inputs | recovery | snapshot (jobs, MB) | inputs after it | whole log | inputs table | database |"
 
 
 def say(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
-
-
-def fresh_database(admin_url: str, name: str) -> str:
-    """A new empty database of that name on the server of ``admin_url``; its URL."""
-    admin = make_engine(admin_url)
-    with admin.connect().execution_options(isolation_level="AUTOCOMMIT") as connection:
-        connection.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-        connection.execute(text(f'CREATE DATABASE "{name}"'))
-    admin.dispose()
-    return make_url(admin_url).set(database=name).render_as_string(hide_password=False)
 
 
 def store_history(url: str, rows: list[Row], every: int) -> dict[str, Any]:
@@ -143,12 +133,13 @@ def measure(jobs: int, admin_url: str, every: int, repeat: int) -> dict[str, Any
     say(f"{jobs:,} jobs: simulating and recording the input log ...")
     loaded = trace_scenario(first_jobs(jobs), load_config(QUOTA)).scenario
     rows = [(*to_row(ConfigurationApplied(loaded.config, None)), 0.0), *input_log(loaded)]
-    url = fresh_database(admin_url, f"quota_recovery_{jobs}")
-    say(f"{jobs:,} jobs: {len(rows):,} inputs; storing them and the snapshots ...")
-    stored = store_history(url, rows, every)
-    say(f"{jobs:,} jobs: timing recovery ...")
-    recovery, tail = time_recovery(url, repeat, whole_log=False)
-    whole, replayed = time_recovery(url, max(1, repeat // 2), whole_log=True)
+    with fresh_database(admin_url, prefix="quota_recovery") as database:
+        url = normalize(database)
+        say(f"{jobs:,} jobs: {len(rows):,} inputs; storing them and the snapshots ...")
+        stored = store_history(url, rows, every)
+        say(f"{jobs:,} jobs: timing recovery ...")
+        recovery, tail = time_recovery(url, repeat, whole_log=False)
+        whole, replayed = time_recovery(url, max(1, repeat // 2), whole_log=True)
     result = {
         "jobs": jobs,
         "inputs": len(rows),
@@ -169,9 +160,7 @@ def measure(jobs: int, admin_url: str, every: int, repeat: int) -> dict[str, Any
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, nargs="+", default=list(SIZES))
-    parser.add_argument(
-        "--db", default="postgresql+psycopg://postgres@127.0.0.1:5432/postgres", help="a server's admin URL"
-    )
+    parser.add_argument("--db", default=ADMIN_URL, help="a PostgreSQL server's admin URL (default %(default)s)")
     parser.add_argument("--snapshot-every", type=int, default=DEFAULT_SNAPSHOT_EVERY)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--json", action="store_true")

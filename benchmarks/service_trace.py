@@ -40,7 +40,6 @@ import logging
 import os
 import sys
 import time
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -85,22 +84,14 @@ def itp_scenario(jobs: int | None = None, quota: Path = QUOTA) -> LoadedScenario
 def benchmark_database(admin: str | None) -> Iterator[str]:
     """The URL of an empty database for the run: on a server started here, or a fresh database
     on the server of ``admin`` (dropped after)."""
-    import psycopg
+    from benchmarks.throwaway_postgres import ThrowawayPostgres, fresh_database
 
     if admin is None:
-        from benchmarks.throwaway_postgres import ThrowawayPostgres
-
         with ThrowawayPostgres() as server:
             yield server.url
         return
-    name = f"quota_trace_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(admin, autocommit=True) as connection:
-        connection.execute(f'CREATE DATABASE "{name}"')
-    try:
-        yield f"{admin.rsplit('/', 1)[0]}/{name}"
-    finally:
-        with psycopg.connect(admin, autocommit=True) as connection:
-            connection.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    with fresh_database(admin, prefix="quota_trace") as url:
+        yield url
 
 
 def database_size(engine: Any) -> dict[str, int]:

@@ -1,5 +1,6 @@
-"""A PostgreSQL server of a benchmark's own: initdb into a temporary directory, started and
-stopped with pg_ctl (so a chaos run can restart it), removed at the end.
+"""A PostgreSQL server of a benchmark's or a test's own: initdb into a temporary directory,
+started and stopped with pg_ctl (so a chaos run can restart it), removed at the end; and a
+fresh database on a server that runs already (``fresh_database``).
 
     with ThrowawayPostgres() as server:
         url = server.url          # postgresql://postgres@127.0.0.1:PORT/postgres
@@ -11,10 +12,13 @@ newest); as root the server runs as the ``postgres`` user, as PostgreSQL require
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
 import tempfile
+import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from types import TracebackType
 
@@ -85,3 +89,16 @@ class ThrowawayPostgres:
         self, kind: type[BaseException] | None, value: BaseException | None, traceback: TracebackType | None
     ) -> None:
         self.remove()
+
+
+@contextlib.contextmanager
+def fresh_database(admin: str, prefix: str = "quota_test") -> Iterator[str]:
+    """The URL of a new, empty database on the server of ``admin`` (a libpq URL), dropped after."""
+    name = f"{prefix}_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(admin, autocommit=True) as connection:
+        connection.execute(f'CREATE DATABASE "{name}"')
+    try:
+        yield f"{admin.rsplit('/', 1)[0]}/{name}"
+    finally:
+        with psycopg.connect(admin, autocommit=True) as connection:
+            connection.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')

@@ -9,13 +9,10 @@ server at 127.0.0.1:5432 when one answers, else a throwaway server started from 
 
 from __future__ import annotations
 
-import contextlib
 import os
 import shutil
 import subprocess
-import tempfile
 import time
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -27,6 +24,7 @@ from airflow_quota.devtools.stack import free_port
 from airflow_quota.store.engine import make_engine
 from airflow_quota.store.models import Base
 from airflow_quota.store.settings import normalize
+from benchmarks.throwaway_postgres import NoPostgres, ThrowawayPostgres, fresh_database
 from tests.conftest import missing
 
 DEFAULT_ADMIN = "postgresql://postgres@127.0.0.1:5432/test"
@@ -70,45 +68,16 @@ def _throwaway_server(base: Path) -> tuple[str, subprocess.Popen[bytes] | None]:
     missing("could not start a throwaway PostgreSQL server")
 
 
-class Server:
-    """A PostgreSQL server of a test's or a benchmark's own (initdb, pg_ctl), so it can be stopped
-    and started again (``test_database_faults``, the trace replay under chaos)."""
+class Server(ThrowawayPostgres):
+    """A PostgreSQL server of a test's own (initdb, pg_ctl), so it can be stopped and started
+    again (``test_database_faults``, the trace replay under chaos); its binaries missing is a
+    failure in CI (``missing``)."""
 
     def __init__(self) -> None:
-        bins = sorted(Path("/usr/lib/postgresql").glob("*/bin"))
-        if not bins:
-            missing("no PostgreSQL server binaries (Debian's postgresql package)")
-        self.bin = bins[-1]
-        self.base = Path(tempfile.mkdtemp(prefix="quota-pg-"))
-        self.run_as = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
-        if self.run_as:
-            shutil.chown(self.base, "postgres")
-        self.data = self.base / "data"
-        self.port = free_port()
-        self.url = f"postgresql://postgres@127.0.0.1:{self.port}/postgres"
-        self._ctl("initdb", "-D", str(self.data), "-A", "trust", "-U", "postgres")
-
-    def _ctl(self, program: str, *args: str) -> None:
-        subprocess.run([*self.run_as, str(self.bin / program), *args], check=True, capture_output=True, timeout=60)
-
-    def start(self) -> None:
-        options = f"-p {self.port} -k {self.base} -h 127.0.0.1"
-        self._ctl("pg_ctl", "-D", str(self.data), "-o", options, "-l", str(self.base / "server.log"), "-w", "start")
-
-    def stop(self, mode: str = "fast") -> None:
-        self._ctl("pg_ctl", "-D", str(self.data), "-m", mode, "-w", "stop")
-
-    def answers(self) -> bool:
         try:
-            with psycopg.connect(self.url, connect_timeout=2):
-                return True
-        except psycopg.Error:
-            return False
-
-    def remove(self) -> None:
-        if (self.data / "postmaster.pid").exists():
-            self.stop("immediate")
-        shutil.rmtree(self.base, ignore_errors=True)
+            super().__init__()
+        except NoPostgres as exc:
+            missing(str(exc))
 
 
 @pytest.fixture(scope="session")
@@ -121,19 +90,6 @@ def postgres_admin(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     if server is not None:
         server.terminate()
         server.wait(timeout=30)
-
-
-@contextlib.contextmanager
-def fresh_database(admin: str) -> Iterator[str]:
-    """The URL of a new, empty PostgreSQL database on the server of ``admin``, dropped after."""
-    name = f"quota_test_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(admin, autocommit=True) as connection:
-        connection.execute(f'CREATE DATABASE "{name}"')
-    try:
-        yield f"{admin.rsplit('/', 1)[0]}/{name}"
-    finally:
-        with psycopg.connect(admin, autocommit=True) as connection:
-            connection.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 @pytest.fixture
