@@ -159,21 +159,9 @@ class LocalBackend:
             "cuda_visible_devices": devices,
             "launched_at": self.clock(),
         }
-        # The directory appears whole (attempt.json inside) by a rename, and a rename onto an
-        # existing directory fails: of two concurrent starts, exactly one launches.
-        try:
-            self.state_dir.mkdir(parents=True, exist_ok=True)
-            staging = Path(tempfile.mkdtemp(prefix=f".starting-{attempt.key}-", dir=self.state_dir))
-            files.write_json(staging / files.ATTEMPT, record)
-        except OSError as exc:
-            raise BackendError(f"attempt {attempt.key}: cannot write its state in {self.state_dir}: {exc}") from exc
-        try:
-            staging.rename(final)
-        except OSError as exc:
-            shutil.rmtree(staging, ignore_errors=True)
-            if final.exists():
-                return started
-            raise BackendError(f"attempt {attempt.key}: cannot create {final}: {exc}") from exc
+        # of two concurrent starts (or a start and a stop before it), exactly one creates it
+        if not self._create_whole(attempt, final, "starting", {files.ATTEMPT: record}):
+            return started
         try:
             with (final / files.RUNNER_LOG).open("ab") as runner_log:
                 proc = subprocess.Popen(
@@ -356,22 +344,17 @@ class LocalBackend:
                 os.kill(int(runner["pid"]), signal.SIGTERM)
         self._enforce_deadline(directory)
 
-    def _bury(self, attempt: AttemptSpec, grace_seconds: float) -> bool:
-        """Create the tombstone of an attempt stopped before it was ever started: its directory
-        with ``stop.json`` and an ``exit.json`` saying so, appearing whole by a rename that fails
-        if a racing start created the directory first. Whether the tombstone was made (False:
-        the attempt was started, and is stopped as any other)."""
-        final = self.attempt_dir(attempt)
-        now = self.clock()
+    def _create_whole(self, attempt: AttemptSpec, final: Path, doing: str, records: dict[str, Any]) -> bool:
+        """Create the attempt's directory holding ``records`` (file name → JSON), appearing
+        whole by a rename, which fails onto an existing directory: False when another start or
+        stop created it first."""
         try:
             self.state_dir.mkdir(parents=True, exist_ok=True)
-            staging = Path(tempfile.mkdtemp(prefix=f".stopping-{attempt.key}-", dir=self.state_dir))
-            stop = {"requested_at": now, "deadline": now, "grace_seconds": grace_seconds}
-            files.write_json(staging / files.STOP, stop)
-            ended = {"returncode": None, "started_at": None, "ended_at": now, "stopped": True}
-            files.write_json(staging / files.EXIT, ended)
+            staging = Path(tempfile.mkdtemp(prefix=f".{doing}-{attempt.key}-", dir=self.state_dir))
+            for name, record in records.items():
+                files.write_json(staging / name, record)
         except OSError as exc:
-            raise BackendError(f"attempt {attempt.key}: cannot write its stop in {self.state_dir}: {exc}") from exc
+            raise BackendError(f"attempt {attempt.key}: cannot write its state in {self.state_dir}: {exc}") from exc
         try:
             staging.rename(final)
         except OSError as exc:
@@ -379,6 +362,19 @@ class LocalBackend:
             if final.is_dir():
                 return False
             raise BackendError(f"attempt {attempt.key}: cannot create {final}: {exc}") from exc
+        return True
+
+    def _bury(self, attempt: AttemptSpec, grace_seconds: float) -> bool:
+        """Create the tombstone of an attempt stopped before it was ever started: its directory
+        with ``stop.json`` and an ``exit.json`` saying so, appearing whole by a rename that fails
+        if a racing start created the directory first. Whether the tombstone was made (False:
+        the attempt was started, and is stopped as any other)."""
+        now = self.clock()
+        stop = {"requested_at": now, "deadline": now, "grace_seconds": grace_seconds}
+        ended = {"returncode": None, "started_at": None, "ended_at": now, "stopped": True}
+        tombstone = {files.STOP: stop, files.EXIT: ended}
+        if not self._create_whole(attempt, self.attempt_dir(attempt), "stopping", tombstone):
+            return False
         log.info("attempt %s: stopped before it was started (a tombstone: no later start runs it)", attempt.key)
         return True
 
