@@ -35,6 +35,7 @@ from airflow_quota.core.model import Entry
 from airflow_quota.core.queues import ShareQueue
 from airflow_quota.core.state import QuotaState
 from airflow_quota.core.visibility import Waiting, most_placeable, pending_seconds, share_view, waiting
+from airflow_quota.store.bulk import update_by_key
 from airflow_quota.store.models import ConfigVersion, PlaceableViewRow, Request, ShareTypeViewRow, ShareViewRow
 
 
@@ -226,14 +227,14 @@ def write_view(session: Session, view: QuotaView, stored: QuotaView | None = Non
 def _write_changes(session: Session, view: QuotaView, stored: QuotaView) -> None:
     """``write_view`` given the stored view of the same shares in the same order: every share
     row's ``computed_at`` in one UPDATE, then the rows that changed, came or went."""
-    session.execute(update(ShareViewRow).values(computed_at=view.computed_at))
+    session.execute(update(ShareViewRow.__table__).values(computed_at=view.computed_at))
     changed_shares = [
         {"share": new.share, **_share_fields(new)}
         for old, new in zip(stored.shares, view.shares, strict=True)
         if _share_fields(old) != _share_fields(new)
     ]
     if changed_shares:
-        session.execute(update(ShareViewRow), changed_shares)  # one executemany by primary key
+        update_by_key(session, ShareViewRow, changed_shares)  # one executemany by primary key
     _sync(session, ShareTypeViewRow, _type_rows(stored), _type_rows(view))
     _sync(session, PlaceableViewRow, _placeable_rows(stored), _placeable_rows(view))
 
@@ -271,13 +272,13 @@ def _sync(
     keys = model.__mapper__.primary_key
     gone = [key for key in stored if key not in wanted]
     if gone:
-        session.execute(delete(model).where(tuple_(*keys).in_(gone)))
+        session.execute(delete(model.__table__).where(tuple_(*keys).in_(gone)))
     changed = [row for key, row in wanted.items() if key in stored and stored[key] != row]
     if changed:
-        session.execute(update(model), changed)
+        update_by_key(session, model, changed)
     new = [row for key, row in wanted.items() if key not in stored]
     if new:
-        session.execute(insert(model), new)
+        session.execute(insert(model.__table__), new)
 
 
 def read_view(session: Session) -> QuotaView:
