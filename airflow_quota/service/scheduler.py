@@ -44,7 +44,7 @@ import os
 import socket
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -140,6 +140,9 @@ RETRY_FIRST_SECONDS = 0.5
 RETRY_MAX_SECONDS = 5.0
 RETRY_BACKOFF = wait_exponential(multiplier=RETRY_FIRST_SECONDS, max=RETRY_MAX_SECONDS)
 """Back-off after a database error: 0.5 s, doubling up to 5 s, reset by a pass that works."""
+SUBMITTED_ROWS_SLACK = 10_000
+"""Job rows a leader keeps beyond twice the jobs its core holds before it forgets those of
+jobs the core no longer holds (``QuotaService._keep_submitted``)."""
 
 DATABASE_ERRORS = (DatabaseUnavailable, DBAPIError, PendingRollbackError, DisconnectionError, PoolTimeout)
 """What a dropped connection, a restarted or failed-over server looks like through SQLAlchemy."""
@@ -290,6 +293,9 @@ class QuotaService:
         self.poller.set_on_news(self._news.set)
         self.pruning = LeaderPruning(self.sessions, retention_days)
         """Retention: a short batch in a step that had nothing else to do."""
+        self._submitted: dict[int, JobRow] = {}
+        """Job rows as read by this leader, for what their submission fixed and nothing changes
+        (``_submitted_rows``)."""
 
     # -- the process ---------------------------------------------------------------------
 
@@ -487,6 +493,7 @@ class QuotaService:
             row = snapshots.write_snapshot(session, self.scheduler, now, self.lock.epoch if self._fencing else None)
             snapshot_id, after, jobs, size = row.id, row.last_input_id, row.jobs, row.size
         self._inputs_since_snapshot = 0
+        self._forget_submitted()
         log.info(
             "snapshot %d written after input %d: %d jobs, %.1f MB, in %.2f s",
             snapshot_id,
@@ -592,10 +599,16 @@ class QuotaService:
 
     def _take_in_requests(self, gathered: _Step, now: float) -> None:
         with self._session() as session:
-            requests = session.scalars(
-                select(Request).where(Request.handled.is_(False)).order_by(Request.id).limit(REQUESTS_PER_STEP)
+            taken = session.execute(
+                select(Request, JobRow)
+                .outerjoin(JobRow, JobRow.id == Request.job_id)
+                .where(Request.handled.is_(False))
+                .order_by(Request.id)
+                .limit(REQUESTS_PER_STEP)
             ).all()
-            jobs = _rows_by_id(session, {r.job_id for r in requests if r.job_id is not None})
+            requests = [request for request, _ in taken]
+            jobs = {request.job_id: row for request, row in taken if request.job_id is not None}
+            self._keep_submitted(row for request, row in taken if row is not None and request.kind == "submit")
             documents = {}
             for request in requests:
                 if request.kind == "config":
@@ -668,8 +681,7 @@ class QuotaService:
         new = [a for a in open_attempts if (a.job_id, a.number) not in tracking.get(a.backend, ())]
         rows: dict[int, JobRow | None] = {}
         if new:
-            with self._session() as session:
-                rows = _rows_by_id(session, {a.job_id for a in new})
+            rows = self._submitted_rows({a.job_id for a in new})
         tracked: dict[str, dict[AttemptKey, AttemptSpec | None]] = {}
         known: dict[str, dict[AttemptKey, Known]] = {}
         for attempt in open_attempts:
@@ -806,6 +818,7 @@ class QuotaService:
                 if attempt.action == ActionKind.START.value:  # not preempted in this same step
                     attempt.status = AttemptState.STARTING.value
             for job_id in gathered.rejected_jobs:
+                self._submitted.pop(job_id, None)
                 row = session.get(JobRow, job_id)
                 if row is not None:
                     session.delete(row)
@@ -876,7 +889,35 @@ class QuotaService:
             for decision in decisions
             if isinstance(decision, Placed) and (job := self._job_of(decision)) and (ref := job.ref) is not None
         }
-        return {job_id: row.backend for job_id, row in _rows_by_id(session, refs).items() if row is not None}
+        return {job_id: row.backend for job_id, row in self._submitted_rows(refs, session).items() if row is not None}
+
+    def _submitted_rows(self, ids: set[int], session: Session | None = None) -> dict[int, JobRow | None]:
+        """The rows of these jobs, for what their submission fixed (name, share, backend, request,
+        training, connection), never for what the leader writes later (state, positions): kept
+        from the step that took the submission in, or read (in ``session``, else a session of its
+        own) and kept. A job the core no longer holds is forgotten at the next snapshot."""
+        missing = {job_id for job_id in ids if job_id not in self._submitted}
+        if missing:
+            if session is None:
+                with self._session() as own:
+                    read = _rows_by_id(own, missing)
+            else:
+                read = _rows_by_id(session, missing)
+            self._keep_submitted(row for row in read.values() if row is not None)
+        return {job_id: self._submitted.get(job_id) for job_id in ids}
+
+    def _keep_submitted(self, rows: Iterable[JobRow]) -> None:
+        """Keep these rows for ``_submitted_rows``; past a bound (the jobs the core holds, and
+        more), the rows of jobs it no longer holds are forgotten."""
+        self._submitted.update((row.id, row) for row in rows)
+        held = len(self.scheduler.state.refs) if self.scheduler is not None else 0
+        if len(self._submitted) > 2 * held + SUBMITTED_ROWS_SLACK:
+            self._forget_submitted()
+
+    def _forget_submitted(self) -> None:
+        """Forget the rows kept of jobs the core no longer holds."""
+        refs = self.scheduler.state.refs if self.scheduler is not None else {}
+        self._submitted = {job_id: row for job_id, row in self._submitted.items() if job_id in refs}
 
     def _job_of(self, decision: Decision) -> Job | None:
         """The job a decision is about, as the core now holds it; None for a refusal."""
@@ -1031,7 +1072,7 @@ class QuotaService:
                 for a in pending
                 if ((a.job_id, a.number), ActionKind(a.action)) not in requested.get(a.backend, set())
             ]
-            rows = _rows_by_id(session, {a.job_id for a in new})
+            rows = self._submitted_rows({a.job_id for a in new}, session)
         actions: dict[str, list[BackendAction]] = {}
         unconfigured: list[ActionOutcome] = []
         for attempt in new:

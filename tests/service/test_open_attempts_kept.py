@@ -9,11 +9,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from sqlalchemy import select
 
 from airflow_quota.service.scheduler import QuotaService
 from airflow_quota.sim.scenario import load_scenario
 from airflow_quota.store.engine import make_engine, migrate
-from airflow_quota.store.models import Attempt
+from airflow_quota.store.models import Attempt, JobRow
 from benchmarks.service_replay import ServiceReplay
 from tests.conftest import SCENARIOS
 
@@ -44,3 +45,36 @@ def test_the_open_attempts_kept_are_the_stored_ones_after_every_step(path: Path,
         compared += len(kept)
     assert replay.steps < 100_000, "the replay did not end"
     assert compared > 0, "no attempt was ever open: nothing compared"
+
+
+_SUBMITTED_FIELDS = ("id", "name", "share", "backend", "request", "training", "aws_conn_id")
+"""What a submission fixes: the only columns the leader reads from the rows it keeps."""
+
+
+@pytest.mark.parametrize("path", SCENARIOS[:6], ids=[p.stem for p in SCENARIOS[:6]])
+def test_the_job_rows_kept_match_the_stored_ones_and_are_forgotten_with_their_jobs(path: Path, sqlite_url: str) -> None:
+    """The rows the leader keeps (``QuotaService._submitted_rows``) say what the database says of
+    every column it reads from them; a snapshot forgets those of jobs the core no longer holds."""
+    engine = make_engine(sqlite_url)
+    migrate(engine)
+    replay = ServiceReplay(load_scenario(path), engine, service_options={"snapshot_every": 5})
+    service = replay.service
+    checked = 0
+    snapshots_seen = 0
+    while replay.steps < 100_000 and replay.advance():
+        kept = service._submitted
+        if not kept:
+            continue
+        with service.sessions() as session:
+            stored = {row.id: row for row in session.scalars(select(JobRow).where(JobRow.id.in_(list(kept))))}
+        for job_id, row in kept.items():
+            assert job_id in stored, f"step {replay.steps}: job {job_id} kept, not stored"
+            assert [getattr(row, name) for name in _SUBMITTED_FIELDS] == [
+                getattr(stored[job_id], name) for name in _SUBMITTED_FIELDS
+            ]
+            checked += 1
+        if service._inputs_since_snapshot == 0 and service.scheduler is not None:
+            snapshots_seen += 1
+            assert set(kept) <= set(service.scheduler.state.refs), f"step {replay.steps}: a forgotten job's row kept"
+    assert checked > 0, "no job row was ever kept: nothing compared"
+    assert snapshots_seen > 0, "no snapshot was written: forgetting not checked"
