@@ -4,6 +4,7 @@ quota service on PostgreSQL, decision for decision against ``airflow-quota simul
     python benchmarks/service_trace.py                      # the whole trace (clean run)
     python benchmarks/service_trace.py --jobs 2000          # its first 2,000 jobs
     python benchmarks/service_trace.py --measure-recovery   # and recovery + database size at 10k, 35k, all
+    python benchmarks/service_trace.py --retention-days 90 --retention-days 7   # and pruned at the end
     python benchmarks/service_trace.py --db postgresql://postgres@127.0.0.1:5432/test --json
     python benchmarks/service_trace.py --chaos --jobs 10000   # the chaos run: benchmarks/trace_chaos.py
 
@@ -143,6 +144,37 @@ def measure_recovery(replay: ServiceReplay, engine: Any, service_options: dict[s
     }
 
 
+def pruned_size(replay: ServiceReplay, engine: Any, retention_days: float, options: dict[str, Any]) -> dict[str, Any]:
+    """Prune the database as the leader would with ``retention_days`` at the replay's last
+    instant (``Retention.batches`` until nothing is left), compact it (``VACUUM FULL``: what
+    stays, not the space PostgreSQL keeps for reuse), and measure recovery and the size then."""
+    from sqlalchemy import text
+
+    from airflow_quota.store.engine import session_factory
+    from airflow_quota.store.retention import Retention
+
+    started = time.perf_counter()
+    batches = list(Retention(retention_days).batches(session_factory(engine), replay.clock.now()))
+    seconds = time.perf_counter() - started
+    with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as connection:
+        connection.execute(text("VACUUM FULL"))
+        jobs = int(connection.scalar(text("SELECT count(*) FROM quota_jobs")))
+        live = int(
+            connection.scalar(text("SELECT count(*) FROM quota_jobs WHERE state NOT IN ('SUCCEEDED', 'FAILED')"))
+        )
+        hours = connection.execute(text("SELECT count(*), min(hour), max(hour) FROM quota_share_hours")).one()
+    measure = measure_recovery(replay, engine, options)
+    return {
+        "retention_days": retention_days,
+        "batches": len(batches),
+        "prune_seconds": seconds,
+        "jobs_kept": jobs,
+        "live_jobs": live,
+        "share_hours": {"rows": int(hours[0]), "first": hours[1], "last": hours[2]},
+        **measure,
+    }
+
+
 def _options(snapshot_every: int | None) -> dict[str, Any]:
     """Keyword arguments for ``QuotaService`` beyond the replay's: ``snapshot_every`` when
     given (refused when this version of the service has no such parameter)."""
@@ -190,9 +222,11 @@ def clean_run(
     expected: list[dict[str, Any]],
     measure: bool = False,
     snapshot_every: int | None = None,
+    retention_days: list[float] | None = None,
 ) -> dict[str, Any]:
     """The scenario through the service on the (empty) database at ``url``, its decisions
-    compared with ``expected`` as they are committed; stops at the first difference."""
+    compared with ``expected`` as they are committed; stops at the first difference. At the end,
+    for each of ``retention_days`` (longest first) the database pruned and measured."""
     from airflow_quota.store.engine import make_engine, migrate
     from airflow_quota.store.settings import normalize
 
@@ -239,6 +273,10 @@ def clean_run(
     if measure and difference is None:
         measures.append(measure_recovery(replay, engine, options))
         _show_measure(measures[-1])
+    pruned: list[dict[str, Any]] = []
+    for days in sorted(retention_days or [], reverse=True) if difference is None else []:
+        pruned.append(pruned_size(replay, engine, days, options))
+        _show_measure(pruned[-1], f"retention {days:g} days ({pruned[-1]['jobs_kept']:,} jobs kept, compacted)")
     engine.dispose()
     return {
         "jobs": total,
@@ -252,15 +290,17 @@ def clean_run(
         "simulated_days": replay.simulated_seconds / 86400,
         "client_calls_refused": replay.rejected,
         "measures": measures,
+        "retention": pruned,
     }
 
 
-def _show_measure(measure: dict[str, Any]) -> None:
+def _show_measure(measure: dict[str, Any], what: str | None = None) -> None:
     sizes = measure["size_bytes"]
     tables = ", ".join(f"{name} {size / 2**20:,.1f}" for name, size in list(sizes.items())[1:7])
+    when = what or f"at {measure['jobs_submitted']:,} jobs (day {measure['simulated_day']:.1f})"
     print(
-        f"  at {measure['jobs_submitted']:,} jobs (day {measure['simulated_day']:.1f}): recovery "
-        f"{measure['recovery_seconds']:.2f} s; database {sizes['database'] / 2**20:,.1f} MiB ({tables} MiB)",
+        f"  {when}: recovery {measure['recovery_seconds']:.2f} s; "
+        f"database {sizes['database'] / 2**20:,.1f} MiB ({tables} MiB)",
         file=sys.stderr,
         flush=True,
     )
@@ -280,9 +320,20 @@ def main() -> int:
     )
     parser.add_argument("--snapshot-every", type=int, help="QuotaService's snapshot_every (when it has it)")
     parser.add_argument("--profile", type=Path, help="write a cProfile of the service run to this file")
+    parser.add_argument(
+        "--retention-days",
+        type=float,
+        action="append",
+        metavar="DAYS",
+        help="at the end, prune as the leader would with this retention, compact, and measure again "
+        "(repeatable: longest first)",
+    )
     args = parser.parse_args()
     if args.jobs is not None and not 1 <= args.jobs <= TRACE_JOBS:
         print(f"error: --jobs: {args.jobs} must be from 1 to {TRACE_JOBS:,}", file=sys.stderr)
+        return 2
+    if any(days <= 0 for days in args.retention_days or []):
+        print("error: --retention-days: each must be > 0 (0 keeps everything: measured without it)", file=sys.stderr)
         return 2
     if args.snapshot_every is not None and args.snapshot_every < 1:
         print(f"error: --snapshot-every: {args.snapshot_every} must be ≥ 1", file=sys.stderr)
@@ -303,7 +354,7 @@ def main() -> int:
 
             profiler = cProfile.Profile()
             profiler.enable()
-        result = clean_run(loaded, url, expected, args.measure_recovery, args.snapshot_every)
+        result = clean_run(loaded, url, expected, args.measure_recovery, args.snapshot_every, args.retention_days)
         if args.profile is not None:
             profiler.disable()
             profiler.dump_stats(args.profile)
@@ -335,6 +386,13 @@ def _show(result: dict[str, Any]) -> None:
         print(
             f"at {measure['jobs_submitted']:>6,} jobs: recovery {measure['recovery_seconds']:6.2f} s, "
             f"database {sizes['database'] / 2**20:8,.1f} MiB"
+        )
+    for pruned in result["retention"]:
+        print(
+            f"retention {pruned['retention_days']:g} days at the end: {pruned['jobs_kept']:,} jobs kept "
+            f"({pruned['live_jobs']:,} live), {pruned['batches']:,} batches in {pruned['prune_seconds']:.1f} s; "
+            f"compacted database {pruned['size_bytes']['database'] / 2**20:,.1f} MiB; "
+            f"recovery {pruned['recovery_seconds']:.2f} s"
         )
 
 
