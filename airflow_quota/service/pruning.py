@@ -1,7 +1,8 @@
 """The leader's share of retention (``store/retention.py``): one short batch at a time, only
 in a step that had nothing else to do, at most every ``every_seconds`` (every
 ``again_seconds`` while the batches find work), each in its own transaction fenced like the
-leader's decisions, and each logged in one line with what went and the cutoff."""
+leader's decisions, sized from how long the last ones held (``BatchSize``), and each logged in
+one line with what went and the cutoff."""
 
 from __future__ import annotations
 
@@ -53,6 +54,7 @@ class LeaderPruning:
             fence(session)
             batch = self.retention.batch(session, now)
         batch = dataclasses.replace(batch, seconds=time.perf_counter() - started)  # committed: the whole hold
+        self.retention.held(batch, batch.seconds)  # sizes the next batch to the time budget
         if batch.kind == "none":
             self._next = now + self.every_seconds
             return batch

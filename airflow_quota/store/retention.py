@@ -18,16 +18,21 @@ wait) are added to the hour it ended in, in the transaction that deletes it.
 The work goes in *batches*, each one short transaction of one kind (compact at most
 ``BatchLimits.hours`` hours, or prune at most ``BatchLimits.jobs`` jobs, or at most
 ``BatchLimits.inputs`` inputs, or at most ``BatchLimits.orphans`` decisions and requests of no
-job), so a batch holds the leader's step for milliseconds (``benchmarks/prune.py``). Every
-batch first updates ``quota_retention``'s row, so two pruners (the leader, ``airflow-quota db
-prune``) take turns. ``plan`` counts what the batches would remove, writing nothing.
+job), so a batch holds the leader's step for milliseconds (``benchmarks/prune.py``). The limits
+are a ceiling: whoever runs the batches tells ``Retention.held`` how long each one's transaction
+held, and the next batch takes a share of the limits sized to stay within
+``BATCH_BUDGET_SECONDS`` (``BatchSize``), since the same limits cost more on a larger or busier
+database. Every batch first updates ``quota_retention``'s row, so two pruners (the leader,
+``airflow-quota db prune``) take turns. ``plan`` counts what the batches would remove, writing
+nothing.
 """
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from sqlalchemy import ColumnElement, Select, delete, exists, func, insert, or_, select, text, update
@@ -66,8 +71,9 @@ FINISHED = sorted(FINAL_STATES)
 
 @dataclass(frozen=True, slots=True)
 class BatchLimits:
-    """The most one batch does: each kind of batch stays well under 50 ms on PostgreSQL with
-    hundreds of thousands of rows (``benchmarks/prune.py`` measures the longest)."""
+    """The most one batch does (``BatchSize`` takes a share of it when batches run slow): each
+    kind of batch stays well under 50 ms on PostgreSQL with hundreds of thousands of rows
+    (``benchmarks/prune.py`` measures the longest)."""
 
     jobs: int = 100
     """Finished jobs per batch (with their attempts, decisions, ...: about 10 rows each)."""
@@ -82,6 +88,42 @@ class BatchLimits:
     """Decisions and requests of no job (refused submissions) per batch."""
     snapshots: int = 5
     """Snapshots older than the two newest per batch (each a large payload)."""
+
+
+BATCH_BUDGET_SECONDS = 0.025
+"""How long one batch's transaction may hold the leader's step: a batch that held longer halves
+the next one's limits. Half the target of 50 ms (issue 39), so that a batch sized after a fast
+one stays under the target when it meets a slower stretch of the tables."""
+SMALLEST_SHARE = 1 / 32
+"""The floor: batches never shrink below this share of their limits (at the defaults 4 jobs, 63
+inputs, 2 hours or 32 placements, 16 orphans), so a backlog still goes when every batch is slow."""
+GROWTH = 1.25
+"""How much the share grows after a batch that held less than half the budget (slowly: after a
+halving, about three fast batches win it back)."""
+
+
+@dataclass(slots=True)
+class BatchSize:
+    """The share of ``BatchLimits`` the next batch takes, from how long the last ones held: halved
+    after a batch that held longer than ``budget``, grown by ``GROWTH`` after one that held less
+    than half of it, kept between ``SMALLEST_SHARE`` and 1 (the limits themselves: the ceiling)."""
+
+    budget: float = BATCH_BUDGET_SECONDS
+    """Seconds a batch's transaction may hold (``math.inf``: the limits as they are, always)."""
+    share: float = 1.0
+    """The share of the limits the next batch takes."""
+
+    def held(self, seconds: float) -> None:
+        """Size the next batch after one whose transaction held ``seconds``."""
+        if seconds > self.budget:
+            self.share = max(SMALLEST_SHARE, self.share / 2)
+        elif seconds < self.budget / 2:
+            self.share = min(1.0, self.share * GROWTH)
+
+    def of(self, limits: BatchLimits) -> BatchLimits:
+        """``limits`` scaled by the share, each at least 1."""
+        scaled = {f.name: max(1, math.ceil(getattr(limits, f.name) * self.share)) for f in fields(limits)}
+        return replace(limits, **scaled)
 
 
 @dataclass(slots=True)
@@ -166,33 +208,38 @@ class Retention:
 
     retention_days: float
     limits: BatchLimits = field(default_factory=BatchLimits)
+    """The most a batch does; the next batch does ``size.of(limits)``."""
+    size: BatchSize = field(default_factory=BatchSize)
+    """The share of ``limits`` the next batch takes, from how long the last ones held."""
     _configs: tuple[tuple[int, int], list[tuple[float, QuotaConfig]]] | None = None
     """The configuration versions as parsed, kept until a version is added."""
 
     # -- one batch -----------------------------------------------------------------------
 
     def batch(self, session: Session, now: float) -> Batch:
-        """One batch in the caller's transaction (the leader fences it first): the first kind of
-        work there is, in this order: jobs (those whose hours are compacted), compact, inputs and
-        snapshots, orphans. Jobs go before compacting on, so that over a long backlog the
-        attempts a compaction reads stay few (those it compacted have gone)."""
+        """One batch of at most ``size.of(limits)`` in the caller's transaction (the leader
+        fences it first): the first kind of work there is, in this order: jobs (those whose hours
+        are compacted), compact, inputs and snapshots, orphans. Jobs go before compacting on, so
+        that over a long backlog the attempts a compaction reads stay few (those it compacted
+        have gone). The caller reports how long the transaction held (``held``)."""
         started = time.perf_counter()
         cutoff = cutoff_of(now, self.retention_days)
         if cutoff is None:
             return Batch("none", Removed(), now, 0.0)
+        limits = self.size.of(self.limits)
         _without_jit(session)
         state = _take_turn(session, now)
         target = _hour(cutoff)
         start = self._history_start(session, state, target)
         compacted = target if start is None else start
-        kind, removed = "jobs", self._prune_jobs(session, cutoff, compacted)
+        kind, removed = "jobs", self._prune_jobs(session, cutoff, compacted, limits)
         if not removed and start is not None and start < target:
-            end = self._window_end(session, start, target)
+            end = self._window_end(session, start, target, limits)
             kind, removed = "compact", self._compact(session, state, start, end)
         if not removed:
-            kind, removed = "inputs", self._prune_inputs(session, state, cutoff)
+            kind, removed = "inputs", self._prune_inputs(session, state, cutoff, limits)
         if not removed:
-            kind, removed = "orphans", self._prune_orphans(session, cutoff)
+            kind, removed = "orphans", self._prune_orphans(session, cutoff, limits)
         if not removed:
             kind = "none"
         return Batch(kind, removed, cutoff, time.perf_counter() - started)
@@ -213,16 +260,16 @@ class Retention:
             return None
         return _hour(min(known))
 
-    def _window_end(self, session: Session, start: float, target: float) -> float:
+    def _window_end(self, session: Session, start: float, target: float, limits: BatchLimits) -> float:
         """Where a compaction from ``start`` stops: ``target``, at most ``limits.hours`` hours on,
         and before the hour of the ``limits.attempts``-th placement from ``start`` (at least one
         hour in all)."""
-        end = min(target, start + self.limits.hours * HOUR)
+        end = min(target, start + limits.hours * HOUR)
         beyond = session.scalar(
             select(Attempt.placed_at)
             .where(Attempt.placed_at >= start, Attempt.placed_at < end)
             .order_by(Attempt.placed_at)
-            .offset(self.limits.attempts)
+            .offset(limits.attempts)
             .limit(1)
         )
         if beyond is not None:
@@ -270,7 +317,7 @@ class Retention:
             self._configs = (key, configuration_history(session))
         return self._configs[1]
 
-    def _prune_jobs(self, session: Session, cutoff: float, compacted_until: float) -> Removed:
+    def _prune_jobs(self, session: Session, cutoff: float, compacted_until: float, limits: BatchLimits) -> Removed:
         """Delete at most ``limits.jobs`` prunable jobs with their rows; add their totals to the
         hours they ended in."""
         jobs = session.execute(
@@ -287,7 +334,7 @@ class Retention:
                 JobRow.wait_seconds,
             )
             .order_by(JobRow.updated_at, JobRow.id)
-            .limit(self.limits.jobs)
+            .limit(limits.jobs)
         ).all()
         if not jobs:
             return Removed()
@@ -309,7 +356,7 @@ class Retention:
         _count_deleted(session, delete(JobRow).where(JobRow.id.in_(ids)))
         return removed
 
-    def _prune_inputs(self, session: Session, state: RetentionState, cutoff: float) -> Removed:
+    def _prune_inputs(self, session: Session, state: RetentionState, cutoff: float, limits: BatchLimits) -> Removed:
         """Delete at most ``limits.inputs`` inputs the older of the two newest snapshots covers
         and that came before the cutoff, and at most ``limits.snapshots`` older snapshots. The
         last input removed is recorded (``inputs_pruned_through``): from then on the log alone
@@ -319,24 +366,24 @@ class Retention:
             return Removed()
         older_snapshot, last_input_id = bound
         ids = select(Input.id).where(Input.id <= last_input_id, Input.at < cutoff).order_by(Input.id)
-        batch = ids.limit(self.limits.inputs).subquery()
+        batch = ids.limit(limits.inputs).subquery()
         through = session.scalar(select(func.max(batch.c.id)))
         inputs = 0
         if through is not None:  # the batch is the range up to it: "id IN (the batch)" reads the whole log
             inputs = _count_deleted(session, delete(Input).where(Input.id <= through, Input.at < cutoff))
         if inputs and through is not None:
             state.inputs_pruned_through = max(int(through), state.inputs_pruned_through or 0)
-        old = select(Snapshot.id).where(Snapshot.id < older_snapshot).order_by(Snapshot.id).limit(self.limits.snapshots)
+        old = select(Snapshot.id).where(Snapshot.id < older_snapshot).order_by(Snapshot.id).limit(limits.snapshots)
         snapshots = _count_deleted(session, delete(Snapshot).where(Snapshot.id.in_(old.scalar_subquery())))
         return Removed(inputs=inputs, snapshots=snapshots)
 
-    def _prune_orphans(self, session: Session, cutoff: float) -> Removed:
+    def _prune_orphans(self, session: Session, cutoff: float, limits: BatchLimits) -> Removed:
         """Delete at most ``limits.orphans`` decisions and requests of no job (refused
         submissions: their job row went at the refusal) older than the cutoff."""
         # oldest first, by the instants' indexes: what is left before the cutoff, not the whole log
-        events = select(EventRow.id).where(*_orphan_events(cutoff)).order_by(EventRow.at).limit(self.limits.orphans)
+        events = select(EventRow.id).where(*_orphan_events(cutoff)).order_by(EventRow.at).limit(limits.orphans)
         requests = (
-            select(Request.id).where(*_orphan_requests(cutoff)).order_by(Request.created_at).limit(self.limits.orphans)
+            select(Request.id).where(*_orphan_requests(cutoff)).order_by(Request.created_at).limit(limits.orphans)
         )
         return Removed(
             events=_count_deleted(session, delete(EventRow).where(EventRow.id.in_(events.scalar_subquery()))),
@@ -391,20 +438,31 @@ class Retention:
             compacted_until,
         )
 
+    def held(self, batch: Batch, seconds: float) -> None:
+        """Size the next batch after ``batch``, whose transaction held ``seconds`` from its start
+        to its commit. A batch that found nothing says nothing about the size (its time is the
+        looking, whatever the limits)."""
+        if batch.kind != "none":
+            self.size.held(seconds)
+
     # -- until done ----------------------------------------------------------------------
 
     def batches(
         self, transaction: Callable[[], Any], now: float, fence: Callable[[Session], None] | None = None
     ) -> Iterator[Batch]:
         """Run batches, each in its own transaction (``transaction()``: a session context whose
-        ``begin()`` commits), until one finds nothing to do; yields each batch once committed."""
+        ``begin()`` commits), until one finds nothing to do; yields each batch once committed,
+        with ``seconds`` the whole transaction's hold (that sizes the next batch)."""
         while True:
+            started = time.perf_counter()
             with transaction() as session, session.begin():
                 if fence is not None:
                     fence(session)
                 batch = self.batch(session, now)
+            batch = replace(batch, seconds=time.perf_counter() - started)
             if batch.kind == "none":
                 return
+            self.held(batch, batch.seconds)
             yield batch
 
 

@@ -8,7 +8,11 @@
 - A property test over random mixes of rows (every job state, attempts open and with backend
   actions pending, alerts delivered and not, requests taken in and not): no live job's row, no
   undelivered alert, no job with a pending action goes; every batch stays within its limits;
-  the dry run counts what the prune removes.
+  the dry run counts what the prune removes; the same with batches shrinking after each one
+  (a time budget of 0).
+- Batches adapt: a batch that held longer than the budget halves the next one's limits, fast
+  ones grow them back to the limits and no further, never below the floor (the durations are
+  injected: nothing sleeps).
 - Inputs go only below the older of the two newest snapshots; ``retention_days`` 0 removes
   nothing; a bad setting exits 2 naming it.
 """
@@ -17,6 +21,7 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 import shutil
 import tempfile
 import time
@@ -50,7 +55,15 @@ from airflow_quota.store.models import (
 )
 from airflow_quota.store.prune_report import TABLES, prune_now
 from airflow_quota.store.repository import QuotaStore
-from airflow_quota.store.retention import DAY, BatchLimits, Removed, Retention
+from airflow_quota.store.retention import (
+    BATCH_BUDGET_SECONDS,
+    DAY,
+    SMALLEST_SHARE,
+    BatchLimits,
+    BatchSize,
+    Removed,
+    Retention,
+)
 
 G5 = "ml.g5.xlarge"
 QUOTA: dict[str, Any] = {
@@ -288,19 +301,26 @@ jobs_strategy = st.lists(
 
 
 @settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(jobs=jobs_strategy, batch=st.integers(1, 6), hours=st.integers(6, 72), placements=st.integers(1, 8))
+@given(
+    jobs=jobs_strategy,
+    batch=st.integers(1, 6),
+    hours=st.integers(6, 72),
+    placements=st.integers(1, 8),
+    budget=st.sampled_from([BATCH_BUDGET_SECONDS, 0.0]),
+)
 def test_no_live_job_undelivered_alert_or_pending_action_is_ever_pruned(
-    jobs: list[dict[str, Any]], batch: int, hours: int, placements: int
+    jobs: list[dict[str, Any]], batch: int, hours: int, placements: int, budget: float
 ) -> None:
     """Jobs that ended 80 to 100 days ago (the cutoff: 90), pruned in batches of at most
-    ``batch`` jobs, compacting at most ``hours`` hours or ``placements`` placements at once."""
+    ``batch`` jobs, compacting at most ``hours`` hours or ``placements`` placements at once;
+    with a time budget of 0, every batch halves the next one's limits down to the floor."""
     now = 400 * DAY
     with tempfile.TemporaryDirectory() as folder:
         shutil.copy(migrated_sqlite(), Path(folder) / "quota.db")
         engine = make_engine(f"sqlite:///{Path(folder) / 'quota.db'}")
         protected = fill(engine, jobs, now)
         limits = BatchLimits(jobs=batch, hours=hours, attempts=placements, orphans=batch)
-        retention = Retention(90, limits)
+        retention = Retention(90, limits, BatchSize(budget=budget))
         with session_factory(engine)() as session:
             planned = retention.plan(session, now).removed
         total = Removed()
@@ -414,6 +434,78 @@ def fill(engine: Engine, jobs: list[dict[str, Any]], now: float) -> dict[str, se
             if must_stay:
                 protected["jobs"].add(number)
     return protected
+
+
+# -- batches sized to a time budget ------------------------------------------------------
+
+
+def test_a_batch_over_the_budget_halves_the_limits_fast_ones_grow_them_back_to_the_ceiling() -> None:
+    limits = BatchLimits()
+    size = BatchSize()
+    assert size.of(limits) == limits  # the limits are where batches start
+
+    size.held(BATCH_BUDGET_SECONDS * 1.01)
+    assert size.of(limits) == BatchLimits(jobs=50, inputs=1000, hours=24, attempts=500, orphans=250, snapshots=3)
+    size.held(BATCH_BUDGET_SECONDS * 0.75)  # within the budget, not well under it: unchanged
+    assert size.of(limits).jobs == 50
+
+    grown = []
+    for _ in range(6):
+        size.held(BATCH_BUDGET_SECONDS / 4)
+        grown.append(size.of(limits).jobs)
+    assert grown == sorted(grown) and grown[0] > 50 and grown[-1] == 100  # slowly, back to the ceiling
+    assert grown.count(100) < len(grown)  # not at once
+
+    for _ in range(100):
+        size.held(0.0)
+    assert size.of(limits) == limits  # never above the limits
+
+    for _ in range(100):
+        size.held(10.0)
+    assert size.share == SMALLEST_SHARE  # never below the floor
+    assert size.of(limits) == BatchLimits(jobs=4, inputs=63, hours=2, attempts=32, orphans=16, snapshots=1)
+    assert size.of(BatchLimits(jobs=1, snapshots=1)).jobs == 1  # at least one of each
+
+
+def test_an_infinite_budget_keeps_the_limits_whatever_a_batch_holds() -> None:
+    size = BatchSize(budget=math.inf)
+    size.held(3600.0)
+    assert size.of(BatchLimits()) == BatchLimits()
+
+
+def test_the_next_batch_prunes_half_as_many_jobs_after_a_slow_one_and_more_after_fast_ones() -> None:
+    """60 finished jobs, at most 8 a batch: the transaction's hold reported for each batch (here
+    injected) sizes the jobs the next batch removes."""
+    now = 400 * DAY
+    finished = {"state": "SUCCEEDED", "attempts": [(True, None)], "alerts": [True], "requests": [True]}
+    jobs = [{**finished, "ended_days_ago": 95 + number / 100, "preempted": False} for number in range(60)]
+    with tempfile.TemporaryDirectory() as folder:
+        shutil.copy(migrated_sqlite(), Path(folder) / "quota.db")
+        engine = make_engine(f"sqlite:///{Path(folder) / 'quota.db'}")
+        fill(engine, jobs, now)
+        retention = Retention(90, BatchLimits(jobs=8))
+        sessions = session_factory(engine)
+
+        def one_batch(seconds_it_held: float, kind: str = "jobs") -> int:
+            """One batch, of ``kind``, reported as holding ``seconds_it_held``; the jobs it removed."""
+            with sessions() as session, session.begin():
+                batch = retention.batch(session, now)
+            assert batch.kind == kind
+            retention.held(batch, seconds_it_held)
+            return batch.removed.jobs
+
+        fast, slow = 0.0, BATCH_BUDGET_SECONDS * 2
+        one_batch(fast, "compact")  # the jobs' hours first (all within the first 48)
+        pruned = [one_batch(slow), one_batch(slow), one_batch(fast)]
+        assert pruned == [8, 4, 2]
+        while len(pruned) < 20 and pruned[-1] < 8:
+            pruned.append(one_batch(fast))
+        growing = pruned[2:]
+        assert growing == sorted(growing) and growing[-1] == 8 and len(growing) > 3
+        pruned.append(one_batch(fast))
+        assert pruned[-1] == 8  # the limit is the ceiling
+        assert count(engine, JobRow) == 60 - sum(pruned)
+        engine.dispose()
 
 
 # -- the setting ---------------------------------------------------------------------------
