@@ -52,6 +52,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--fault-rate", type=float, default=0.02)
     parser.add_argument("--duration-scale", type=float, default=1.0, help="the jobs' durations times this")
     parser.add_argument("--timeout", type=float, default=7200.0, help="wall seconds to end after the last submission")
+    parser.add_argument("--submitters", type=int, default=4, help="submitter threads side by side")
     parser.add_argument("--every", type=float, default=15.0, help="seconds between progress lines")
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "trace_chaos.json")
     args = parser.parse_args(argv)
@@ -63,6 +64,7 @@ def main(argv: list[str] | None = None) -> int:
         ("--fault-rate", 0 <= args.fault_rate < 1, "must be from 0 to below 1"),
         ("--duration-scale", args.duration_scale > 0, "must be above 0"),
         ("--timeout", args.timeout > 0, "must be above 0"),
+        ("--submitters", args.submitters >= 1, "must be 1 or more"),
     ]
     broken = [f"error: {name}: {rule}" for name, holds, rule in rules if not holds]
     if broken:
@@ -77,6 +79,7 @@ def main(argv: list[str] | None = None) -> int:
         fault_rate=args.fault_rate,
         duration_scale=args.duration_scale,
         timeout=args.timeout,
+        submitters=args.submitters,
     )
     root = Path(tempfile.mkdtemp(prefix="trace-chaos-"))
     print(f"logs and state in {root}", flush=True)
