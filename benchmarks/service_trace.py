@@ -204,7 +204,7 @@ class Progress:
         now = time.perf_counter()
         elapsed = now - self.last
         scheduler = replay.service.scheduler
-        finished = 0 if scheduler is None else len(scheduler.state.jobs) - len(scheduler.state.live_names)
+        finished = 0 if scheduler is None else len(replay.ids) - len(scheduler.state.live_names)  # forgotten too
         print(
             f"[{now - self.started:7.0f} s] jobs {replay.next_event:,}/{self.total_jobs:,} submitted, "
             f"{finished:,} finished | day {replay.simulated_seconds / 86400:5.1f} | "
