@@ -216,6 +216,10 @@ class QuotaService:
     """The shares' view as this leader last committed it (``store/views.py``); None before."""
     _views: ViewBuilder | None = None
     """What computes it, keeping each share's waiting figures until its queue changes."""
+    _open_changes: int = 0
+    """Counts the changes to the attempts kept (``_open``): the order ``_open_in_order`` sorted
+    holds while it stands."""
+    _open_sorted: tuple[int, list[Attempt]] | None = None
     _step_sessions: sessionmaker[Session] | None = None
     """Sessions on the step's one connection while a step runs (``_one_connection``)."""
     _open: dict[AttemptKey, Attempt] | None = None
@@ -658,7 +662,7 @@ class QuotaService:
         polled: list[tuple[Attempt, AttemptReport]] = []
         for attempt in open_attempts:
             report = reports.get(attempt.backend, {}).get((attempt.job_id, attempt.number))
-            if report is not None:
+            if report is not None and _is_news(attempt, report):
                 polled.append((attempt, report))
         # what happened since the last poll, in the simulator's order of one instant
         polled.sort(key=lambda pair: _REPORT_ORDER.get(pair[1].status, len(_REPORT_ORDER)))
@@ -673,11 +677,7 @@ class QuotaService:
         if self._open is None:
             self._load_open_attempts()
         assert self._open is not None
-        order = self._placement_order
-        open_attempts = sorted(
-            (attempt for attempt in self._open.values() if attempt.action is None),
-            key=lambda a: (a.placed_at, order.get(a.job_id, 0), a.job_id, a.number),
-        )
+        open_attempts = self._open_in_order()
         new = [a for a in open_attempts if (a.job_id, a.number) not in tracking.get(a.backend, ())]
         rows: dict[int, JobRow | None] = {}
         if new:
@@ -696,6 +696,19 @@ class QuotaService:
         self.poller.track(tracked, now, known)
         return open_attempts
 
+    def _open_in_order(self) -> list[Attempt]:
+        """The open attempts with no backend action pending, in the order they were placed;
+        sorted again only after the attempts kept changed (``_open_changes``)."""
+        assert self._open is not None
+        if self._open_sorted is None or self._open_sorted[0] != self._open_changes:
+            order = self._placement_order
+            ordered = sorted(
+                (attempt for attempt in self._open.values() if attempt.action is None),
+                key=lambda a: (a.placed_at, order.get(a.job_id, 0), a.job_id, a.number),
+            )
+            self._open_sorted = (self._open_changes, ordered)
+        return self._open_sorted[1]
+
     def _load_open_attempts(self) -> None:
         """Read the attempts not ended, with each job's latest PLACED decision (its order)."""
         with self._session() as session:
@@ -707,6 +720,7 @@ class QuotaService:
             )
             loaded = session.execute(select(Attempt, placed).where(Attempt.ended_at.is_(None))).all()
         self._open = {(attempt.job_id, attempt.number): attempt for attempt, _ in loaded}
+        self._open_changes += 1
         self._placement_order = {attempt.job_id: event_id or 0 for attempt, event_id in loaded}
         self._placements = max(self._placement_order.values(), default=0)
 
@@ -714,6 +728,7 @@ class QuotaService:
         """After ``_commit``: the attempts it wrote, as committed, replace the open ones kept."""
         if self._open is None:
             return
+        self._open_changes += 1
         for attempt in placed:  # in the order of their PLACED decisions
             self._placements += 1
             self._placement_order[attempt.job_id] = self._placements
@@ -730,6 +745,7 @@ class QuotaService:
         the open attempt kept as it changed the row."""
         attempt = None if self._open is None else self._open.get(outcome.key)
         if attempt is not None and attempt.action == outcome.kind.value:
+            self._open_changes += 1
             for name, value in values.items():
                 setattr(attempt, name, value)
 
@@ -1281,6 +1297,16 @@ class _Records:
         for model, rows in ((EventRow, self.events), (Preemption, self.preemptions), (AlertRow, self.alerts)):
             if rows:
                 session.execute(insert(model.__table__), rows)
+
+
+def _is_news(attempt: Attempt, report: AttemptReport) -> bool:
+    """Whether ``QuotaService._ingest`` would make anything of ``report``: an end, a backend
+    that does not know the attempt, or a training that started since the attempt was marked
+    running. The rest (still running, still starting) is skipped before the instant's sort."""
+    status = report.status
+    if status.ended or status is AttemptStatus.UNKNOWN:
+        return True
+    return status is AttemptStatus.RUNNING and attempt.status != AttemptState.RUNNING.value
 
 
 def _rows_by_id(session: Session, ids: set[int]) -> dict[int, JobRow | None]:
