@@ -49,7 +49,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import Engine, event, func, insert, select, tuple_, update
+from sqlalchemy import Engine, event, func, select, tuple_, update
 from sqlalchemy.exc import DBAPIError, DisconnectionError, PendingRollbackError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.orm import Session, sessionmaker
@@ -101,7 +101,7 @@ from airflow_quota.service.polling import (
 )
 from airflow_quota.service.pruning import LeaderPruning
 from airflow_quota.service.wakeup import Wakeup
-from airflow_quota.store.bulk import update_by_key
+from airflow_quota.store.bulk import insert_rows, update_by_key
 from airflow_quota.store.engine import DatabaseUnavailable, migrate, reachable, session_factory
 from airflow_quota.store.lock import LeadershipLost, current_leader, leader_lock
 from airflow_quota.store.models import (
@@ -801,11 +801,8 @@ class QuotaService:
         assert self.scheduler is not None or not gathered.decisions
         with self._session() as session, session.begin():
             self._fence(session)
-            if gathered.inputs:
-                session.execute(
-                    insert(InputRow.__table__),
-                    [{"at": at, "kind": kind, "payload": payload} for kind, payload, at in gathered.inputs],
-                )
+            inputs = [{"at": at, "kind": kind, "payload": payload} for kind, payload, at in gathered.inputs]
+            insert_rows(session, InputRow, inputs)
             if gathered.handled:  # one executemany, not a load and a flush a request
                 update_by_key(
                     session,
@@ -1295,8 +1292,7 @@ class _Records:
 
     def insert(self, session: Session) -> None:
         for model, rows in ((EventRow, self.events), (Preemption, self.preemptions), (AlertRow, self.alerts)):
-            if rows:
-                session.execute(insert(model.__table__), rows)
+            insert_rows(session, model, rows)
 
 
 def _is_news(attempt: Attempt, report: AttemptReport) -> bool:

@@ -26,7 +26,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import delete, func, insert, select, tuple_, update
+from sqlalchemy import delete, func, select, tuple_, update
 from sqlalchemy.orm import Session
 
 from airflow_quota.core.config import QuotaConfig, stored_config
@@ -35,7 +35,7 @@ from airflow_quota.core.model import Entry
 from airflow_quota.core.queues import ShareQueue
 from airflow_quota.core.state import QuotaState
 from airflow_quota.core.visibility import Waiting, most_placeable, pending_seconds, share_view, waiting
-from airflow_quota.store.bulk import update_by_key
+from airflow_quota.store.bulk import insert_rows, table_of, update_by_key
 from airflow_quota.store.models import ConfigVersion, PlaceableViewRow, Request, ShareTypeViewRow, ShareViewRow
 
 
@@ -227,7 +227,7 @@ def write_view(session: Session, view: QuotaView, stored: QuotaView | None = Non
 def _write_changes(session: Session, view: QuotaView, stored: QuotaView) -> None:
     """``write_view`` given the stored view of the same shares in the same order: every share
     row's ``computed_at`` in one UPDATE, then the rows that changed, came or went."""
-    session.execute(update(ShareViewRow.__table__).values(computed_at=view.computed_at))
+    session.execute(update(table_of(ShareViewRow)).values(computed_at=view.computed_at))
     changed_shares = [
         {"share": new.share, **_share_fields(new)}
         for old, new in zip(stored.shares, view.shares, strict=True)
@@ -272,13 +272,11 @@ def _sync(
     keys = model.__mapper__.primary_key
     gone = [key for key in stored if key not in wanted]
     if gone:
-        session.execute(delete(model.__table__).where(tuple_(*keys).in_(gone)))
+        session.execute(delete(table_of(model)).where(tuple_(*keys).in_(gone)))
     changed = [row for key, row in wanted.items() if key in stored and stored[key] != row]
     if changed:
         update_by_key(session, model, changed)
-    new = [row for key, row in wanted.items() if key not in stored]
-    if new:
-        session.execute(insert(model.__table__), new)
+    insert_rows(session, model, [row for key, row in wanted.items() if key not in stored])
 
 
 def read_view(session: Session) -> QuotaView:
