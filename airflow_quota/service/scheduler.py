@@ -1351,8 +1351,9 @@ def _job_columns(job: Job, state: Any, now: float) -> dict[str, Any]:
 def _end_frozen_transactions(engine: Engine, lease_seconds: float) -> None:
     """PostgreSQL: the server ends a session of this scheduler that sits inside a transaction
     longer than a lease (``idle_in_transaction_session_timeout``). A leader frozen mid-transaction
-    (SIGSTOP, a long pause) would otherwise hold the lease row's lock, and its standby could never
-    take over; its steps' transactions last milliseconds."""
+    (SIGSTOP, a long pause) would otherwise hold the lease row's lock; its steps' transactions last
+    milliseconds. The server does not end every such session (one idle after an ``executemany``):
+    the standby ends those itself once the lease has run out (``LeaderLease._end_frozen_holder``)."""
     milliseconds = max(int(lease_seconds * 1000), 1000)
 
     @event.listens_for(engine, "connect")

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import Connection, Engine, text
-from sqlalchemy.exc import IntegrityError, OperationalError
+from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
 
 from airflow_quota.store.engine import session_factory
 from airflow_quota.store.models import Leader
@@ -115,9 +115,13 @@ class LeaderLease:
 
     # -- the lease -----------------------------------------------------------------------
 
-    def acquire(self) -> bool:
+    def acquire(self, retry_after_ending_frozen: bool = True) -> bool:
         """Take the lease when it is free, has run out, its holder's connection is gone, or this
-        process holds it; True (and a new epoch) when this process now leads."""
+        process holds it; True (and a new epoch) when this process now leads.
+
+        A lease that has run out while a transaction of its holder still locks the row (a
+        leader frozen mid-transaction: SIGSTOP, a stalled VM) is taken by ending that session
+        (:meth:`_end_frozen_holder`), then trying once more."""
         connection = self._conn()
         pid = "pg_backend_pid()" if self.dialect == "postgresql" else "NULL"
         dead_holder = (
@@ -162,15 +166,52 @@ class LeaderLease:
             self._done()
             return False
         except OperationalError as exc:
-            if getattr(exc.orig, "sqlstate", None) == "55P03":  # lock_timeout: someone holds the row
-                self._done()
-                return False
-            raise
+            if getattr(exc.orig, "sqlstate", None) != "55P03":
+                raise
+            # lock_timeout: a transaction holds the row. Its holder is frozen when the lease it
+            # last committed has run out: end that session and try once more
+            if retry_after_ending_frozen and self._end_frozen_holder(connection):
+                return self.acquire(retry_after_ending_frozen=False)
+            self._done()
+            return False
         self._done()
         self.epoch = None if epoch is None else int(epoch)
         if self.epoch is not None:
             self._renewed = time.monotonic()
         return self.epoch is not None
+
+    def _end_frozen_holder(self, connection: Connection) -> bool:
+        """PostgreSQL: end the session whose open transaction locks the lease row, if the lease
+        it last committed has run out; whether one was ended. Its transaction is rolled back,
+        so a frozen leader that resumes commits nothing and steps down.
+
+        ``idle_in_transaction_session_timeout`` cannot do this alone: a session left idle in
+        its transaction after an ``executemany`` (psycopg runs one as a pipeline) is not ended
+        by it (PostgreSQL 15, psycopg 3.3; ``tests/service/test_leader_lease.py``), nor is one
+        frozen halfway through sending a statement. The session is found by the transaction id
+        in the row's ``xmax`` (the locker's) in ``pg_locks`` (each transaction locks its own)."""
+        try:
+            with connection.begin():
+                ended = connection.execute(
+                    text(
+                        "SELECT l.pid, pg_terminate_backend(l.pid, 1000) FROM quota_leader q "
+                        "JOIN pg_locks l ON l.locktype = 'transactionid' AND l.transactionid = q.xmax AND l.granted "
+                        f"WHERE q.name = :name AND q.expires_at < {self.now} AND l.pid <> pg_backend_pid()"
+                    ),
+                    {"name": LEADER},
+                ).all()
+        except DBAPIError as exc:  # not allowed to end another role's session: wait for the timeout
+            log.warning("%s cannot end the frozen leader's session: %s", self.holder, exc.orig)
+            return False
+        for pid, done in ended:
+            log.warning(
+                "%s ended session %s: it locks the leader lease, which ran out (a leader frozen "
+                "mid-transaction)%s",
+                self.holder,
+                pid,
+                "" if done else "; it has not exited yet",
+            )
+        return any(done for _, done in ended)
 
     def still_leader(self) -> bool:
         """The heartbeat: renew the lease to now + ``lease_seconds``; False when another
