@@ -73,21 +73,30 @@ POOL: dict[str, Any] = {
 }
 """A pool where borrowing, reclaim and in-share preemption all happen (2 xlarge unassigned)."""
 
-# Loaded by the scheduler subprocesses only (PYTHONPATH): journals every FakeBackend.start call.
+# Loaded by the scheduler subprocesses only (PYTHONPATH): journals every FakeBackend.start call,
+# "fresh" when that call created the attempt's record (the backend's own atomic create: a start
+# that read no record before it, and lost the race to another scheduler's start, is not fresh).
 JOURNAL_HOOK = textwrap.dedent(
     """
-    import json, os, time
+    import json, os, threading, time
     from airflow_quota.service.backends import fake as _fake
 
-    _start = _fake.FakeBackend.start
+    _start, _create = _fake.FakeBackend.start, _fake.FakeBackend._create
+    _created = threading.local()
+
+    def _journalled_create(self, key, state):
+        made = _create(self, key, state)
+        _created.fresh = made and not state.get("tombstone")
+        return made
 
     def _journalled_start(self, attempt):
-        fresh = self._load(attempt.key) is None
+        _created.fresh = False
         _start(self, attempt)
-        line = json.dumps({"key": attempt.key, "pid": os.getpid(), "fresh": fresh, "at": time.time()})
+        line = json.dumps({"key": attempt.key, "pid": os.getpid(), "fresh": _created.fresh, "at": time.time()})
         with open(os.environ["QUOTA_TEST_JOURNAL"], "a") as journal:
             journal.write(line + "\\n")
 
+    _fake.FakeBackend._create = _journalled_create
     _fake.FakeBackend.start = _journalled_start
     """
 )
