@@ -216,10 +216,6 @@ class QuotaService:
     """The shares' view as this leader last committed it (``store/views.py``); None before."""
     _views: ViewBuilder | None = None
     """What computes it, keeping each share's waiting figures until its queue changes."""
-    _open_changes: int = 0
-    """Counts the changes to the attempts kept (``_open``): the order ``_open_in_order`` sorted
-    holds while it stands."""
-    _open_sorted: tuple[int, list[Attempt]] | None = None
     _step_sessions: sessionmaker[Session] | None = None
     """Sessions on the step's one connection while a step runs (``_one_connection``)."""
     _open: dict[AttemptKey, Attempt] | None = None
@@ -697,17 +693,14 @@ class QuotaService:
         return open_attempts
 
     def _open_in_order(self) -> list[Attempt]:
-        """The open attempts with no backend action pending, in the order they were placed;
-        sorted again only after the attempts kept changed (``_open_changes``)."""
+        """The open attempts with no backend action pending, in the order they were placed (the
+        order a recovered leader reads them in, so a failover changes no decision)."""
         assert self._open is not None
-        if self._open_sorted is None or self._open_sorted[0] != self._open_changes:
-            order = self._placement_order
-            ordered = sorted(
-                (attempt for attempt in self._open.values() if attempt.action is None),
-                key=lambda a: (a.placed_at, order.get(a.job_id, 0), a.job_id, a.number),
-            )
-            self._open_sorted = (self._open_changes, ordered)
-        return self._open_sorted[1]
+        order = self._placement_order
+        return sorted(
+            (attempt for attempt in self._open.values() if attempt.action is None),
+            key=lambda a: (a.placed_at, order.get(a.job_id, 0), a.job_id, a.number),
+        )
 
     def _load_open_attempts(self) -> None:
         """Read the attempts not ended, with each job's latest PLACED decision (its order)."""
@@ -720,7 +713,6 @@ class QuotaService:
             )
             loaded = session.execute(select(Attempt, placed).where(Attempt.ended_at.is_(None))).all()
         self._open = {(attempt.job_id, attempt.number): attempt for attempt, _ in loaded}
-        self._open_changes += 1
         self._placement_order = {attempt.job_id: event_id or 0 for attempt, event_id in loaded}
         self._placements = max(self._placement_order.values(), default=0)
 
@@ -728,7 +720,6 @@ class QuotaService:
         """After ``_commit``: the attempts it wrote, as committed, replace the open ones kept."""
         if self._open is None:
             return
-        self._open_changes += 1
         for attempt in placed:  # in the order of their PLACED decisions
             self._placements += 1
             self._placement_order[attempt.job_id] = self._placements
@@ -745,7 +736,6 @@ class QuotaService:
         the open attempt kept as it changed the row."""
         attempt = None if self._open is None else self._open.get(outcome.key)
         if attempt is not None and attempt.action == outcome.kind.value:
-            self._open_changes += 1
             for name, value in values.items():
                 setattr(attempt, name, value)
 
