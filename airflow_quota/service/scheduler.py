@@ -740,10 +740,12 @@ class QuotaService:
                 setattr(attempt, name, value)
 
     def _ingest(self, gathered: _Step, attempt: Attempt, report: AttemptReport, now: float) -> None:
+        """Turn a report that is news (``_is_news``: the rule of what is lives there) into the
+        rows to write and the core's inputs."""
         assert self.scheduler is not None
         job = self._job(attempt.job_id)
         current = job is not None and job.attempts == attempt.number and job.placement is not None
-        if report.status is AttemptStatus.RUNNING and attempt.status != AttemptState.RUNNING.value:
+        if report.status is AttemptStatus.RUNNING:  # news: it was not marked running yet
             since = now if report.running_since is None else min(report.running_since, now)
             gathered.running.append((attempt.job_id, attempt.number, since))
             gathered.touched.add(attempt.job_id)
@@ -1286,9 +1288,9 @@ class _Records:
 
 
 def _is_news(attempt: Attempt, report: AttemptReport) -> bool:
-    """Whether ``QuotaService._ingest`` would make anything of ``report``: an end, a backend
-    that does not know the attempt, or a training that started since the attempt was marked
-    running. The rest (still running, still starting) is skipped before the instant's sort."""
+    """Whether ``report`` changes anything (``QuotaService._ingest`` takes only these): an end,
+    a backend that does not know the attempt, or a training that started since the attempt was
+    marked running. The rest (still running, still starting) is skipped before the instant's sort."""
     status = report.status
     if status.ended or status is AttemptStatus.UNKNOWN:
         return True
