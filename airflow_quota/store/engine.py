@@ -65,10 +65,22 @@ def migrate(engine: Engine) -> tuple[str | None, str]:
     """Create or upgrade the schema to the newest revision; returns (from, to) revisions."""
     logging.getLogger("alembic").setLevel(logging.WARNING)
     config = _alembic_config(engine)
-    with reachable(str(engine.url)), engine.begin() as connection:
-        before = MigrationContext.configure(connection).get_current_revision()
-        config.attributes["connection"] = connection
-        command.upgrade(config, "head")
+    with reachable(str(engine.url)), engine.connect() as connection:
+        sqlite = engine.dialect.name == "sqlite"
+        if sqlite:  # a migration that rebuilds a table drops and renames it (SQLite's way): not a delete
+            connection.exec_driver_sql("PRAGMA foreign_keys=OFF")  # outside a transaction, or it does nothing
+            connection.commit()  # ends SQLAlchemy's autobegun transaction (SQLite began none)
+        try:
+            with connection.begin():
+                before = MigrationContext.configure(connection).get_current_revision()
+                config.attributes["connection"] = connection
+                command.upgrade(config, "head")
+                if sqlite and (broken := connection.exec_driver_sql("PRAGMA foreign_key_check").first()):
+                    raise RuntimeError(f"migrating left a row whose reference is broken: {tuple(broken)}")
+        finally:
+            if sqlite:
+                connection.exec_driver_sql("PRAGMA foreign_keys=ON")
+                connection.commit()
     head = ScriptDirectory.from_config(config).get_current_head()
     return before, str(head)
 

@@ -25,13 +25,19 @@ Id = BigInteger().with_variant(Integer, "sqlite")
 """The type of every id and every column that refers to one: ``BIGINT`` on PostgreSQL (its
 sequence counting as ``BIGINT`` too), so that any id the API and the command line accept (1 to
 2^63-1) can be stored and looked up (migration 0013); on SQLite ``INTEGER``, which is 64-bit
-already and is the only type whose primary key SQLite numbers by itself (the rowid)."""
+already and is the only type whose primary key SQLite numbers by itself (the rowid).
+
+Every table with such an id is ``sqlite_autoincrement`` (migration 0016): an id is never given
+again once its row is deleted (a refused submission's job row, a pruned job). SQLite's rowid
+alone takes the largest id in the table plus one, so the next job got a refused one's id, and
+with it that refusal's decision in its history. PostgreSQL's sequences never go back."""
 
 
 class ConfigVersion(Base):
     """A quota configuration as applied with ``airflow-quota apply`` (one row per version)."""
 
     __tablename__ = "quota_config_versions"
+    __table_args__ = {"sqlite_autoincrement": True}  # noqa: RUF012 - SQLAlchemy's API
 
     id: Mapped[int] = mapped_column(Id, primary_key=True, autoincrement=True)
     created_at: Mapped[float] = mapped_column(Float)
@@ -54,7 +60,7 @@ class Request(Base):
     outcome: Mapped[str | None] = mapped_column(String(20))
     error: Mapped[str | None] = mapped_column(Text)
 
-    __table_args__ = (Index("ix_quota_requests_pending", "handled", "id"),)
+    __table_args__ = (Index("ix_quota_requests_pending", "handled", "id"), {"sqlite_autoincrement": True})
 
 
 class JobRow(Base):
@@ -115,6 +121,7 @@ class JobRow(Base):
         ),
         Index("ix_quota_jobs_share_state", "share", "state"),
         Index("ix_quota_jobs_dag", "dag_id"),
+        {"sqlite_autoincrement": True},
     )
 
 
@@ -194,6 +201,7 @@ class TaskReport(Base):
 
 class Preemption(Base):
     __tablename__ = "quota_preemptions"
+    __table_args__ = {"sqlite_autoincrement": True}  # noqa: RUF012 - SQLAlchemy's API
 
     id: Mapped[int] = mapped_column(Id, primary_key=True, autoincrement=True)
     job_id: Mapped[int] = mapped_column(Id, ForeignKey("quota_jobs.id"), index=True)
@@ -231,13 +239,14 @@ class AlertRow(Base):
     """Per notifier name: ``{"state": SENDING | SENT | FAILED | GAVE_UP | UNKNOWN, "attempts",
     "next_at", "error", "at"}``."""
 
-    __table_args__ = (Index("ix_quota_alerts_undelivered", "notified_at"),)
+    __table_args__ = (Index("ix_quota_alerts_undelivered", "notified_at"), {"sqlite_autoincrement": True})
 
 
 class EventRow(Base):
     """The decision log, one row per decision, in the order they were made."""
 
     __tablename__ = "quota_events"
+    __table_args__ = {"sqlite_autoincrement": True}  # noqa: RUF012 - SQLAlchemy's API
 
     id: Mapped[int] = mapped_column(Id, primary_key=True, autoincrement=True)
     at: Mapped[float] = mapped_column(Float)
@@ -257,6 +266,7 @@ class Input(Base):
     """Everything fed to the core, in order: replaying it rebuilds the scheduler's state."""
 
     __tablename__ = "quota_inputs"
+    __table_args__ = {"sqlite_autoincrement": True}  # noqa: RUF012 - SQLAlchemy's API
 
     id: Mapped[int] = mapped_column(Id, primary_key=True, autoincrement=True)
     at: Mapped[float] = mapped_column(Float)
@@ -271,6 +281,7 @@ class Snapshot(Base):
     the SHA-256 of ``payload``, so a damaged row is told apart from an older format."""
 
     __tablename__ = "quota_snapshots"
+    __table_args__ = {"sqlite_autoincrement": True}  # noqa: RUF012 - SQLAlchemy's API
 
     id: Mapped[int] = mapped_column(Id, primary_key=True, autoincrement=True)
     last_input_id: Mapped[int] = mapped_column(Id, index=True)
