@@ -445,8 +445,24 @@ Index("ix_quota_attempts_placed", Attempt.placed_at)
 """Attempts by placement: the hours retention compacts read the attempts placed before their end."""
 Index("ix_quota_requests_job", Request.job_id)
 """A job's requests: retention keeps a job with one not taken in, and prunes the others with it."""
-Index("ix_quota_events_at", EventRow.at)
-"""Decisions by when: retention's search for those of no job (refused submissions) before its
-cutoff reads only what is left before it, not the whole log."""
-Index("ix_quota_requests_created", Request.created_at)
-"""Requests by when: the same for requests of no job."""
+UNATTACHED_EVENTS = "job_id IS NULL OR type = 'REJECTED'"
+"""The decisions that may outlive their job: refusals (a refused submission's job row goes at
+the refusal) and decisions about no job. Every other decision goes with its job's prune."""
+REFUSED_REQUESTS = "handled AND kind <> 'config' AND (job_id IS NULL OR outcome = 'refused')"
+"""The requests taken in that may outlive their job (a configuration's stays with its version)."""
+Index(
+    "ix_quota_events_unattached",
+    EventRow.at,
+    postgresql_where=text(UNATTACHED_EVENTS),
+    sqlite_where=text(UNATTACHED_EVENTS),
+)
+"""Retention's search for decisions of no job before its cutoff reads only these, by instant:
+never the entries of the decisions pruned with their jobs (an index on every decision's instant
+made the first search after a backlog walk them all)."""
+Index(
+    "ix_quota_requests_refused",
+    Request.created_at,
+    postgresql_where=text(REFUSED_REQUESTS),
+    sqlite_where=text(REFUSED_REQUESTS),
+)
+"""The same for requests of no job."""

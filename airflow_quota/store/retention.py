@@ -35,7 +35,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
-from sqlalchemy import ColumnElement, Select, delete, exists, func, insert, or_, select, text, update
+from sqlalchemy import ColumnElement, Select, TextClause, delete, exists, func, insert, or_, select, text, update
 from sqlalchemy.orm import Session
 
 from airflow_quota.core.config import QuotaConfig
@@ -50,7 +50,9 @@ from airflow_quota.store.dashboard import (
     usage_points,
 )
 from airflow_quota.store.models import (
+    REFUSED_REQUESTS,
     RETENTION_ROW,
+    UNATTACHED_EVENTS,
     AlertRow,
     Attempt,
     ConfigVersion,
@@ -532,18 +534,24 @@ def _prunable_jobs(cutoff: float, compacted_until: float) -> Select[Any]:
     )
 
 
-def _orphan_events(cutoff: float) -> list[ColumnElement[bool]]:
-    """Decisions before the cutoff about no job stored (refused submissions)."""
-    return [EventRow.at < cutoff, or_(EventRow.job_id.is_(None), ~exists().where(JobRow.id == EventRow.job_id))]
-
-
-def _orphan_requests(cutoff: float) -> list[ColumnElement[bool]]:
-    """Requests taken in before the cutoff about no job stored (refused submissions); never a
-    configuration's (its version stays)."""
+def _orphan_events(cutoff: float) -> list[ColumnElement[bool] | TextClause]:
+    """Decisions before the cutoff about no job stored (refused submissions). Only refusals and
+    decisions of no job can be (``UNATTACHED_EVENTS``: the rest go with their jobs), and the
+    condition says so, for the partial index that holds just those."""
     return [
-        Request.handled.is_(True),
+        EventRow.at < cutoff,
+        text(f"({UNATTACHED_EVENTS})"),  # in brackets: it is ANDed with the rest
+        or_(EventRow.job_id.is_(None), ~exists().where(JobRow.id == EventRow.job_id)),
+    ]
+
+
+def _orphan_requests(cutoff: float) -> list[ColumnElement[bool] | TextClause]:
+    """Requests taken in before the cutoff about no job stored (refused submissions); never a
+    configuration's (its version stays). Only refused ones and those of no job can be
+    (``REFUSED_REQUESTS``: the others go with their jobs)."""
+    return [
         Request.created_at < cutoff,
-        Request.kind != "config",
+        text(f"({REFUSED_REQUESTS})"),
         or_(Request.job_id.is_(None), ~exists().where(JobRow.id == Request.job_id)),
     ]
 

@@ -33,7 +33,7 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from sqlalchemy import Engine, func, select
+from sqlalchemy import Engine, exists, func, or_, select
 
 from airflow_quota import cli
 from airflow_quota.core.model import JobRequest, JobState
@@ -90,7 +90,8 @@ class Played:
 
 def play(url: str, state_dir: Path) -> Played:
     """200 days ago: research takes both instances for 3 h; prod reclaims one after 30 min (a
-    preemption), research's victim runs again later; a few days of jobs after. 10 days ago a
+    preemption), research's victim runs again later, a submission is refused each day; a few
+    days of jobs after, and one more refusal 10 days ago. 10 days ago a
     long job starts in prod and still runs. Played by a leader keeping everything."""
     engine = make_engine(url)
     migrate(engine)
@@ -110,6 +111,14 @@ def play(url: str, state_dir: Path) -> Played:
             clock.advance_to(clock.now() + every)
             service.step()
 
+    def refuse(job_id: int) -> None:
+        """The submission names a share the configuration in force does not have when the leader
+        takes it in (as when the store checked it against the one before): refused, its row goes."""
+        with session_factory(engine)() as session, session.begin():
+            row = session.get(JobRow, job_id)
+            assert row is not None
+            row.share, row.request = "gone", {**row.request, "share": "gone"}
+
     service.recover()
     service.step()
     for day in range(2):
@@ -118,12 +127,16 @@ def play(url: str, state_dir: Path) -> Played:
         submit(f"r{day}a", "research", 3)
         submit(f"r{day}b", "research", 3)
         service.step()
+        refuse(submit(f"x{day}", "prod", 1))
+        service.step()
         run(start + 1800)
         submit(f"p{day}", "prod", 1)
         service.step()
         run(start + 12 * HOUR)
     clock.advance_to(origin + 190 * 24 * HOUR)
     live = submit("long", "prod", 100 * 24)
+    service.step()
+    refuse(submit("recent", "prod", 1))  # within the retention: it stays
     service.step()
     run(clock.now() + 3600)
     clock.advance_to(origin + 200 * 24 * HOUR)
@@ -151,6 +164,17 @@ def figures(played: Played, now: float) -> dict[str, Any]:
     return shown
 
 
+def of_no_job(engine: Engine) -> dict[str, int]:
+    """Decisions and requests (but a configuration's) whose job is not stored, whatever their kind:
+    what retention's narrower search (refusals only) must find all of."""
+    gone = ~exists().where(JobRow.id == EventRow.job_id)
+    request_gone = ~exists().where(JobRow.id == Request.job_id)
+    return {
+        "events": count(engine, EventRow, or_(EventRow.job_id.is_(None), gone)),
+        "requests": count(engine, Request, Request.kind != "config", or_(Request.job_id.is_(None), request_gone)),
+    }
+
+
 def count(engine: Engine, model: Any, *where: Any) -> int:
     with engine.connect() as connection:
         return int(connection.scalar(select(func.count()).select_from(model).where(*where)) or 0)
@@ -171,6 +195,7 @@ def test_the_leader_prunes_the_past_and_the_history_reads_the_same(played: Playe
     before = figures(played, at)
     assert before["research"]["preemptions"] >= 1 and before["research"]["whole"][1] > 0  # borrowed, reclaimed
     jobs_before = count(engine, JobRow)
+    assert of_no_job(engine) == {"events": 3, "requests": 3}  # the refused submissions
     live_rows = {model: count(engine, model, model.job_id == played.live) for model in (Attempt, EventRow)}
     with session_factory(engine)() as session:
         planned = Retention(90).plan(session, clock.now())
@@ -201,6 +226,7 @@ def test_the_leader_prunes_the_past_and_the_history_reads_the_same(played: Playe
     assert count(engine, JobRow) == 1 and count(engine, Preemption) == 0
     assert {model: count(engine, model, model.job_id == played.live) for model in (Attempt, EventRow)} == live_rows
     assert count(engine, ShareHour) > 0
+    assert of_no_job(engine) == {"events": 1, "requests": 1}  # the refusal after the cutoff stays
     assert figures(played, at) == before
 
 
