@@ -26,7 +26,9 @@ the whole process's heap's (a full collection walks every object). When the data
 on this machine (its backend's ``/proc/<pid>/schedstat`` is readable), each batch's run-queue
 wait, the benchmark's thread's and the PostgreSQL backend's, and the collector's CPU time in it
 (``gc.callbacks``) are measured too, and the hold without them is shown beside the hold ("net of
-CPU waits and GC"): what the batch's own statements and commit take.
+CPU waits and GC"): what the batch's own statements and commit take. Before the batches the
+benchmark freezes its heap as the scheduler process does after recovery (``freeze_long_lived``),
+so a full collection walks only what the batches made.
 """
 
 from __future__ import annotations
@@ -48,6 +50,7 @@ from sqlalchemy import Engine, insert, text
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from airflow_quota.sim.gc_tuning import freeze_long_lived
 from airflow_quota.store.engine import make_engine, migrate, session_factory
 from airflow_quota.store.models import (
     AlertRow,
@@ -262,6 +265,7 @@ def run(admin: str, jobs: int, fixed_limits: bool) -> dict[str, Any]:
             planned = retention.plan(session, now).removed
             backend = session.scalar(text("SELECT pg_backend_pid()"))
             autovacuum = session.scalar(text("SHOW autovacuum"))
+        freeze_long_lived()  # as the scheduler process does after recovery: its heap is not walked again
         smallest_share = 1.0
         slowest: list[tuple[float, int, str, float]] = []
         """Every batch's (hold, number, kind, share of the limits it took): the slowest are shown."""

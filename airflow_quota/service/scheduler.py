@@ -101,6 +101,7 @@ from airflow_quota.service.polling import (
 )
 from airflow_quota.service.pruning import LeaderPruning
 from airflow_quota.service.wakeup import Wakeup
+from airflow_quota.sim.gc_tuning import freeze_long_lived
 from airflow_quota.store.bulk import insert_rows, update_by_key
 from airflow_quota.store.engine import DatabaseUnavailable, migrate, reachable, session_factory
 from airflow_quota.store.lock import LeadershipLost, current_leader, leader_lock
@@ -212,6 +213,8 @@ class QuotaService:
         ended, a batch at a time in idle steps (``service/pruning.py``); 0 keeps everything.
     """
 
+    _freezes_heap = False
+    """Whether this is the scheduler process (``run``), whose long-lived objects are frozen."""
     _view: QuotaView | None = None
     """The shares' view as this leader last committed it (``store/views.py``); None before."""
     _views: ViewBuilder | None = None
@@ -315,6 +318,7 @@ class QuotaService:
         self.alerts.in_background()  # a slow notifier must not hold up cycles or the lease
         self.poller.start()  # nor a slow or throttled backend API
         self._fencing = True
+        self._freezes_heap = True
         pool_log = getattr(self.engine.pool, "logger", None)  # sqlalchemy.pool.impl.QueuePool
         if isinstance(pool_log, logging.Logger) and not any(isinstance(f, _OneLine) for f in pool_log.filters):
             pool_log.addFilter(_OneLine())
@@ -416,6 +420,7 @@ class QuotaService:
                     self.lock.lease_seconds,
                 )
                 self.recover()
+                self._freeze_heap()
             if not self.lock.still_leader():
                 raise LeadershipLost(f"{self.holder}: another scheduler took the leader lease")
             worked = self.step()
@@ -494,6 +499,7 @@ class QuotaService:
             snapshot_id, after, jobs, size = row.id, row.last_input_id, row.jobs, row.size
         self._inputs_since_snapshot = 0
         self._forget_submitted()
+        self._freeze_heap()
         log.info(
             "snapshot %d written after input %d: %d jobs, %.1f MB, in %.2f s",
             snapshot_id,
@@ -502,6 +508,13 @@ class QuotaService:
             size / 1e6,
             time.perf_counter() - started,
         )
+
+    def _freeze_heap(self) -> None:
+        """In the scheduler process (``run``), after recovery and each snapshot: what lives now
+        lives long, and no garbage collection walks it again (``freeze_long_lived``), so none
+        holds a step or a prune batch for the whole heap's walk."""
+        if self._freezes_heap:
+            freeze_long_lived()
 
     # -- one step ------------------------------------------------------------------------
 
