@@ -300,7 +300,7 @@ def warn(problems: list[Problem], file: str) -> None:
 
 def run_scheduler(args: argparse.Namespace) -> int:
     from airflow_quota.service.clock import WallClock
-    from airflow_quota.service.scheduler import QuotaService, run_forever
+    from airflow_quota.service.scheduler import VIEW_SECONDS, QuotaService, run_forever
     from airflow_quota.store.engine import make_engine
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s", stream=sys.stderr)
@@ -347,6 +347,7 @@ def run_scheduler(args: argparse.Namespace) -> int:
         poll_workers=int(args.poll_workers),
         retention_days=days,
         snapshot_every=int(args.snapshot_every),
+        view_seconds=VIEW_SECONDS,
     )
     logging.getLogger("airflow_quota.scheduler").info(
         "quota scheduler %s on %s with backends %s", service.holder, redacted(url), ", ".join(sorted(backends))

@@ -175,16 +175,24 @@ def pruned_size(replay: ServiceReplay, engine: Any, retention_days: float, optio
     }
 
 
-def _options(snapshot_every: int | None) -> dict[str, Any]:
+def _options(snapshot_every: int | None, view_seconds: float | None = None) -> dict[str, Any]:
     """Keyword arguments for ``QuotaService`` beyond the replay's: ``snapshot_every`` when
-    given (refused when this version of the service has no such parameter)."""
+    given (refused when this version of the service has no such parameter); ``view_seconds``,
+    by default the scheduler process's (``VIEW_SECONDS``), when this version has it."""
+    from airflow_quota.service import scheduler
     from airflow_quota.service.scheduler import QuotaService
 
+    parameters = inspect.signature(QuotaService).parameters
+    options: dict[str, Any] = {}
+    if "view_seconds" in parameters:
+        options["view_seconds"] = scheduler.VIEW_SECONDS if view_seconds is None else view_seconds
+    elif view_seconds is not None:
+        raise SystemExit("--view-seconds: this QuotaService has no view_seconds parameter yet")
     if snapshot_every is None:
-        return {}
-    if "snapshot_every" not in inspect.signature(QuotaService).parameters:
+        return options
+    if "snapshot_every" not in parameters:
         raise SystemExit("--snapshot-every: this QuotaService has no snapshot_every parameter yet")
-    return {"snapshot_every": snapshot_every}
+    return {**options, "snapshot_every": snapshot_every}
 
 
 class Progress:
@@ -223,6 +231,7 @@ def clean_run(
     measure: bool = False,
     snapshot_every: int | None = None,
     retention_days: list[float] | None = None,
+    view_seconds: float | None = None,
 ) -> dict[str, Any]:
     """The scenario through the service on the (empty) database at ``url``, its decisions
     compared with ``expected`` as they are committed; stops at the first difference. At the end,
@@ -232,7 +241,7 @@ def clean_run(
 
     engine = make_engine(normalize(url))
     migrate(engine)
-    options = _options(snapshot_every)
+    options = _options(snapshot_every, view_seconds)
     replay = ServiceReplay(loaded, engine, poll_workers=POLL_WORKERS, service_options=options, listing=True)
     total = len(loaded.events)
     marks = [m for m in MEASURE_AT if m < total] if measure else []
@@ -321,6 +330,11 @@ def main() -> int:
     parser.add_argument("--snapshot-every", type=int, help="QuotaService's snapshot_every (when it has it)")
     parser.add_argument("--profile", type=Path, help="write a cProfile of the service run to this file")
     parser.add_argument(
+        "--view-seconds",
+        type=float,
+        help="QuotaService's view_seconds (default: the scheduler process's, VIEW_SECONDS; 0: in every commit)",
+    )
+    parser.add_argument(
         "--retention-days",
         type=float,
         action="append",
@@ -338,6 +352,9 @@ def main() -> int:
     if args.snapshot_every is not None and args.snapshot_every < 1:
         print(f"error: --snapshot-every: {args.snapshot_every} must be ≥ 1", file=sys.stderr)
         return 2
+    if args.view_seconds is not None and not args.view_seconds >= 0:
+        print(f"error: --view-seconds: {args.view_seconds} must be ≥ 0", file=sys.stderr)
+        return 2
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     started = time.perf_counter()
     loaded = itp_scenario(args.jobs)
@@ -354,7 +371,9 @@ def main() -> int:
 
             profiler = cProfile.Profile()
             profiler.enable()
-        result = clean_run(loaded, url, expected, args.measure_recovery, args.snapshot_every, args.retention_days)
+        result = clean_run(
+            loaded, url, expected, args.measure_recovery, args.snapshot_every, args.retention_days, args.view_seconds
+        )
         if args.profile is not None:
             profiler.disable()
             profiler.dump_stats(args.profile)

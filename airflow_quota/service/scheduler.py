@@ -141,6 +141,10 @@ RETRY_FIRST_SECONDS = 0.5
 RETRY_MAX_SECONDS = 5.0
 RETRY_BACKOFF = wait_exponential(multiplier=RETRY_FIRST_SECONDS, max=RETRY_MAX_SECONDS)
 """Back-off after a database error: 0.5 s, doubling up to 5 s, reset by a pass that works."""
+VIEW_SECONDS = 1.0
+"""How far behind its commits the scheduler process lets the shares' view fall while busy
+(``QuotaService``'s ``view_seconds``): readers (the Quotas page, ``airflow-quota shares``, the
+gauges) see it at most a second old, and exact once the leader has nothing to do."""
 SUBMITTED_ROWS_SLACK = 10_000
 """Job rows a leader keeps beyond twice the jobs its core holds before it forgets those of
 jobs the core no longer holds (``QuotaService._keep_submitted``)."""
@@ -211,6 +215,11 @@ class QuotaService:
         so that recovery replays only the inputs after it (``service/snapshots.py``); 0: none.
     :param retention_days: finished jobs and covered inputs are pruned this long after they
         ended, a batch at a time in idle steps (``service/pruning.py``); 0 keeps everything.
+    :param view_seconds: while steps follow one another, the shares' view (``store/views.py``)
+        is rewritten at most this often, in wall-clock seconds, and by the first step that finds
+        nothing to do when it is behind; 0 (the default here, what tests drive): in every commit
+        that changes it. The scheduler process runs with ``VIEW_SECONDS``: readers poll every few
+        seconds, and computing the view in every commit was a quarter of a busy leader's step.
     """
 
     _freezes_heap = False
@@ -250,8 +259,14 @@ class QuotaService:
         poll_workers: int = DEFAULT_POLL_WORKERS,
         retention_days: float = DEFAULT_RETENTION_DAYS,
         snapshot_every: int = snapshots.DEFAULT_SNAPSHOT_EVERY,
+        view_seconds: float = 0.0,
     ) -> None:
         self.engine = engine
+        self.view_seconds = view_seconds
+        self._view_written = float("-inf")
+        """When (``time.monotonic``) this leader last wrote the view."""
+        self._view_behind = False
+        """Whether a commit changed the core's state since the view was last written."""
         self.backends = dict(backends)
         self.clock = clock or WallClock()
         self.wall_clock = isinstance(self.clock, WallClock)
@@ -480,7 +495,8 @@ class QuotaService:
             )
         if self.poller.background:  # the poller starts on the open attempts while the rest recovers
             self._track_open_attempts(self.clock.now())
-        self._rewrite_view()
+        self._view = None
+        self._rewrite_view(self.clock.now())
         self._starting_since_upgrade()
         self._open = None  # an upgrade's starts just changed status
         self._act(self.clock.now())
@@ -546,6 +562,8 @@ class QuotaService:
         worked = bool(gathered.decisions or gathered.handled or acted)
         if not worked:
             with reachable(str(self.engine.url)):
+                if self._view_behind:  # the burst is over: readers see where it left the shares
+                    self._rewrite_view(now)
                 self.pruning.when_idle(now, self._fence)
         return worked
 
@@ -841,8 +859,10 @@ class QuotaService:
                 if row is not None:
                     session.delete(row)
             self._write_jobs(session, gathered.touched - set(gathered.rejected_jobs), now)
-            view = self._write_view(session, now)
+            behind = time.monotonic() - self._view_written < self.view_seconds
+            view = self._view if behind else self._write_view(session, now)
         self._view = view  # committed
+        self._view_behind = behind
         self._committed_attempts(attempts, gathered.placed)
 
     def _write_view(self, session: Session, now: float) -> QuotaView | None:
@@ -853,6 +873,7 @@ class QuotaService:
         if self._views is None:
             self._views = ViewBuilder()
         view = self._views.view_of(self.scheduler.state, now)
+        self._view_written = time.monotonic()
         if self._view is not None and view == self._view:
             # unchanged: the stored one, computed when it last changed, valid until the next timer
             return dataclasses.replace(self._view, valid_until=view.valid_until)
@@ -864,22 +885,20 @@ class QuotaService:
         back-off ends) without any commit: at such an instant the view is rewritten."""
         if self._view is None or self._view.valid_until is None or now < self._view.valid_until:
             return
-        with self._session() as session, session.begin():
-            self._fence(session)
-            view = self._write_view(session, now)
-        self._view = view
+        self._rewrite_view(now)
 
-    def _rewrite_view(self) -> None:
-        """After recovery: write the view of the replayed state whatever is stored (a database
-        just upgraded has none, and what could be placed may have changed with time while no
-        leader ran)."""
-        self._view = None
+    def _rewrite_view(self, now: float) -> None:
+        """Write the view of the core's state now, in a transaction of its own: after recovery
+        whatever is stored (a database just upgraded has none, and what could be placed may have
+        changed with time while no leader ran), and after a burst of steps that left it behind
+        (``view_seconds``)."""
         if self.scheduler is None:
             return
         with self._session() as session, session.begin():
             self._fence(session)
-            view = self._write_view(session, self.clock.now())
+            view = self._write_view(session, now)
         self._view = view
+        self._view_behind = False
 
     def _attempts_of(self, session: Session, gathered: _Step) -> dict[int, dict[int, Attempt]]:
         """Every attempt of the jobs whose attempts this step changes (reported running or ended,

@@ -205,8 +205,7 @@ class LeaderLease:
             return False
         for pid, done in ended:
             log.warning(
-                "%s ended session %s: it locks the leader lease, which ran out (a leader frozen "
-                "mid-transaction)%s",
+                "%s ended session %s: it locks the leader lease, which ran out (a leader frozen mid-transaction)%s",
                 self.holder,
                 pid,
                 "" if done else "; it has not exited yet",

@@ -1,10 +1,13 @@
 """The read model: what each share holds and waits for, as the leading quota scheduler's core
 sees it (``core.visibility.share_view``), stored so that every reader shows the same figures.
 
-The leader computes the view after each step that commits anything and, when it differs from
+The leader computes the view after a step that commits anything and, when it differs from
 what it last wrote, rewrites ``quota_share_views`` and ``quota_share_type_views`` in the same
-transaction as the decisions (``QuotaService._commit``). The view changes only when the core's
-state does, so between commits it stays exact; it stores instants, not ages (when the oldest
+transaction as the decisions (``QuotaService._commit``). The scheduler process does so at most
+once a second while its steps follow one another (``VIEW_SECONDS``), and in the first step that
+finds nothing to do, so a reader sees it at most a second behind the decisions during a burst and
+exact once it is over. The view changes only when the core's state does, so between commits it
+stays exact; it stores instants, not ages (when the oldest
 RUNNABLE job became RUNNABLE), and readers turn them into ages at read time with
 ``core.visibility.pending_seconds``, the one definition. The per-job half of the read model
 (pending reason, the entry waited for, positions, ``runnable_since``) is in the columns of
