@@ -12,7 +12,10 @@ from airflow_quota.store.models import JobRow, Request
 from airflow_quota.store.repository import QuotaStore
 from tests.builders import request
 
-QUOTA = {"pool": {"capacity": {"ml.g5.xlarge": 4}}, "shares": [{"name": "team", "capacity_limits": {"ml.g5.xlarge": 4}}]}
+QUOTA = {
+    "pool": {"capacity": {"ml.g5.xlarge": 4}},
+    "shares": [{"name": "team", "capacity_limits": {"ml.g5.xlarge": 4}}],
+}
 COLUMNS = (JobRow.state, JobRow.reason, JobRow.gpu_hours, JobRow.pending_deadline, JobRow.position_in_share)
 
 
