@@ -1096,20 +1096,24 @@ class QuotaService:
 
     def _dispatch(self) -> None:
         """Ask the poller for every backend action recorded and not yet done, in the order they
-        were placed, except the ones it has already (waiting, in flight, or done and not taken)."""
+        were placed, except the ones it has already (waiting, in flight, or done and not taken).
+        They are read from the open attempts the leader keeps (``_open``): an attempt with an
+        action pending is open (its reports wait until the action is done), and the leader is
+        the only writer of both."""
         requested = self.poller.requested()
-        with self._session() as session:
-            pending = session.scalars(
-                select(Attempt)
-                .where(Attempt.action.is_not(None))
-                .order_by(Attempt.placed_at, Attempt.job_id, Attempt.number)
-            ).all()
-            new = [
-                a
-                for a in pending
-                if ((a.job_id, a.number), ActionKind(a.action)) not in requested.get(a.backend, set())
-            ]
-            rows = self._submitted_rows({a.job_id for a in new}, session)
+        if self._open is None:
+            self._load_open_attempts()
+        assert self._open is not None
+        pending = sorted(
+            (attempt for attempt in self._open.values() if attempt.action is not None),
+            key=lambda a: (a.placed_at, a.job_id, a.number),
+        )
+        new = [
+            a for a in pending if ((a.job_id, a.number), ActionKind(a.action)) not in requested.get(a.backend, set())
+        ]
+        if not new:
+            return
+        rows = self._submitted_rows({a.job_id for a in new})
         actions: dict[str, list[BackendAction]] = {}
         unconfigured: list[ActionOutcome] = []
         for attempt in new:

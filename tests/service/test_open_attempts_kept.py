@@ -1,7 +1,8 @@
 """The leader keeps the open attempts in memory, updated from its own commits
 (``QuotaService._committed_attempts``, ``_marked_done``) instead of reading them at every step:
 after every step of scenarios with placements, preemptions with and without grace, cancels and
-failures, what it keeps equals what the database holds, field for field and in the same order."""
+failures, what it keeps equals what the database holds, field for field and in the same order,
+and the backend actions pending (what ``_dispatch`` reads from it) are all on open attempts."""
 
 from __future__ import annotations
 
@@ -36,6 +37,28 @@ def test_the_open_attempts_kept_are_the_stored_ones_after_every_step(path: Path,
     replay = ServiceReplay(load_scenario(path), engine)
     service = replay.service
     compared = 0
+    actions: list[int] = []
+    dispatch = service._dispatch
+
+    def _dispatch_checked() -> None:
+        """Where ``_dispatch`` reads the actions pending from the open attempts it keeps: the
+        stored ones must be those, all on open attempts."""
+        with engine.connect() as connection:
+            stored = connection.execute(
+                select(Attempt.job_id, Attempt.number, Attempt.ended_at, Attempt.action).where(
+                    Attempt.action.is_not(None)
+                )
+            ).all()
+        assert all(ended is None for _, _, ended, _ in stored), f"step {replay.steps}: an action on an ended attempt"
+        if service._open is None:  # read at its first use, as _dispatch does
+            service._load_open_attempts()
+        assert service._open is not None
+        kept = {(a.job_id, a.number, a.action) for a in service._open.values() if a.action is not None}
+        assert {(job, number, action) for job, number, _, action in stored} == kept, f"step {replay.steps}"
+        actions.append(len(stored))
+        dispatch()
+
+    service._dispatch = _dispatch_checked  # type: ignore[method-assign]
     while replay.steps < 100_000 and replay.advance():
         if service._open is None:
             continue  # not loaded yet (no configuration taken in)
@@ -45,6 +68,7 @@ def test_the_open_attempts_kept_are_the_stored_ones_after_every_step(path: Path,
         compared += len(kept)
     assert replay.steps < 100_000, "the replay did not end"
     assert compared > 0, "no attempt was ever open: nothing compared"
+    assert sum(actions) > 0, "no backend action was ever pending: nothing compared"
 
 
 _SUBMITTED_FIELDS = ("id", "name", "share", "backend", "request", "training", "aws_conn_id")
