@@ -16,7 +16,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -38,11 +37,9 @@ from airflow_quota.service.backends.sagemaker import SageMakerBackend
 from airflow_quota.service.clock import ManualClock
 from airflow_quota.service.polling import ActionKind, BackendAction, BackendPoller
 from airflow_quota.service.scheduler import QuotaService
-from airflow_quota.store.engine import make_engine, migrate
 from airflow_quota.store.lock import LeadershipLost
 from airflow_quota.store.models import Attempt, EventRow
 from airflow_quota.store.repository import QuotaStore
-from airflow_quota.store.settings import normalize
 from tests.builders import request
 from tests.moto_server import REGION
 from tests.service.test_sagemaker_backend import NOT_FOUND, expect_not_found
@@ -59,12 +56,9 @@ POOL = {
 
 
 @pytest.fixture
-def engine(postgres_url: str) -> Iterator[Engine]:
-    """A migrated PostgreSQL database of its own (the fencing under test is PostgreSQL's)."""
-    engine = make_engine(normalize(postgres_url))
-    migrate(engine)
-    yield engine
-    engine.dispose()
+def db_url(postgres_url: str) -> str:
+    """PostgreSQL only: the fencing under test is PostgreSQL's (``conftest.engine`` migrates it)."""
+    return postgres_url
 
 
 @dataclass

@@ -10,25 +10,19 @@ a session (PostgreSQL 15, psycopg 3.3), which is how the frozen-leader test of
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 from sqlalchemy import Connection, Engine, select, text
 from sqlalchemy.exc import OperationalError
 
-from airflow_quota.store.engine import make_engine, migrate
 from airflow_quota.store.lock import LeaderLease, leader_lock
 from airflow_quota.store.models import Leader
-from airflow_quota.store.settings import normalize
 from tests.waiting import wait_for
 
 
 @pytest.fixture
-def engine(postgres_url: str) -> Iterator[Engine]:
-    engine = make_engine(normalize(postgres_url))
-    migrate(engine)
-    yield engine
-    engine.dispose()
+def db_url(postgres_url: str) -> str:
+    """PostgreSQL only: the lease's row locks and sessions are PostgreSQL's (``conftest.engine`` migrates it)."""
+    return postgres_url
 
 
 def frozen_mid_transaction(engine: Engine, lease: LeaderLease) -> Connection:
