@@ -3,9 +3,11 @@
 The leader's step (``service/scheduler.py``) runs every 0.2 s; asking SageMaker about every open
 attempt in every step would be about five DescribeTrainingJob calls per running job per second,
 in series, and AWS throttles long before a real platform's size. So the step only *tells* the
-:class:`Poller` which attempts are open (:meth:`Poller.track`) and *reads* the latest reports it
-has gathered (:meth:`Poller.reports`); both take a lock for a dictionary copy, never a backend
-call. The poller asks each backend about each of its open attempts once per that backend's
+:class:`Poller` which attempts to follow (:meth:`Poller.track` the whole set, after a leader
+loads its open attempts; :meth:`Poller.follow` and :meth:`Poller.unfollow` what changed, at
+every other step) and *reads* the latest reports of the attempts whose report changed
+(:meth:`Poller.take_news`, :meth:`Poller.reports_of`); each takes a lock for a few dictionary
+operations, never a backend call, and none walks every open attempt. The poller asks each backend about each of its open attempts once per that backend's
 ``poll_interval_seconds`` (SageMaker 30 s, as the amazon provider's ``check_interval``; local
 1 s; the fake backend on every step unless told otherwise), so a change is noticed within one
 interval (plus one call's latency) -- unless the backend can list its changes.
@@ -230,6 +232,8 @@ class BackendPoller:
         self._specs: dict[AttemptKey, AttemptSpec] = {}
         self._due: dict[AttemptKey, float] = {}
         self._reports: dict[AttemptKey, AttemptReport] = {}
+        self._changed: set[AttemptKey] = set()
+        """The followed attempts whose report changed since the step last took them (``take_news``)."""
         self._paused_until = float("-inf")
         self._backoff = 0.0
         """The current throttling pause (0: not throttled)."""
@@ -305,31 +309,59 @@ class BackendPoller:
         or, at the latest, on the safety net's spread (``safety_interval``): a new leader taking
         over 1,000 running jobs lists what changed while no leader ran instead of describing them
         all. One without (a start refused, an attempt never started) is spread over one interval."""
-        known = known or {}
         with self._lock:
-            new = sorted(key for key, spec in open_attempts.items() if key not in self._specs and spec is not None)
-            for key in [key for key in self._specs if key not in open_attempts]:
-                del self._specs[key], self._due[key]
-                self._reports.pop(key, None)
-                self._known.pop(key, None)
-                self._described.pop(key, None)
-            if not self._specs:  # nothing followed: the next listing starts afresh
-                self._uncovered = self._listed_to = self._pass = None
-            seeded = [key for key in new if self.lister is not None and key in known]
-            unseeded = [key for key in new if key not in seeded]
-            for index, key in enumerate(seeded):
-                self._due[key] = now + self.safety_interval * index / len(seeded)
-                self._known[key] = known[key].status
-                self._uncover(known[key].since)
-            for index, key in enumerate(unseeded):
-                self._due[key] = now + self.interval * index / len(unseeded)
-                self._uncover(now)  # changes after its first description are the listing's
-            for key in new:
-                spec = open_attempts[key]
-                assert spec is not None
-                self._specs[key] = spec
+            self._drop([key for key in self._specs if key not in open_attempts])
+            new = self._add(open_attempts, now, known or {})
         if new:
             self._wake.set()
+
+    def follow(
+        self, attempts: Mapping[AttemptKey, AttemptSpec], now: float, known: Mapping[AttemptKey, Known] | None = None
+    ) -> None:
+        """Follow these attempts too, as :meth:`track` follows new ones (the ones followed
+        already are left as they are): the step tells only what changed, not every open attempt."""
+        with self._lock:
+            new = self._add(attempts, now, known or {})
+        if new:
+            self._wake.set()
+
+    def unfollow(self, keys: Iterable[AttemptKey]) -> None:
+        """Stop following these attempts (ended, or with a start or stop in hand), with their
+        report; keys not followed are ignored."""
+        with self._lock:
+            self._drop([key for key in keys if key in self._specs])
+
+    def _drop(self, keys: list[AttemptKey]) -> None:
+        """Forget these followed attempts. Lock held."""
+        for key in keys:
+            del self._specs[key], self._due[key]
+            self._reports.pop(key, None)
+            self._changed.discard(key)
+            self._known.pop(key, None)
+            self._described.pop(key, None)
+        if not self._specs:  # nothing followed: the next listing starts afresh
+            self._uncovered = self._listed_to = self._pass = None
+
+    def _add(
+        self, open_attempts: Mapping[AttemptKey, AttemptSpec | None], now: float, known: Mapping[AttemptKey, Known]
+    ) -> list[AttemptKey]:
+        """Begin to follow the attempts of ``open_attempts`` not followed yet (see :meth:`track`);
+        the ones added. Lock held."""
+        new = sorted(key for key, spec in open_attempts.items() if key not in self._specs and spec is not None)
+        seeded = [key for key in new if self.lister is not None and key in known]
+        unseeded = [key for key in new if key not in seeded]
+        for index, key in enumerate(seeded):
+            self._due[key] = now + self.safety_interval * index / len(seeded)
+            self._known[key] = known[key].status
+            self._uncover(known[key].since)
+        for index, key in enumerate(unseeded):
+            self._due[key] = now + self.interval * index / len(unseeded)
+            self._uncover(now)  # changes after its first description are the listing's
+        for key in new:
+            spec = open_attempts[key]
+            assert spec is not None
+            self._specs[key] = spec
+        return new
 
     def _uncover(self, since: float) -> None:
         """Changes from ``since`` on are still to be listed. Lock held."""
@@ -345,6 +377,17 @@ class BackendPoller:
         """The latest report of every tracked attempt polled at least once."""
         with self._lock:
             return dict(self._reports)
+
+    def reports_of(self, keys: Iterable[AttemptKey]) -> dict[AttemptKey, AttemptReport]:
+        """The latest report of each of these attempts that is followed and was polled."""
+        with self._lock:
+            return {key: report for key in keys if (report := self._reports.get(key)) is not None}
+
+    def take_news(self) -> set[AttemptKey]:
+        """The followed attempts whose report changed since the last call."""
+        with self._lock:
+            news, self._changed = self._changed, set()
+            return news
 
     def request(self, actions: Iterable[BackendAction]) -> None:
         """Ask for these starts and stops. One already waiting, in flight, or done and not yet
@@ -730,6 +773,8 @@ class BackendPoller:
                 if report is not None:
                     changed = self._reports.get(key) != report
                     self._reports[key] = report
+                    if changed:
+                        self._changed.add(key)
                     self._known[key] = report.status
                 else:  # the change listed was not described: the next listing asks again
                     self._described.pop(key, None)
@@ -857,6 +902,31 @@ class Poller:
         :meth:`BackendPoller.track`); a backend absent has none."""
         for name, poller in self.pollers.items():
             poller.track(open_attempts.get(name, {}), now, (known or {}).get(name))
+
+    def follow(
+        self,
+        attempts: Mapping[str, Mapping[AttemptKey, AttemptSpec]],
+        now: float,
+        known: Mapping[str, Mapping[AttemptKey, Known]] | None = None,
+    ) -> None:
+        """Follow these attempts too, by backend name (see :meth:`BackendPoller.follow`)."""
+        for name, added in attempts.items():
+            self.pollers[name].follow(added, now, (known or {}).get(name))
+
+    def unfollow(self, keys: Iterable[AttemptKey]) -> None:
+        """Stop following these attempts, whichever backend follows them."""
+        keys = list(keys)
+        if keys:
+            for poller in self.pollers.values():
+                poller.unfollow(keys)
+
+    def take_news(self) -> set[AttemptKey]:
+        """The attempts whose report changed since the last call, every backend's."""
+        return set().union(*(poller.take_news() for poller in self.pollers.values()))
+
+    def reports_of(self, keys: Mapping[str, Iterable[AttemptKey]]) -> dict[str, dict[AttemptKey, AttemptReport]]:
+        """The latest report of each of these attempts, by backend name (see ``reports``)."""
+        return {name: self.pollers[name].reports_of(wanted) for name, wanted in keys.items() if name in self.pollers}
 
     def tracking(self) -> dict[str, set[AttemptKey]]:
         """The attempts tracked now, by backend name."""

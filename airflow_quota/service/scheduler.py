@@ -235,6 +235,13 @@ class QuotaService:
     until loaded from the database (``_load_open_attempts``). The leader is the only writer of
     attempts, so it keeps them up to date from its own commits instead of reading them every
     step; recovery reloads them."""
+    _to_recheck: set[AttemptKey] | None = None
+    """The open attempts whose latest report the next step looks at besides the ones the poller
+    has news of: those the leader changed since (a commit, a backend action done) and those whose
+    report was news it has not resolved yet. None: every open attempt (just loaded: the poller is
+    then told the whole set, ``_track_open_attempts``)."""
+    _with_action: set[AttemptKey]
+    """The open attempts with a backend action pending (``_dispatch``)."""
     _placement_order: dict[int, int]
     """Each job's latest placement, as a number that grows with each one (the PLACED event's id
     for the ones loaded): the open attempts' order after their instant."""
@@ -536,6 +543,13 @@ class QuotaService:
 
     def step(self) -> bool:
         """One pass of the leader; True when anything came in, was decided or was marked done."""
+        try:
+            return self._step()
+        except BaseException:
+            self._open = None  # what it took in and did not commit is looked at again, all of it
+            raise
+
+    def _step(self) -> bool:
         now = self.clock.now()
         gathered = _Step()
         with reachable(str(self.engine.url)), self._one_connection():
@@ -676,13 +690,39 @@ class QuotaService:
                 gathered.touched.add(request.job_id)
 
     def _take_in_reports(self, gathered: _Step, now: float) -> None:
-        """Tell the poller which attempts are open, read what it last heard of them (without
+        """Tell the poller which attempts to follow, read what it last heard of them (without
         waiting: when its threads run, the backends are asked there, each on its own interval;
         when nobody started them, the polls due now run here), and turn what changed into
-        inputs."""
+        inputs.
+
+        Only what changed is looked at: the attempts the leader changed and the ones whose
+        report changed (``Poller.take_news``), not every open attempt at every step. Just after
+        the open attempts are loaded, all of them are (``_reports_walked``, the reference a test
+        holds the incremental way to)."""
         if self.scheduler is None:
             return
+        if self._open is None:
+            self._load_open_attempts()
+        polled = self._reports_walked(now) if self._to_recheck is None else self._reports_changed(now)
+        # what happened since the last poll, in the simulator's order of one instant
+        order = self._placement_order
+        polled.sort(
+            key=lambda pair: (
+                _REPORT_ORDER.get(pair[1].status, len(_REPORT_ORDER)),
+                pair[0].placed_at,
+                order.get(pair[0].job_id, 0),
+                pair[0].job_id,
+                pair[0].number,
+            )
+        )
+        self._to_recheck = {(attempt.job_id, attempt.number) for attempt, _ in polled}  # until resolved
+        for attempt, report in polled:
+            self._ingest(gathered, attempt, report, now)
+
+    def _reports_walked(self, now: float) -> list[tuple[Attempt, AttemptReport]]:
+        """Every open attempt told to the poller, and each one's report that is news."""
         open_attempts = self._track_open_attempts(now)
+        self.poller.take_news()  # every report is looked at below
         if not self.poller.background:
             self.poller.poll_due(now)
         reports = self.poller.reports()
@@ -691,15 +731,63 @@ class QuotaService:
             report = reports.get(attempt.backend, {}).get((attempt.job_id, attempt.number))
             if report is not None and _is_news(attempt, report):
                 polled.append((attempt, report))
-        # what happened since the last poll, in the simulator's order of one instant
-        polled.sort(key=lambda pair: _REPORT_ORDER.get(pair[1].status, len(_REPORT_ORDER)))
-        for attempt, report in polled:
-            self._ingest(gathered, attempt, report, now)
+        return polled
+
+    def _reports_changed(self, now: float) -> list[tuple[Attempt, AttemptReport]]:
+        """The attempts the leader changed since the last step followed or unfollowed, then the
+        reports that are news among theirs and the ones the poller has news of."""
+        assert self._open is not None and self._to_recheck is not None
+        changed, self._to_recheck = self._to_recheck, set()
+        self._follow_changed(changed, now)
+        if not self.poller.background:
+            self.poller.poll_due(now)
+        wanted: dict[str, list[Attempt]] = {}
+        for key in changed | self.poller.take_news():
+            attempt = self._open.get(key)
+            if attempt is not None and attempt.action is None:
+                wanted.setdefault(attempt.backend, []).append(attempt)
+        reports = self.poller.reports_of(
+            {backend: [(a.job_id, a.number) for a in attempts] for backend, attempts in wanted.items()}
+        )
+        polled: list[tuple[Attempt, AttemptReport]] = []
+        for backend, attempts in wanted.items():
+            for attempt in attempts:
+                report = reports.get(backend, {}).get((attempt.job_id, attempt.number))
+                if report is not None and _is_news(attempt, report):
+                    polled.append((attempt, report))
+        return polled
+
+    def _follow_changed(self, changed: set[AttemptKey], now: float) -> None:
+        """Have the poller follow the changed attempts that are open with no action pending and
+        unfollow the others (ended, or with a start or stop in hand)."""
+        assert self._open is not None
+        follow = [
+            attempt
+            for key in sorted(changed)
+            if (attempt := self._open.get(key)) is not None
+            and attempt.action is None
+            and attempt.backend in self.backends
+        ]
+        self.poller.unfollow(changed - {(a.job_id, a.number) for a in follow})
+        if not follow:
+            return
+        rows = self._submitted_rows({a.job_id for a in follow})
+        added: dict[str, dict[AttemptKey, AttemptSpec]] = {}
+        known: dict[str, dict[AttemptKey, Known]] = {}
+        for attempt in follow:
+            row = rows.get(attempt.job_id)
+            if row is None:
+                continue
+            added.setdefault(attempt.backend, {})[attempt.job_id, attempt.number] = self._spec(row, attempt)
+            seen = _known(attempt)
+            if seen is not None:
+                known.setdefault(attempt.backend, {})[attempt.job_id, attempt.number] = seen
+        self.poller.follow(added, now, known)
 
     def _track_open_attempts(self, now: float) -> list[Attempt]:
         """The attempts started and not ended, in the order they were placed (the step, then
-        the PLACED decision's place in its log); the poller is told to follow them (the job rows
-        are loaded only for the attempts it does not follow yet)."""
+        the PLACED decision's place in its log); the poller is told to follow them, and them
+        only (the job rows are loaded only for the attempts it does not follow yet)."""
         tracking = self.poller.tracking()
         if self._open is None:
             self._load_open_attempts()
@@ -734,7 +822,8 @@ class QuotaService:
         )
 
     def _load_open_attempts(self) -> None:
-        """Read the attempts not ended, with each job's latest PLACED decision (its order)."""
+        """Read the attempts not ended, with each job's latest PLACED decision (its order); the
+        next step looks at all of them (``_to_recheck``)."""
         with self._session() as session:
             placed = (
                 select(func.max(EventRow.id))
@@ -744,8 +833,24 @@ class QuotaService:
             )
             loaded = session.execute(select(Attempt, placed).where(Attempt.ended_at.is_(None))).all()
         self._open = {(attempt.job_id, attempt.number): attempt for attempt, _ in loaded}
+        self._with_action = {key for key, attempt in self._open.items() if attempt.action is not None}
+        self._to_recheck = None
         self._placement_order = {attempt.job_id: event_id or 0 for attempt, event_id in loaded}
         self._placements = max(self._placement_order.values(), default=0)
+
+    def _attempt_changed(self, key: AttemptKey, attempt: Attempt | None) -> None:
+        """Keep ``attempt`` (None: ended) as the open attempt ``key`` now is, as committed."""
+        assert self._open is not None
+        if attempt is None:
+            self._open.pop(key, None)
+        else:
+            self._open[key] = attempt
+        if attempt is not None and attempt.action is not None:
+            self._with_action.add(key)
+        else:
+            self._with_action.discard(key)
+        if self._to_recheck is not None:
+            self._to_recheck.add(key)
 
     def _committed_attempts(self, attempts: dict[int, dict[int, Attempt]], placed: list[Attempt]) -> None:
         """After ``_commit``: the attempts it wrote, as committed, replace the open ones kept."""
@@ -758,9 +863,9 @@ class QuotaService:
             for attempt in job_attempts.values():
                 key = (attempt.job_id, attempt.number)
                 if attempt.ended_at is None:
-                    self._open[key] = attempt
-                else:
-                    self._open.pop(key, None)
+                    self._attempt_changed(key, attempt)
+                elif key in self._open:
+                    self._attempt_changed(key, None)
 
     def _marked_done(self, outcome: ActionOutcome, values: dict[str, Any]) -> None:
         """After ``_mark_done``: an outcome written (the attempt still had that action) changes
@@ -769,6 +874,7 @@ class QuotaService:
         if attempt is not None and attempt.action == outcome.kind.value:
             for name, value in values.items():
                 setattr(attempt, name, value)
+            self._attempt_changed(outcome.key, attempt)
 
     def _ingest(self, gathered: _Step, attempt: Attempt, report: AttemptReport, now: float) -> None:
         """Turn a report that is news (``_is_news``: the rule of what is lives there) into the
@@ -1097,16 +1203,15 @@ class QuotaService:
     def _dispatch(self) -> None:
         """Ask the poller for every backend action recorded and not yet done, in the order they
         were placed, except the ones it has already (waiting, in flight, or done and not taken).
-        They are read from the open attempts the leader keeps (``_open``): an attempt with an
-        action pending is open (its reports wait until the action is done), and the leader is
-        the only writer of both."""
+        They are read from the open attempts the leader keeps (``_open``, ``_with_action``): an
+        attempt with an action pending is open (its reports wait until the action is done), and
+        the leader is the only writer of both."""
         requested = self.poller.requested()
         if self._open is None:
             self._load_open_attempts()
         assert self._open is not None
         pending = sorted(
-            (attempt for attempt in self._open.values() if attempt.action is not None),
-            key=lambda a: (a.placed_at, a.job_id, a.number),
+            (self._open[key] for key in self._with_action), key=lambda a: (a.placed_at, a.job_id, a.number)
         )
         new = [
             a for a in pending if ((a.job_id, a.number), ActionKind(a.action)) not in requested.get(a.backend, set())
