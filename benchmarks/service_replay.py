@@ -224,6 +224,7 @@ class ServiceReplay:
             cycle_seconds=float("inf"),
             refresh_views_seconds=float("inf"),
             poll_workers=poll_workers,
+            requests_announced=True,
             **(service_options or {}),
         )
         self.config = loaded.config
@@ -278,6 +279,7 @@ class ServiceReplay:
         while self.next_event < len(events) and self.origin + events[self.next_event].at == at:
             self._client_call(events[self.next_event])
             self.next_event += 1
+            self.service.request_added()  # as the listener hears it from another process
         self.service.step()
         self.steps += 1
         return True

@@ -7,9 +7,10 @@ in series, and AWS throttles long before a real platform's size. So the step onl
 loads its open attempts; :meth:`Poller.follow` and :meth:`Poller.unfollow` what changed, at
 every other step) and *reads* the latest reports of the attempts whose report changed
 (:meth:`Poller.take_news`, :meth:`Poller.reports_of`); each takes a lock for a few dictionary
-operations, never a backend call, and none walks every open attempt. The poller asks each backend about each of its open attempts once per that backend's
-``poll_interval_seconds`` (SageMaker 30 s, as the amazon provider's ``check_interval``; local
-1 s; the fake backend on every step unless told otherwise), so a change is noticed within one
+operations, never a backend call, and none walks every open attempt. The poller asks each
+backend about each of its open attempts once per that backend's ``poll_interval_seconds``
+(SageMaker 30 s, as the amazon provider's ``check_interval``; local 1 s; the fake backend on
+every step unless told otherwise), so a change is noticed within one
 interval (plus one call's latency) -- unless the backend can list its changes.
 
 Change detection by listing (an optional capability, :class:`~airflow_quota.service.backends.base.ListsChanges`;

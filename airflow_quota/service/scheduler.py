@@ -88,6 +88,7 @@ from airflow_quota.service.backends.base import (
     Backend,
 )
 from airflow_quota.service.clock import Clock, WallClock
+from airflow_quota.service.inbox import INBOX_SAFETY_SECONDS, RequestListener
 from airflow_quota.service.inputs import apply, from_row, refusal, to_row
 from airflow_quota.service.metrics import QuotaMetrics
 from airflow_quota.service.polling import (
@@ -116,7 +117,7 @@ from airflow_quota.store.models import (
     Request,
 )
 from airflow_quota.store.models import Input as InputRow
-from airflow_quota.store.repository import IN_CHUNK, NOTIFY_CHANNEL
+from airflow_quota.store.repository import IN_CHUNK
 from airflow_quota.store.settings import DEFAULT_RETENTION_DAYS
 from airflow_quota.store.views import QuotaView, ViewBuilder, write_view
 
@@ -220,6 +221,11 @@ class QuotaService:
         nothing to do when it is behind; 0 (the default here, what tests drive): in every commit
         that changes it. The scheduler process runs with ``VIEW_SECONDS``: readers poll every few
         seconds, and computing the view in every commit was a quarter of a busy leader's step.
+    :param requests_announced: every client says when it has added a request
+        (``request_added``: the replays, whose client runs in this process), so ``step`` reads
+        the inbox only then and every ``INBOX_SAFETY_SECONDS``, as ``run`` does on PostgreSQL
+        after a notification (``service/inbox.py``). Otherwise a ``step`` outside ``run`` reads it
+        every time.
     """
 
     _freezes_heap = False
@@ -267,8 +273,16 @@ class QuotaService:
         retention_days: float = DEFAULT_RETENTION_DAYS,
         snapshot_every: int = snapshots.DEFAULT_SNAPSHOT_EVERY,
         view_seconds: float = 0.0,
+        requests_announced: bool = False,
     ) -> None:
         self.engine = engine
+        self.requests_announced = requests_announced
+        self._request_added = True
+        """Whether a request may have come that the inbox was not read for since."""
+        self._inbox_read_at = float("-inf")
+        """When (``time.monotonic``) the leader last read its inbox."""
+        self._listener: RequestListener | None = None
+        """The connection that LISTENs for new requests while ``run`` leads on PostgreSQL."""
         self.view_seconds = view_seconds
         self._view_written = float("-inf")
         """When (``time.monotonic``) this leader last wrote the view."""
@@ -355,6 +369,7 @@ class QuotaService:
                 self._leading = False
                 self.scheduler = None
                 self.poller.forget()  # a standby asks the backends about nothing
+                self._stop_listening()
             except RetryError:
                 break  # stopped while backing off from a database error
             except snapshots.RecoveryImpossible as exc:
@@ -365,6 +380,7 @@ class QuotaService:
         self.alerts.close()
         self.poller.stop()
         self._news.close()
+        self._stop_listening()
         if self._leading:
             try:
                 if self._inputs_since_snapshot:  # the next leader replays nothing
@@ -413,6 +429,7 @@ class QuotaService:
         self._leading = False
         self.scheduler = None
         self.poller.forget()  # until it leads again
+        self._stop_listening()
         self.lock.reset()
         self.engine.dispose()  # every pooled connection may be dead (server restart)
 
@@ -445,6 +462,7 @@ class QuotaService:
                 self._freeze_heap()
             if not self.lock.still_leader():
                 raise LeadershipLost(f"{self.holder}: another scheduler took the leader lease")
+            self._listen()
             worked = self.step()
         if not worked:
             self._wait(stop)
@@ -455,22 +473,43 @@ class QuotaService:
         or stop came back), or ``wake`` (a stop)."""
         if stop.is_set():
             return
-        if self.engine.dialect.name != "postgresql":
-            self._news.wait(self.poll_seconds)
-            return
-        try:
-            import psycopg
-
-            url = self.engine.url.set(drivername="postgresql").render_as_string(hide_password=False)
-            with psycopg.connect(url, autocommit=True) as connection:
-                connection.execute(f"LISTEN {NOTIFY_CHANNEL}")
-                self._news.wait(self.poll_seconds, also=connection.fileno())
-        except Exception:
-            self._news.wait(self.poll_seconds)
+        self._news.wait(self.poll_seconds, also=None if self._listener is None else self._listener.fileno())
 
     def wake(self) -> None:
         """End the idle wait now: a stop asked for (safe in a signal handler)."""
         self._news.set()
+
+    def request_added(self) -> None:
+        """A client added a request (an in-process one, with ``requests_announced``; the listener
+        hears the others): the next step reads the inbox, and an idle wait ends now."""
+        self._request_added = True
+        self._news.set()
+
+    def _listen(self) -> None:
+        """While leading on PostgreSQL, keep a connection LISTENing for new requests."""
+        if self.engine.dialect.name != "postgresql":
+            return
+        if self._listener is None:
+            url = self.engine.url.set(drivername="postgresql").render_as_string(hide_password=False)
+            self._listener = RequestListener(url)
+            self._request_added = True  # what came before it listened
+        self._listener.listen()
+
+    def _stop_listening(self) -> None:
+        if self._listener is not None:
+            self._listener.close()
+            self._listener = None
+
+    def _inbox_due(self) -> bool:
+        """Whether this step reads the inbox (``service/inbox.py``): a request may have come
+        (a notification, a client's word, a listener that cannot tell), or nobody would say
+        so, or the safety interval has passed."""
+        added, self._request_added = self._request_added, False
+        if self._listener is not None:
+            added = self._listener.heard() or added
+        elif not self.requests_announced:
+            return True
+        return added or time.monotonic() - self._inbox_read_at >= INBOX_SAFETY_SECONDS
 
     def _fence(self, session: Session) -> None:
         """First thing in a transaction that commits decisions or backend outcomes: check (and
@@ -547,6 +586,7 @@ class QuotaService:
             return self._step()
         except BaseException:
             self._open = None  # what it took in and did not commit is looked at again, all of it
+            self._request_added = True  # and the inbox read again
             raise
 
     def _step(self) -> bool:
@@ -643,6 +683,9 @@ class QuotaService:
         return decisions
 
     def _take_in_requests(self, gathered: _Step, now: float) -> None:
+        if not self._inbox_due():
+            return
+        self._inbox_read_at = time.monotonic()
         with self._session() as session:
             taken = session.execute(
                 select(Request, JobRow)
@@ -652,6 +695,8 @@ class QuotaService:
                 .limit(REQUESTS_PER_STEP)
             ).all()
             requests = [request for request, _ in taken]
+            if len(requests) == REQUESTS_PER_STEP:
+                self._request_added = True  # more wait: read on at the next step
             jobs = {request.job_id: row for request, row in taken if request.job_id is not None}
             self._keep_submitted(row for request, row in taken if row is not None and request.kind == "submit")
             documents = {}
@@ -671,6 +716,7 @@ class QuotaService:
             else:
                 payload = {"job_id": request.job_id, **request.payload}
             if self.scheduler is None and request.kind != "config":
+                self._request_added = True  # read again once there is one
                 break  # nothing can be taken in before the first configuration
             refused: Rejected | None
             if request.job_id is not None and self._forgotten(request.job_id) and request.kind != "submit":
