@@ -49,7 +49,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import Engine, event, func, select, tuple_, update
+from sqlalchemy import Engine, delete, event, func, select, tuple_, update
 from sqlalchemy.exc import DBAPIError, DisconnectionError, PendingRollbackError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.orm import Session, sessionmaker
@@ -103,7 +103,7 @@ from airflow_quota.service.polling import (
 from airflow_quota.service.pruning import LeaderPruning
 from airflow_quota.service.wakeup import Wakeup
 from airflow_quota.sim.gc_tuning import freeze_long_lived
-from airflow_quota.store.bulk import insert_rows, update_by_key
+from airflow_quota.store.bulk import insert_rows, pipelined, update_by_key
 from airflow_quota.store.engine import DatabaseUnavailable, migrate, reachable, session_factory
 from airflow_quota.store.lock import LeadershipLost, current_leader, leader_lock
 from airflow_quota.store.models import (
@@ -248,6 +248,8 @@ class QuotaService:
     then told the whole set, ``_track_open_attempts``)."""
     _with_action: set[AttemptKey]
     """The open attempts with a backend action pending (``_dispatch``)."""
+    _open_by_job: dict[int, set[int]]
+    """The numbers of each job's open attempts (``_attempts_of``)."""
     _placement_order: dict[int, int]
     """Each job's latest placement, as a number that grows with each one (the PLACED event's id
     for the ones loaded): the open attempts' order after their instant."""
@@ -879,6 +881,9 @@ class QuotaService:
             )
             loaded = session.execute(select(Attempt, placed).where(Attempt.ended_at.is_(None))).all()
         self._open = {(attempt.job_id, attempt.number): attempt for attempt, _ in loaded}
+        self._open_by_job = {}
+        for job_id, number in self._open:
+            self._open_by_job.setdefault(job_id, set()).add(number)
         self._with_action = {key for key, attempt in self._open.items() if attempt.action is not None}
         self._to_recheck = None
         self._placement_order = {attempt.job_id: event_id or 0 for attempt, event_id in loaded}
@@ -889,8 +894,14 @@ class QuotaService:
         assert self._open is not None
         if attempt is None:
             self._open.pop(key, None)
+            numbers = self._open_by_job.get(key[0])
+            if numbers is not None:
+                numbers.discard(key[1])
+                if not numbers:
+                    del self._open_by_job[key[0]]
         else:
             self._open[key] = attempt
+            self._open_by_job.setdefault(key[0], set()).add(key[1])
         if attempt is not None and attempt.action is not None:
             self._with_action.add(key)
         else:
@@ -974,20 +985,12 @@ class QuotaService:
 
     def _commit(self, gathered: _Step, now: float) -> None:
         assert self.scheduler is not None or not gathered.decisions
+        if self._open is None:
+            self._load_open_attempts()
         with self._session() as session, session.begin():
             self._fence(session)
-            inputs = [{"at": at, "kind": kind, "payload": payload} for kind, payload, at in gathered.inputs]
-            insert_rows(session, InputRow, inputs)
-            if gathered.handled:  # one executemany, not a load and a flush a request
-                update_by_key(
-                    session,
-                    Request,
-                    [
-                        {"id": request_id, "handled": True, "outcome": outcome, "error": error}
-                        for request_id, outcome, error in gathered.handled
-                    ],
-                )
-            attempts = self._attempts_of(session, gathered)
+            attempts = self._attempts_of(gathered)
+            before = {key: _attempt_values(attempt) for key, attempt in _keyed(attempts)}
             for job_id, number, running_since in gathered.running:
                 attempt = attempts.get(job_id, {}).get(number)
                 if attempt is not None and attempt.ended_at is None:
@@ -1001,16 +1004,30 @@ class QuotaService:
             records = _Records()
             for decision in gathered.decisions:
                 self._record(session, decision, gathered, backends, attempts, records)
-            records.insert(session)
             for attempt in gathered.placed:
                 if attempt.action == ActionKind.START.value:  # not preempted in this same step
                     attempt.status = AttemptState.STARTING.value
-            for job_id in gathered.rejected_jobs:
-                self._submitted.pop(job_id, None)
-                row = session.get(JobRow, job_id)
-                if row is not None:
-                    session.delete(row)
-            self._write_jobs(session, gathered.touched - set(gathered.rejected_jobs), now)
+            with pipelined(session):
+                placed = {(attempt.job_id, attempt.number) for attempt in gathered.placed}
+                insert_rows(session, Attempt, [_attempt_row(attempt) for attempt in gathered.placed])
+                update_by_key(session, Attempt, _attempt_changes(attempts, before, placed))
+                inputs = [{"at": at, "kind": kind, "payload": payload} for kind, payload, at in gathered.inputs]
+                insert_rows(session, InputRow, inputs)
+                if gathered.handled:  # one executemany, not a load and a flush a request
+                    update_by_key(
+                        session,
+                        Request,
+                        [
+                            {"id": request_id, "handled": True, "outcome": outcome, "error": error}
+                            for request_id, outcome, error in gathered.handled
+                        ],
+                    )
+                records.insert(session)
+                if gathered.rejected_jobs:
+                    for job_id in gathered.rejected_jobs:
+                        self._submitted.pop(job_id, None)
+                    session.execute(delete(JobRow).where(JobRow.id.in_(gathered.rejected_jobs)))
+                self._write_jobs(session, gathered.touched - set(gathered.rejected_jobs), now)
             behind = time.monotonic() - self._view_written < self.view_seconds
             view = self._view if behind else self._write_view(session, now)
         self._view = view  # committed
@@ -1052,10 +1069,11 @@ class QuotaService:
         self._view = view
         self._view_behind = False
 
-    def _attempts_of(self, session: Session, gathered: _Step) -> dict[int, dict[int, Attempt]]:
-        """Every attempt of the jobs whose attempts this step changes (reported running or ended,
-        preempted, cancelled), by job id and number, read in one query a chunk of jobs rather
-        than one ``session.get`` an attempt."""
+    def _attempts_of(self, gathered: _Step) -> dict[int, dict[int, Attempt]]:
+        """The open attempts of the jobs whose attempts this step changes (reported running or
+        ended, preempted, cancelled), by job id and number: copies of the ones the leader keeps
+        (``_open``), for ``_commit`` to change and write (``_attempt_rows``); the kept ones are
+        replaced by them once committed. An attempt that ended is never changed again."""
         job_ids = {job_id for job_id, _, _ in gathered.running} | {job_id for job_id, _, _ in gathered.ended}
         for decision in gathered.decisions:
             stopping = isinstance(decision, Preempted) or (
@@ -1063,12 +1081,11 @@ class QuotaService:
             )
             if stopping and (job := self._job_of(decision)) is not None and job.ref is not None:
                 job_ids.add(job.ref)
+        assert self._open is not None
         found: dict[int, dict[int, Attempt]] = {}
-        wanted = sorted(job_ids)
-        for chunk in range(0, len(wanted), IN_CHUNK):
-            query = select(Attempt).where(Attempt.job_id.in_(wanted[chunk : chunk + IN_CHUNK]))
-            for attempt in session.scalars(query):
-                found.setdefault(attempt.job_id, {})[attempt.number] = attempt
+        for job_id in sorted(job_ids):
+            for number in sorted(self._open_by_job.get(job_id, ())):
+                found.setdefault(job_id, {})[number] = _copy_attempt(self._open[job_id, number])
         return found
 
     def _backends_of_placed(self, session: Session, decisions: list[Decision]) -> dict[int, str]:
@@ -1164,8 +1181,7 @@ class QuotaService:
                 external_name=None,
                 external_arn=None,
             )
-            session.add(placed)
-            gathered.placed.append(placed)
+            gathered.placed.append(placed)  # inserted by ``_commit``
             attempts.setdefault(job_id, {})[placed.number] = placed
         elif isinstance(decision, Preempted):
             # the attempt placed last *before* this decision: a victim preempted with no grace may
@@ -1472,6 +1488,50 @@ class _Records:
     def insert(self, session: Session) -> None:
         for model, rows in ((EventRow, self.events), (Preemption, self.preemptions), (AlertRow, self.alerts)):
             insert_rows(session, model, rows)
+
+
+_ATTEMPT_COLUMNS = tuple(column.key for column in Attempt.__table__.columns)
+_ATTEMPT_KEY = ("job_id", "number")
+
+
+def _attempt_values(attempt: Attempt) -> tuple[Any, ...]:
+    return tuple(getattr(attempt, name) for name in _ATTEMPT_COLUMNS)
+
+
+def _attempt_row(attempt: Attempt) -> dict[str, Any]:
+    """An attempt's columns by name, as ``insert_rows`` takes them."""
+    return dict(zip(_ATTEMPT_COLUMNS, _attempt_values(attempt), strict=True))
+
+
+def _copy_attempt(attempt: Attempt) -> Attempt:
+    """A detached copy, to change without touching the one kept until the change is committed."""
+    return Attempt(**_attempt_row(attempt))
+
+
+def _keyed(attempts: dict[int, dict[int, Attempt]]) -> Iterator[tuple[AttemptKey, Attempt]]:
+    for job_id, numbered in attempts.items():
+        for number, attempt in numbered.items():
+            yield (job_id, number), attempt
+
+
+def _attempt_changes(
+    attempts: dict[int, dict[int, Attempt]], before: dict[AttemptKey, tuple[Any, ...]], placed: set[AttemptKey]
+) -> list[dict[str, Any]]:
+    """For ``update_by_key``: the columns each attempt changed since ``before`` (the ones placed
+    in this step are inserted whole)."""
+    changes = []
+    for key, attempt in _keyed(attempts):
+        if key in placed or key not in before:
+            continue
+        now = _attempt_values(attempt)
+        changed = {
+            name: value
+            for name, value, was in zip(_ATTEMPT_COLUMNS, now, before[key], strict=True)
+            if value != was and name not in _ATTEMPT_KEY
+        }
+        if changed:
+            changes.append({"job_id": key[0], "number": key[1], **changed})
+    return changes
 
 
 def _is_news(attempt: Attempt, report: AttemptReport) -> bool:

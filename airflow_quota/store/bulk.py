@@ -8,10 +8,13 @@ back, which the leader never needs for what it writes this way.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
+import psycopg
 from sqlalchemy import Table, bindparam, insert, update
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import DeclarativeBase, Session
 
 
@@ -26,7 +29,7 @@ def insert_rows(session: Session, model: type[DeclarativeBase], rows: Sequence[d
     """INSERT ``rows`` (by column name) into ``model``'s table in the session's transaction, in
     their order, in one executemany; nothing when there are none."""
     if rows:
-        session.execute(insert(table_of(model)), list(rows))
+        session.execute(insert(table_of(model)).inline(), list(rows))  # inline: no RETURNING of ids
 
 
 def update_by_key(session: Session, model: type[DeclarativeBase], rows: Sequence[dict[str, Any]]) -> None:
@@ -53,3 +56,23 @@ def update_by_key(session: Session, model: type[DeclarativeBase], rows: Sequence
             statement,
             [{**{f"key_{key}": row[key] for key in keys}, **{name: row[name] for name in columns}} for row in group],
         )
+
+
+@contextmanager
+def pipelined(session: Session) -> Iterator[None]:
+    """Send the block's statements without waiting for each one's answer, on PostgreSQL
+    (psycopg's pipeline mode): one round trip for them all instead of one each. For writes whose
+    results nobody reads (``insert_rows``, ``update_by_key``, a DELETE), with the session's own
+    changes flushed before (the ORM reads each UPDATE's row count); an error of any of them is
+    raised at the end of the block, and rolls the transaction back as it would have at once.
+    Elsewhere (SQLite, in-process) the statements run as they come."""
+    session.flush()
+    connection = session.connection()
+    if connection.dialect.name != "postgresql":
+        yield
+        return
+    try:
+        with connection.connection.driver_connection.pipeline():  # type: ignore[union-attr]
+            yield
+    except psycopg.Error as error:  # raised by the pipeline's end, outside SQLAlchemy: as it raises them
+        raise DBAPIError.instance(None, None, error, psycopg.Error, dialect=connection.dialect) from error

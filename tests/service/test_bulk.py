@@ -1,14 +1,18 @@
 """``store/bulk.update_by_key``, the leader's one way to update rows by key (an executemany for
 each set of columns): each row gets its values (NULLs and all, an int in a float column), a key
-given twice keeps its last row, and rows not given stay as they were; SQLite and PostgreSQL."""
+given twice keeps its last row, and rows not given stay as they were; SQLite and PostgreSQL.
+``pipelined``: the writes of its block all land at its end, and when one of them fails, its error
+is raised there and none of them lands."""
 
 from __future__ import annotations
 
+import pytest
 from sqlalchemy import Engine, select
+from sqlalchemy.exc import IntegrityError
 
-from airflow_quota.store.bulk import update_by_key
+from airflow_quota.store.bulk import insert_rows, pipelined, update_by_key
 from airflow_quota.store.engine import session_factory
-from airflow_quota.store.models import JobRow, Request
+from airflow_quota.store.models import Attempt, JobRow, Request
 from airflow_quota.store.repository import QuotaStore
 from tests.builders import request
 
@@ -60,3 +64,40 @@ def test_a_float_column_given_only_ints_or_only_nulls(engine: Engine) -> None:
     stored = jobs(engine)
     assert (stored[a][2], stored[b][2]) == (3.0, 4.0)
     assert (stored[a][3], stored[b][3]) == (None, None)
+
+
+def attempt(job_id: int, number: int) -> dict[str, object]:
+    return {
+        "job_id": job_id, "number": number, "backend": "fake", "instance_type": "ml.g5.xlarge", "count": 1,
+        "training_plan": None, "borrowed": 0, "placed_at": 1.0, "action": "START", "stop_grace": 0.0,
+        "status": "STARTING", "running_since": None, "ended_at": None, "reason": None, "external_name": None,
+        "external_arn": None,
+    }  # fmt: skip
+
+
+def attempts(engine: Engine) -> list[tuple[int, int, str]]:
+    with engine.connect() as connection:
+        return sorted(tuple(row) for row in connection.execute(select(Attempt.job_id, Attempt.number, Attempt.status)))
+
+
+def test_the_writes_of_a_pipelined_block_all_land(engine: Engine) -> None:
+    store = QuotaStore(engine)
+    store.apply_config(QUOTA)
+    a, b = (store.submit(request(name, "team"), "fake", {"duration": 1}).id for name in "ab")
+    with session_factory(engine)() as session, session.begin(), pipelined(session):
+        insert_rows(session, Attempt, [attempt(a, 1), attempt(b, 1)])
+        update_by_key(session, Attempt, [{"job_id": a, "number": 1, "status": "RUNNING"}])
+        insert_rows(session, Attempt, [attempt(a, 2)])
+    assert attempts(engine) == [(a, 1, "RUNNING"), (a, 2, "STARTING"), (b, 1, "STARTING")]
+
+
+def test_a_write_that_fails_in_a_pipelined_block_fails_the_block_and_none_lands(engine: Engine) -> None:
+    store = QuotaStore(engine)
+    store.apply_config(QUOTA)
+    a = store.submit(request("a", "team"), "fake", {"duration": 1}).id
+    with pytest.raises(IntegrityError), session_factory(engine)() as session, session.begin(), pipelined(session):
+        insert_rows(session, Attempt, [attempt(a, 1)])
+        insert_rows(session, Attempt, [attempt(a, 1)])  # the same key again
+        update_by_key(session, JobRow, [{"id": a, "state": "RUNNING"}])
+    assert attempts(engine) == []
+    assert jobs(engine)[a][0] == "SUBMITTED", "the update after the failed insert landed"

@@ -108,7 +108,9 @@ def test_killed_between_committing_preemptions_and_stopping_victims(
     wait_for(lambda: counts(engine)["running_attempts"] == 10, 30, "10 low-priority jobs running")
     watcher = Watcher(postgres_url, store.latest_config()[1]).start()  # type: ignore[index]
     for i in range(10):
-        store.submit(request(f"high-{i}", priority=5), "fake", {"duration": 1})
+        # long enough that none ends before the takeover has placed them all: a preemptor that
+        # ended first would give its slot to the next one, and a victim would keep running
+        store.submit(request(f"high-{i}", priority=5), "fake", {"duration": 5})
     stops = kill_when(first, engine, PENDING_STOPS)
     assert stops > 0
 
