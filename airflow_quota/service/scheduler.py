@@ -138,6 +138,14 @@ REQUESTS_PER_STEP = 100
 """The most requests one step takes in: each step's transaction stays short, so a leader makes
 progress through a burst of submissions even when it lives only seconds (the soak kills it every
 1 to 4 s), and the lease is renewed between batches."""
+_INBOX = (
+    select(Request, JobRow)
+    .outerjoin(JobRow, JobRow.id == Request.job_id)
+    .where(Request.handled.is_(False))
+    .order_by(Request.id)
+    .limit(REQUESTS_PER_STEP)
+)
+"""The requests not taken in yet, oldest first, each with its job's row: built once."""
 RETRY_FIRST_SECONDS = 0.5
 RETRY_MAX_SECONDS = 5.0
 RETRY_BACKOFF = wait_exponential(multiplier=RETRY_FIRST_SECONDS, max=RETRY_MAX_SECONDS)
@@ -689,13 +697,7 @@ class QuotaService:
             return
         self._inbox_read_at = time.monotonic()
         with self._session() as session:
-            taken = session.execute(
-                select(Request, JobRow)
-                .outerjoin(JobRow, JobRow.id == Request.job_id)
-                .where(Request.handled.is_(False))
-                .order_by(Request.id)
-                .limit(REQUESTS_PER_STEP)
-            ).all()
+            taken = session.execute(_INBOX).all()
             requests = [request for request, _ in taken]
             if len(requests) == REQUESTS_PER_STEP:
                 self._request_added = True  # more wait: read on at the next step
@@ -1314,27 +1316,33 @@ class QuotaService:
         written: list[tuple[ActionOutcome, dict[str, Any]]] = []  # the compare-and-sets, for _marked_done
         with self._session() as session, session.begin():
             self._fence(session)
-            for kind, status in ((ActionKind.START, AttemptState.PENDING.value), (ActionKind.STOP, None)):
-                keys = [outcome.key for outcome in done if outcome.kind is kind]
-                values: dict[str, Any] = {"action": None} if status is None else {"action": None, "status": status}
-                written.extend((outcome, values) for outcome in done if outcome.kind is kind)
-                for chunk in range(0, len(keys), IN_CHUNK):
-                    session.execute(
-                        update(Attempt)
-                        .where(
-                            Attempt.action == kind.value,
-                            tuple_(Attempt.job_id, Attempt.number).in_(keys[chunk : chunk + IN_CHUNK]),
+            with pipelined(session):  # compare-and-sets whose counts nobody reads: one round trip
+                for kind, status in ((ActionKind.START, AttemptState.PENDING.value), (ActionKind.STOP, None)):
+                    keys = [outcome.key for outcome in done if outcome.kind is kind]
+                    values: dict[str, Any] = {"action": None} if status is None else {"action": None, "status": status}
+                    written.extend((outcome, values) for outcome in done if outcome.kind is kind)
+                    for chunk in range(0, len(keys), IN_CHUNK):
+                        session.execute(
+                            update(Attempt)
+                            .where(
+                                Attempt.action == kind.value,
+                                tuple_(Attempt.job_id, Attempt.number).in_(keys[chunk : chunk + IN_CHUNK]),
+                            )
+                            .values(**values),
+                            execution_options={"synchronize_session": False},
                         )
-                        .values(**values),
-                        execution_options={"synchronize_session": False},
-                    )
-            named = [
-                {"job_id": o.key[0], "number": o.key[1], "external_name": o.started.name, "external_arn": o.started.arn}
-                for o in done
-                if o.started is not None
-            ]
-            if named:  # the deterministic name: writing it again is harmless
-                update_by_key(session, Attempt, named)
+                named = [
+                    {
+                        "job_id": o.key[0],
+                        "number": o.key[1],
+                        "external_name": o.started.name,
+                        "external_arn": o.started.arn,
+                    }
+                    for o in done
+                    if o.started is not None
+                ]
+                if named:  # the deterministic name: writing it again is harmless
+                    update_by_key(session, Attempt, named)
             for outcome in outcomes:
                 if outcome.error is None:
                     continue

@@ -8,14 +8,18 @@ back, which the leader never needs for what it writes this way.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
 import psycopg
-from sqlalchemy import Table, bindparam, insert, update
+from sqlalchemy import Insert, Table, Update, bindparam, insert, update
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import DeclarativeBase, Session
+
+STATEMENTS_KEPT = 256
+"""Statements built once and kept: a table's INSERT, and each set of columns' UPDATE (a handful)."""
 
 
 def table_of(model: type[DeclarativeBase]) -> Table:
@@ -29,7 +33,7 @@ def insert_rows(session: Session, model: type[DeclarativeBase], rows: Sequence[d
     """INSERT ``rows`` (by column name) into ``model``'s table in the session's transaction, in
     their order, in one executemany; nothing when there are none."""
     if rows:
-        session.execute(insert(table_of(model)).inline(), list(rows))  # inline: no RETURNING of ids
+        session.execute(_insert_into(table_of(model)), list(rows))
 
 
 def update_by_key(session: Session, model: type[DeclarativeBase], rows: Sequence[dict[str, Any]]) -> None:
@@ -47,15 +51,27 @@ def update_by_key(session: Session, model: type[DeclarativeBase], rows: Sequence
     for columns, group in by_columns.items():
         if not columns:
             continue
-        statement = (
-            update(table)
-            .where(*(table.c[key] == bindparam(f"key_{key}") for key in keys))
-            .values({name: bindparam(name) for name in columns})
-        )
         session.execute(
-            statement,
+            _update_of(table, tuple(keys), columns),
             [{**{f"key_{key}": row[key] for key in keys}, **{name: row[name] for name in columns}} for row in group],
         )
+
+
+@functools.lru_cache(maxsize=STATEMENTS_KEPT)
+def _insert_into(table: Table) -> Insert:
+    """The INSERT of a table's rows, built once (SQLAlchemy then keeps its cache key), without
+    RETURNING the ids (``inline``): nobody reads them, and a pipeline could not wait for them."""
+    return insert(table).inline()
+
+
+@functools.lru_cache(maxsize=STATEMENTS_KEPT)
+def _update_of(table: Table, keys: tuple[str, ...], columns: tuple[str, ...]) -> Update:
+    """The UPDATE of ``columns`` by ``keys``, built once per set of columns."""
+    return (
+        update(table)
+        .where(*(table.c[key] == bindparam(f"key_{key}") for key in keys))
+        .values({name: bindparam(name) for name in columns})
+    )
 
 
 @contextmanager
