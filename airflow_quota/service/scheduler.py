@@ -645,7 +645,11 @@ class QuotaService:
 
     def _session(self) -> Session:
         """A session of the leader's own thread: on the step's connection inside ``step``
-        (``_one_connection``), from the pool otherwise (recovery, the last snapshot)."""
+        (``_one_connection``), from the pool otherwise (recovery, the last snapshot). Even a
+        read ends in a COMMIT (``session.begin()``), not in the ROLLBACK of a session closed
+        inside its transaction: psycopg forgets every statement it has prepared on a
+        connection at each ROLLBACK, and the step's statements would be parsed and planned
+        again at every step."""
         return (self._step_sessions or self.sessions)()
 
     def _cycle(self, gathered: _Step, now: float) -> None:
@@ -696,7 +700,7 @@ class QuotaService:
         if not self._inbox_due():
             return
         self._inbox_read_at = time.monotonic()
-        with self._session() as session:
+        with self._session() as session, session.begin():
             taken = session.execute(_INBOX).all()
             requests = [request for request, _ in taken]
             if len(requests) == REQUESTS_PER_STEP:
@@ -874,7 +878,7 @@ class QuotaService:
     def _load_open_attempts(self) -> None:
         """Read the attempts not ended, with each job's latest PLACED decision (its order); the
         next step looks at all of them (``_to_recheck``)."""
-        with self._session() as session:
+        with self._session() as session, session.begin():
             placed = (
                 select(func.max(EventRow.id))
                 .where(EventRow.job_id == Attempt.job_id, EventRow.type == "PLACED")
@@ -1107,7 +1111,7 @@ class QuotaService:
         missing = {job_id for job_id in ids if job_id not in self._submitted}
         if missing:
             if session is None:
-                with self._session() as own:
+                with self._session() as own, own.begin():
                     read = _rows_by_id(own, missing)
             else:
                 read = _rows_by_id(session, missing)

@@ -8,6 +8,7 @@ back, which the leader never needs for what it writes this way.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -17,6 +18,7 @@ import psycopg
 from sqlalchemy import Insert, Table, Update, bindparam, insert, update
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import DeclarativeBase, Session
+from sqlalchemy.sql.schema import ScalarElementColumnDefault
 
 STATEMENTS_KEPT = 256
 """Statements built once and kept: a table's INSERT, and each set of columns' UPDATE (a handful)."""
@@ -57,6 +59,32 @@ def update_by_key(session: Session, model: type[DeclarativeBase], rows: Sequence
         )
 
 
+def insert_returning_id(session: Session, model: type[DeclarativeBase], row: dict[str, Any]) -> int:
+    """INSERT one row (by column name) into ``model``'s table in the session's transaction, and
+    the id the database gave it."""
+    return int(session.execute(_insert_returning_id(table_of(model)), row).scalar_one())
+
+
+def with_defaults(model: type[DeclarativeBase], row: dict[str, Any]) -> dict[str, Any]:
+    """``row`` (by column name) with every column of ``model``'s table it leaves out: the
+    column's scalar default, else None. What a row written with ``insert_rows`` holds."""
+    table = table_of(model)
+    full = {
+        column.name: column.default.arg if isinstance(column.default, ScalarElementColumnDefault) else None
+        for column in table.columns
+        if not column.primary_key
+    }
+    full.update(row)
+    return full
+
+
+@functools.lru_cache(maxsize=STATEMENTS_KEPT)
+def _insert_returning_id(table: Table) -> Insert:
+    """The INSERT of one row of a table with one primary key column, returning it; built once."""
+    (key,) = table.primary_key.columns
+    return insert(table).returning(key)
+
+
 @functools.lru_cache(maxsize=STATEMENTS_KEPT)
 def _insert_into(table: Table) -> Insert:
     """The INSERT of a table's rows, built once (SQLAlchemy then keeps its cache key), without
@@ -75,20 +103,47 @@ def _update_of(table: Table, keys: tuple[str, ...], columns: tuple[str, ...]) ->
 
 
 @contextmanager
-def pipelined(session: Session) -> Iterator[None]:
+def pipelined(session: Session, commit: bool = False) -> Iterator[None]:
     """Send the block's statements without waiting for each one's answer, on PostgreSQL
     (psycopg's pipeline mode): one round trip for them all instead of one each. For writes whose
     results nobody reads (``insert_rows``, ``update_by_key``, a DELETE), with the session's own
     changes flushed before (the ORM reads each UPDATE's row count); an error of any of them is
-    raised at the end of the block, and rolls the transaction back as it would have at once.
+    raised at the end of the block, and rolls the transaction back as it would have at once. A
+    statement whose result is read (``insert_returning_id``) waits for it there, sending what
+    was queued before it in the same round trip.
+
+    With ``commit``, the session's transaction commits at the block's end, its COMMIT sent in
+    the pipeline's last round trip: for a session not inside ``session.begin()``, which the
+    block's error leaves to be rolled back when the session closes.
+
     Elsewhere (SQLite, in-process) the statements run as they come."""
     session.flush()
     connection = session.connection()
     if connection.dialect.name != "postgresql":
         yield
+        if commit:
+            session.commit()
         return
+    driver = connection.connection.driver_connection
+    assert isinstance(driver, psycopg.Connection)
     try:
-        with connection.connection.driver_connection.pipeline():  # type: ignore[union-attr]
+        with driver.pipeline():
             yield
-    except psycopg.Error as error:  # raised by the pipeline's end, outside SQLAlchemy: as it raises them
-        raise DBAPIError.instance(None, None, error, psycopg.Error, dialect=connection.dialect) from error
+            if commit:
+                session.commit()
+    except BaseException as error:
+        if commit:
+            _roll_back(driver)
+        if isinstance(error, psycopg.Error):  # raised by the pipeline's end, outside SQLAlchemy: as it raises them
+            raise DBAPIError.instance(None, None, error, psycopg.Error, dialect=connection.dialect) from error
+        raise
+
+
+def _roll_back(driver: psycopg.Connection[Any]) -> None:
+    """End the transaction a committing pipeline failed in. An error aborts the pipeline, so its
+    COMMIT is never run, yet SQLAlchemy counts the transaction as ended by that COMMIT and the
+    pool would hand the connection on still in it; a connection that is gone is left to the
+    pool's ping."""
+    if driver.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+        with contextlib.suppress(psycopg.Error):
+            driver.rollback()

@@ -23,6 +23,7 @@ from airflow_quota.core.state import QuotaState
 from airflow_quota.core.submission import check_submission
 from airflow_quota.exceptions import ChangeRefused, InvalidInput, Problem, SubmissionRejected
 from airflow_quota.store.backend_names import enabled_backends, not_enabled
+from airflow_quota.store.bulk import insert_returning_id, insert_rows, pipelined, with_defaults
 from airflow_quota.store.engine import reachable, session_factory
 from airflow_quota.store.lock import SchedulerHealth, scheduler_health
 from airflow_quota.store.models import (
@@ -109,49 +110,52 @@ class QuotaStore:
         ``priority_overridden`` (the priority is a run's override, not the task's own) and its
         ``access.set_priority`` rule does. ``Actor()``, nobody known, passes only shares
         without rules. With ``client_token``, submitting again returns the job already stored
-        (a retried task finds its job). One transaction on one connection."""
+        (a retried task finds its job). One transaction on one connection; on PostgreSQL the
+        submission's writes and its COMMIT take two round trips."""
         if backend not in enabled_backends():
             raise SubmissionRejected(not_enabled(backend))
         now = self.clock()
+        job = {
+            "name": request.name,
+            "share": request.share,
+            "priority": request.priority,
+            "backend": backend,
+            "request": request.model_dump(mode="json", exclude_defaults=True),
+            "training": training or {},
+            "client_token": client_token,
+            "dag_id": dag_id,
+            "task_id": task_id,
+            "run_id": run_id,
+            "aws_conn_id": aws_conn_id,
+            "map_index": map_index,
+            "submitted_at": now,
+            "state": "SUBMITTED",
+            "updated_at": now,
+        }
         with self._session() as session:
             try:
-                with session.begin():
-                    if client_token is not None:
-                        existing = session.scalars(select(JobRow).where(JobRow.client_token == client_token)).first()
-                        if existing is not None:
-                            return existing
-                    state = self._state_of_latest(session)
-                    check_submission(state, request)
-                    share = state.shares[request.share]  # check_submission refused unknown shares
-                    check_submit_access(share.name, share.access, actor)
-                    if priority_overridden:
-                        check_priority_access(share.name, share.access, actor)
-                    job = JobRow(
-                        name=request.name,
-                        share=request.share,
-                        priority=request.priority,
-                        backend=backend,
-                        request=request.model_dump(mode="json", exclude_defaults=True),
-                        training=training or {},
-                        client_token=client_token,
-                        dag_id=dag_id,
-                        task_id=task_id,
-                        run_id=run_id,
-                        aws_conn_id=aws_conn_id,
-                        map_index=map_index,
-                        submitted_at=now,
-                        state="SUBMITTED",
-                        updated_at=now,
+                if client_token is not None:
+                    existing = session.scalars(select(JobRow).where(JobRow.client_token == client_token)).first()
+                    if existing is not None:
+                        return existing
+                state = self._state_of_latest(session)
+                check_submission(state, request)
+                share = state.shares[request.share]  # check_submission refused unknown shares
+                check_submit_access(share.name, share.access, actor)
+                if priority_overridden:
+                    check_priority_access(share.name, share.access, actor)
+                job_id = insert_returning_id(session, JobRow, job)
+                with pipelined(session, commit=True):  # the rest and the COMMIT in one round trip
+                    insert_rows(
+                        session, Request, [{"created_at": now, "kind": "submit", "job_id": job_id, "payload": {}}]
                     )
-                    session.add(job)
-                    session.flush()
-                    session.add(Request(created_at=now, kind="submit", job_id=job.id, payload={}))
                     self._notify(session)
             except IntegrityError:
+                session.rollback()
                 if client_token is not None and (again := self.job_by_token(client_token)) is not None:
                     return again
                 raise SubmissionRejected(f"name: a live job is already named {request.name!r}") from None
-            return job
+        return JobRow(id=job_id, **with_defaults(JobRow, job))
 
     def _state_of_latest(self, session: Session) -> QuotaState:
         """The latest configuration as a quota state to check submissions against; the version is

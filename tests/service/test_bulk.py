@@ -2,7 +2,10 @@
 each set of columns): each row gets its values (NULLs and all, an int in a float column), a key
 given twice keeps its last row, and rows not given stay as they were; SQLite and PostgreSQL.
 ``pipelined``: the writes of its block all land at its end, and when one of them fails, its error
-is raised there and none of them lands."""
+is raised there and none of them lands; with ``commit``, the COMMIT goes in the same round trip,
+and a block that fails hands its connection back out of the failed transaction (the next use of
+the pool's connection would fail). ``insert_returning_id`` and ``with_defaults``: what a submission
+hands back is the row stored."""
 
 from __future__ import annotations
 
@@ -10,7 +13,7 @@ import pytest
 from sqlalchemy import Engine, select
 from sqlalchemy.exc import IntegrityError
 
-from airflow_quota.store.bulk import insert_rows, pipelined, update_by_key
+from airflow_quota.store.bulk import insert_returning_id, insert_rows, pipelined, update_by_key, with_defaults
 from airflow_quota.store.engine import session_factory
 from airflow_quota.store.models import Attempt, JobRow, Request
 from airflow_quota.store.repository import QuotaStore
@@ -101,3 +104,37 @@ def test_a_write_that_fails_in_a_pipelined_block_fails_the_block_and_none_lands(
         update_by_key(session, JobRow, [{"id": a, "state": "RUNNING"}])
     assert attempts(engine) == []
     assert jobs(engine)[a][0] == "SUBMITTED", "the update after the failed insert landed"
+
+
+def test_a_committing_pipelined_block_commits_and_a_failed_one_leaves_nothing(engine: Engine) -> None:
+    store = QuotaStore(engine)
+    store.apply_config(QUOTA)
+    a, b = (store.submit(request(name, "team"), "fake", {"duration": 1}).id for name in "ab")
+    with session_factory(engine)() as session:
+        with pipelined(session, commit=True):
+            insert_rows(session, Attempt, [attempt(a, 1)])
+        assert not session.in_transaction(), "the block did not commit"
+    with pytest.raises(IntegrityError), session_factory(engine)() as session, pipelined(session, commit=True):
+        insert_rows(session, Attempt, [attempt(b, 1)])
+        insert_rows(session, Attempt, [attempt(a, 1)])  # already there: the COMMIT must not happen
+    assert attempts(engine) == [(a, 1, "STARTING")]
+
+
+def test_a_row_inserted_for_its_id_holds_what_the_store_holds(engine: Engine) -> None:
+    """``insert_returning_id`` and ``with_defaults``: the row as given, every other column at its
+    default, is the row the database keeps (what ``QuotaStore.submit`` hands back)."""
+    store = QuotaStore(engine)
+    store.apply_config(QUOTA)
+    given = {"name": "x", "share": "team", "priority": 3, "backend": "fake", "request": {"name": "x"},
+             "training": {}, "submitted_at": 12.5, "state": "SUBMITTED"}  # fmt: skip
+    with session_factory(engine)() as session, session.begin():
+        job_id = insert_returning_id(session, JobRow, given)
+    expected = with_defaults(JobRow, given)
+    assert expected["attempts"] == 0 and expected["dag_id"] is None and expected["wait_seconds"] == 0.0
+    with engine.connect() as connection:
+        stored = connection.execute(select(JobRow.__table__).where(JobRow.id == job_id)).mappings().one()
+    assert {name: stored[name] for name in expected} == expected
+    returned = store.submit(request("y", "team"), "fake", {"duration": 1}, dag_id="d")
+    with engine.connect() as connection:
+        row = connection.execute(select(JobRow.__table__).where(JobRow.id == returned.id)).mappings().one()
+    assert {name: getattr(returned, name) for name in row} == dict(row)
