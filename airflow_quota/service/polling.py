@@ -94,10 +94,11 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Iterable, Mapping
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import wait as wait_for
 from dataclasses import dataclass
 from enum import Enum
+from typing import Any
 
 from airflow_quota.service.backends.base import (
     AttemptReport,
@@ -441,11 +442,10 @@ class BackendPoller:
             chosen, held = self._choose_actions(now)
             if not chosen:
                 return total
-            begun = [self._executor().submit(self._act_one, action, now) for action in chosen]
+            self._call([(self._act_one, (action, now)) for action in chosen], wait)
             total += len(chosen)
             if not wait:
                 return total
-            wait_for(begun)
             if not held:
                 return total  # else the starts that waited for these stops, in the same call
 
@@ -589,9 +589,7 @@ class BackendPoller:
             self._polling.update(key for _, key in due)
         if not specs:
             return 0
-        asked = [self._executor().submit(self._poll_one, spec, now) for spec in specs]
-        if wait:
-            wait_for(asked)
+        self._call([(self._poll_one, (spec, now)) for spec in specs], wait)
         return len(specs)
 
     # -- listing the changes (backends with ``ListsChanges``) -------------------------------
@@ -627,9 +625,7 @@ class BackendPoller:
             listing = self._pass
             specs = list(self._specs.values())
             self._listing = True
-        asked = self._executor().submit(self._list_one, listing, specs, now)
-        if wait:
-            wait_for([asked])
+        self._call([(self._list_one, (listing, specs, now))], wait)
         return True
 
     def _list_one(self, listing: _ListPass, specs: list[AttemptSpec], now: float) -> None:
@@ -709,6 +705,28 @@ class BackendPoller:
             exc,
             f"each attempt described every {self.interval:g} s until it lists again" if first else "still failing",
         )
+
+    def _call(self, calls: list[tuple[Callable[..., None], tuple[Any, ...]]], wait: bool) -> None:
+        """Make the backend calls on the poller's threads, with ``wait`` waiting for them all.
+        A single call waited for is made on this thread: handing it to a thread and waiting
+        costs more than many a call (a replay's step makes one listing call, and one start).
+        An error the call did not handle itself (a bug) is logged either way."""
+        if wait and len(calls) == 1:
+            function, args = calls[0]
+            try:
+                function(*args)
+            except Exception:
+                log.exception("%s: a call to the backend failed", self.name)
+            return
+        begun = [self._executor().submit(function, *args) for function, args in calls]
+        for future in begun:
+            future.add_done_callback(self._log_error)
+        if wait:
+            wait_for(begun)
+
+    def _log_error(self, call: Future[None]) -> None:
+        if not call.cancelled() and (error := call.exception()) is not None:
+            log.error("%s: a call to the backend failed", self.name, exc_info=error)
 
     def _executor(self) -> ThreadPoolExecutor:
         if self._pool is None:

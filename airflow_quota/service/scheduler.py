@@ -49,7 +49,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import Engine, delete, event, func, select, tuple_, update
+from sqlalchemy import Engine, delete, event, func, select, update
 from sqlalchemy.exc import DBAPIError, DisconnectionError, PendingRollbackError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.orm import Session, sessionmaker
@@ -117,7 +117,6 @@ from airflow_quota.store.models import (
     Request,
 )
 from airflow_quota.store.models import Input as InputRow
-from airflow_quota.store.repository import IN_CHUNK
 from airflow_quota.store.settings import DEFAULT_RETENTION_DAYS
 from airflow_quota.store.views import QuotaView, ViewBuilder, write_view
 
@@ -1322,19 +1321,15 @@ class QuotaService:
             self._fence(session)
             with pipelined(session):  # compare-and-sets whose counts nobody reads: one round trip
                 for kind, status in ((ActionKind.START, AttemptState.PENDING.value), (ActionKind.STOP, None)):
-                    keys = [outcome.key for outcome in done if outcome.kind is kind]
                     values: dict[str, Any] = {"action": None} if status is None else {"action": None, "status": status}
-                    written.extend((outcome, values) for outcome in done if outcome.kind is kind)
-                    for chunk in range(0, len(keys), IN_CHUNK):
-                        session.execute(
-                            update(Attempt)
-                            .where(
-                                Attempt.action == kind.value,
-                                tuple_(Attempt.job_id, Attempt.number).in_(keys[chunk : chunk + IN_CHUNK]),
-                            )
-                            .values(**values),
-                            execution_options={"synchronize_session": False},
-                        )
+                    of_kind = [outcome for outcome in done if outcome.kind is kind]
+                    written.extend((outcome, values) for outcome in of_kind)
+                    update_by_key(
+                        session,
+                        Attempt,
+                        [{"job_id": o.key[0], "number": o.key[1], **values} for o in of_kind],
+                        only_if={"action": kind.value},
+                    )
                 named = [
                     {
                         "job_id": o.key[0],

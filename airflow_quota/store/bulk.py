@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -38,11 +38,20 @@ def insert_rows(session: Session, model: type[DeclarativeBase], rows: Sequence[d
         session.execute(_insert_into(table_of(model)), list(rows))
 
 
-def update_by_key(session: Session, model: type[DeclarativeBase], rows: Sequence[dict[str, Any]]) -> None:
+def update_by_key(
+    session: Session,
+    model: type[DeclarativeBase],
+    rows: Sequence[dict[str, Any]],
+    only_if: Mapping[str, Any] | None = None,
+) -> None:
     """UPDATE ``model``'s rows, each given as its primary key's columns and the columns to set
-    (by column name), in the session's transaction: one executemany for each set of columns."""
+    (by column name), in the session's transaction: one executemany for each set of columns.
+    With ``only_if``, a row changes only where these columns hold these values: a
+    compare-and-set, whose count nobody reads."""
     table = table_of(model)
     keys = [column.name for column in table.primary_key.columns]
+    guards = tuple(sorted(only_if or {}))
+    guarded = {f"if_{name}": value for name, value in (only_if or {}).items()}
     by_columns: dict[tuple[str, ...], list[dict[str, Any]]] = {}
     for row in rows:
         missing = [key for key in keys if key not in row]
@@ -54,8 +63,11 @@ def update_by_key(session: Session, model: type[DeclarativeBase], rows: Sequence
         if not columns:
             continue
         session.execute(
-            _update_of(table, tuple(keys), columns),
-            [{**{f"key_{key}": row[key] for key in keys}, **{name: row[name] for name in columns}} for row in group],
+            _update_of(table, tuple(keys), columns, guards),
+            [
+                {**{f"key_{key}": row[key] for key in keys}, **{name: row[name] for name in columns}, **guarded}
+                for row in group
+            ],
         )
 
 
@@ -93,11 +105,13 @@ def _insert_into(table: Table) -> Insert:
 
 
 @functools.lru_cache(maxsize=STATEMENTS_KEPT)
-def _update_of(table: Table, keys: tuple[str, ...], columns: tuple[str, ...]) -> Update:
-    """The UPDATE of ``columns`` by ``keys``, built once per set of columns."""
+def _update_of(table: Table, keys: tuple[str, ...], columns: tuple[str, ...], guards: tuple[str, ...]) -> Update:
+    """The UPDATE of ``columns`` by ``keys`` where ``guards`` hold their values, built once per
+    set of columns and guards."""
     return (
         update(table)
         .where(*(table.c[key] == bindparam(f"key_{key}") for key in keys))
+        .where(*(table.c[name] == bindparam(f"if_{name}") for name in guards))
         .values({name: bindparam(name) for name in columns})
     )
 

@@ -138,3 +138,20 @@ def test_a_row_inserted_for_its_id_holds_what_the_store_holds(engine: Engine) ->
     with engine.connect() as connection:
         row = connection.execute(select(JobRow.__table__).where(JobRow.id == returned.id)).mappings().one()
     assert {name: getattr(returned, name) for name in row} == dict(row)
+
+
+def test_a_compare_and_set_changes_only_the_rows_that_still_hold_the_value(engine: Engine) -> None:
+    store = QuotaStore(engine)
+    store.apply_config(QUOTA)
+    a, b = (store.submit(request(name, "team"), "fake", {"duration": 1}).id for name in "ab")
+    with session_factory(engine)() as session, session.begin():
+        insert_rows(session, Attempt, [attempt(a, 1), attempt(b, 1)])
+        update_by_key(session, Attempt, [{"job_id": b, "number": 1, "status": "RUNNING"}])
+    with session_factory(engine)() as session, session.begin(), pipelined(session):
+        update_by_key(
+            session,
+            Attempt,
+            [{"job_id": a, "number": 1, "status": "STOPPING"}, {"job_id": b, "number": 1, "status": "STOPPING"}],
+            only_if={"status": "STARTING"},
+        )
+    assert attempts(engine) == [(a, 1, "STOPPING"), (b, 1, "RUNNING")]
