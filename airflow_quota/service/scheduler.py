@@ -1013,9 +1013,8 @@ class QuotaService:
                 if attempt.action == ActionKind.START.value:  # not preempted in this same step
                     attempt.status = AttemptState.STARTING.value
             with pipelined(session):
-                placed = {(attempt.job_id, attempt.number) for attempt in gathered.placed}
                 insert_rows(session, Attempt, [_attempt_row(attempt) for attempt in gathered.placed])
-                update_by_key(session, Attempt, _attempt_changes(attempts, before, placed))
+                update_by_key(session, Attempt, _attempt_changes(attempts, before))
                 inputs = [{"at": at, "kind": kind, "payload": payload} for kind, payload, at in gathered.inputs]
                 insert_rows(session, InputRow, inputs)
                 if gathered.handled:  # one executemany, not a load and a flush a request
@@ -1522,13 +1521,13 @@ def _keyed(attempts: dict[int, dict[int, Attempt]]) -> Iterator[tuple[AttemptKey
 
 
 def _attempt_changes(
-    attempts: dict[int, dict[int, Attempt]], before: dict[AttemptKey, tuple[Any, ...]], placed: set[AttemptKey]
+    attempts: dict[int, dict[int, Attempt]], before: dict[AttemptKey, tuple[Any, ...]]
 ) -> list[dict[str, Any]]:
-    """For ``update_by_key``: the columns each attempt changed since ``before`` (the ones placed
-    in this step are inserted whole)."""
+    """For ``update_by_key``: the columns each attempt changed since ``before``; one not in
+    ``before`` was placed in this step, and is inserted whole."""
     changes = []
     for key, attempt in _keyed(attempts):
-        if key in placed or key not in before:
+        if key not in before:
             continue
         now = _attempt_values(attempt)
         changed = {

@@ -7,8 +7,8 @@ import asyncio
 import re
 import threading
 import time
-from collections.abc import Callable, Collection, Iterator, MutableMapping
-from contextlib import contextmanager
+from collections.abc import Callable, Collection, MutableMapping
+from contextlib import AbstractContextManager
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -17,7 +17,7 @@ import pendulum
 import pytest
 import structlog.testing
 from airflow.triggers.base import BaseTrigger, TriggerEvent
-from sqlalchemy import Engine, event, select
+from sqlalchemy import Engine, select
 
 from airflow_quota.exceptions import DatabaseUnavailable
 from airflow_quota.hooks.quota import describe_pending_deadline, pending_deadline_line, store_for
@@ -28,6 +28,7 @@ from airflow_quota.triggers import quota as trigger_module
 from airflow_quota.triggers.quota import QuotaCapacityTrigger, QuotaJobEvent, QuotaJobTrigger, scheduler_silence
 from airflow_quota.triggers.watch import JobWatch
 from tests.airflow.conftest import G5, QUOTA, QuotaWorld, events_of, payload_of, request
+from tests.statements import statements_run
 from tests.waiting import wait_for_async
 
 TRIGGERS: list[BaseTrigger] = [
@@ -415,20 +416,9 @@ def test_a_waiting_task_logs_once_when_its_max_pending_time_falls_due(
 # -- one reader per triggerer: JobWatch -------------------------------------------------------
 
 
-@contextmanager
-def counting_selects(engine: Engine) -> Iterator[list[str]]:
+def counting_selects(engine: Engine) -> AbstractContextManager[list[str]]:
     """The SELECT statements run on ``engine`` inside the block."""
-    selects: list[str] = []
-
-    def count(_conn: Any, _cursor: Any, statement: str, *_: Any) -> None:
-        if statement.lstrip().upper().startswith("SELECT"):
-            selects.append(statement)
-
-    event.listen(engine, "before_cursor_execute", count)
-    try:
-        yield selects
-    finally:
-        event.remove(engine, "before_cursor_execute", count)
+    return statements_run(engine, lambda statement: statement.lstrip().upper().startswith("SELECT"))
 
 
 def _start(*triggers: QuotaJobTrigger) -> list[asyncio.Task[list[TriggerEvent]]]:

@@ -6,12 +6,11 @@ every step. A step that has nothing to read asks the database nothing about requ
 from __future__ import annotations
 
 import selectors
-from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from typing import Any
 
 import pytest
-from sqlalchemy import Engine, event, select
+from sqlalchemy import Engine, select
 
 from airflow_quota.service import scheduler as scheduler_module
 from airflow_quota.service.backends.fake import FakeBackend
@@ -22,6 +21,7 @@ from airflow_quota.store.engine import session_factory
 from airflow_quota.store.models import Request
 from airflow_quota.store.repository import QuotaStore
 from tests.builders import request
+from tests.statements import statements_run
 
 QUOTA = {
     "pool": {"capacity": {"ml.g5.xlarge": 1}},
@@ -44,20 +44,14 @@ def unhandled(engine: Engine) -> int:
         return len(session.scalars(select(Request.id).where(Request.handled.is_(False))).all())
 
 
-@contextmanager
-def inbox_reads(engine: Engine) -> Iterator[list[str]]:
+def inbox_reads(engine: Engine) -> AbstractContextManager[list[str]]:
     """The statements that read the inbox while the block runs."""
-    reads: list[str] = []
-
-    def seen(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
-        if statement.startswith("SELECT quota_requests.id") and "WHERE quota_requests.handled IS false" in statement:
-            reads.append(statement)
-
-    event.listen(engine, "before_cursor_execute", seen)
-    try:
-        yield reads
-    finally:
-        event.remove(engine, "before_cursor_execute", seen)
+    return statements_run(
+        engine,
+        lambda statement: (
+            statement.startswith("SELECT quota_requests.id") and "WHERE quota_requests.handled IS false" in statement
+        ),
+    )
 
 
 def test_without_anyone_to_say_so_every_step_reads_the_inbox(engine: Engine) -> None:
