@@ -61,6 +61,8 @@ from benchmarks.service_replay import (  # noqa: E402
     first_difference_at,
     simulated_decisions,
 )
+from benchmarks.step_phases import StepPhases  # noqa: E402
+from benchmarks.step_phases import show as show_phases  # noqa: E402
 
 os.environ[TEST_BACKENDS_VARIABLE] = "fake"  # the trace's jobs run on the fake backend
 
@@ -232,10 +234,12 @@ def clean_run(
     snapshot_every: int | None = None,
     retention_days: list[float] | None = None,
     view_seconds: float | None = None,
+    phases: bool = False,
 ) -> dict[str, Any]:
     """The scenario through the service on the (empty) database at ``url``, its decisions
     compared with ``expected`` as they are committed; stops at the first difference. At the end,
-    for each of ``retention_days`` (longest first) the database pruned and measured."""
+    for each of ``retention_days`` (longest first) the database pruned and measured. With
+    ``phases``, the step's phases timed (``step_phases.py``)."""
     from airflow_quota.store.engine import make_engine, migrate
     from airflow_quota.store.settings import normalize
 
@@ -243,6 +247,7 @@ def clean_run(
     migrate(engine)
     options = _options(snapshot_every, view_seconds)
     replay = ServiceReplay(loaded, engine, poll_workers=POLL_WORKERS, service_options=options, listing=True)
+    timer = StepPhases.timing(replay) if phases else None
     total = len(loaded.events)
     marks = [m for m in MEASURE_AT if m < total] if measure else []
     measures: list[dict[str, Any]] = []
@@ -300,6 +305,7 @@ def clean_run(
         "client_calls_refused": replay.rejected,
         "measures": measures,
         "retention": pruned,
+        "phases": timer.table() if timer is not None else [],
     }
 
 
@@ -329,6 +335,9 @@ def main() -> int:
     )
     parser.add_argument("--snapshot-every", type=int, help="QuotaService's snapshot_every (when it has it)")
     parser.add_argument("--profile", type=Path, help="write a cProfile of the service run to this file")
+    parser.add_argument(
+        "--phases", action="store_true", help="time each phase of the step and the submissions (wall and CPU)"
+    )
     parser.add_argument(
         "--view-seconds",
         type=float,
@@ -372,7 +381,14 @@ def main() -> int:
             profiler = cProfile.Profile()
             profiler.enable()
         result = clean_run(
-            loaded, url, expected, args.measure_recovery, args.snapshot_every, args.retention_days, args.view_seconds
+            loaded,
+            url,
+            expected,
+            args.measure_recovery,
+            args.snapshot_every,
+            args.retention_days,
+            args.view_seconds,
+            args.phases,
         )
         if args.profile is not None:
             profiler.disable()
@@ -406,6 +422,8 @@ def _show(result: dict[str, Any]) -> None:
             f"at {measure['jobs_submitted']:>6,} jobs: recovery {measure['recovery_seconds']:6.2f} s, "
             f"database {sizes['database'] / 2**20:8,.1f} MiB"
         )
+    if result["phases"]:
+        show_phases(result["phases"])
     for pruned in result["retention"]:
         print(
             f"retention {pruned['retention_days']:g} days at the end: {pruned['jobs_kept']:,} jobs kept "
