@@ -10,8 +10,11 @@ Where to start reading: here, ``QuotaScheduler.run_cycle``, whose docstring numb
 of docs/model.md section 4. The core then reads top-down in this order:
 
 1. ``cycle.py``: what happened (the API) and the cycle's steps, in order;
-2. ``phases.py``: steps 2 to 5 and ``CycleWork``, the working sets handed from step to step;
-3. ``walk.py``: the one bucket walk steps 2, 3 and 4 make, and the ``WalkPolicy`` each gives it;
+2. ``rules/``: what a placing step does with one job (``assess``: admit, preempt or wait), the
+   orders the steps walk in; no memo, nothing written;
+3. ``index/``: which jobs each step looks at. ``index/full_scan.py`` is every queued job, the
+   model taken literally; ``index/fast.py`` (with ``index/walk.py``, its one bucket walk) looks
+   only at the jobs that might fit, and must decide exactly as the full scan does;
 4. ``lifecycle.py``: how a job changes state (placed, preempted, requeued, failed, starving),
    the timers, and the decisions emitted;
 5. ``state.py``: the live state, the placement check ``QuotaState.check`` every step uses,
@@ -29,9 +32,9 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from fnmatch import fnmatchcase
 
-from airflow_quota.core import phases
 from airflow_quota.core.config import QuotaConfig
 from airflow_quota.core.guarantees import GuaranteeWatch
+from airflow_quota.core.index import PLACERS, IndexName, fast
 from airflow_quota.core.lifecycle import TYPE, Lifecycle, queued, saved_progress
 from airflow_quota.core.model import (
     Decision,
@@ -64,6 +67,11 @@ class QuotaScheduler:
 
     queued = staticmethod(queued)
     """Whether a job waits in its share's queue (``lifecycle.queued``)."""
+
+    index: IndexName = "fast"
+    """Which jobs the placing steps look at: ``fast`` (only those that might fit) or
+    ``full-scan`` (every queued job: the reference the fast one is tested against). Not part
+    of the state: a snapshot does not hold it, and a scheduler may switch at any cycle."""
 
     def __init__(self, config: QuotaConfig, origin: datetime = EPOCH) -> None:
         self.state = QuotaState(config, origin)
@@ -301,22 +309,15 @@ class QuotaScheduler:
         5. CPU-only lists with no provider capacity fail at once (CAPACITY_ERROR);
         6. a guarantee that stays unmet for two cycles raises GUARANTEE_VIOLATED.
 
-        Only jobs that might fit now are looked at: those whose types got easier since the last
-        cycle, and jobs that are new or changed (see phases.py).
+        With the fast index, only jobs that might fit now are looked at: those whose types got
+        easier since the last cycle, and jobs that are new or changed (see ``index/fast.py``).
         """
         self.cycles += 1
         life = self.lifecycle
         life.fire_timers(now)  # 0 and 1
         life.start_ready(now)  # 0
-        work = phases.begin(self.state)
-        phases.within_quota(life, now, work)  # 2
-        work.catch_up()
-        phases.borrowing(life, now, work)  # 3
-        work.catch_up(placed=True)
-        if phases.preemption(life, now, work):  # 4
-            phases.leftovers(life, now, work)  # 4b
-        phases.fail_fast(life, now, work)  # 5
-        work.catch_up()
+        work = fast.begin(self.state)
+        PLACERS[self.index](life, now, work)  # 2 to 5
         for seq in work.changed:
             work.improved |= self.state.jobs[seq].instance_types
         self._guarantees.check(life, now, work.improved)  # 6, where anything changed

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from airflow_quota.core.lifecycle import Lifecycle, queued
 from airflow_quota.core.model import AlertKind, Job
-from airflow_quota.core.phases import SOURCE_BLOCKS
 from airflow_quota.core.quota import Block
+from airflow_quota.core.rules import SOURCE_BLOCKS
 from airflow_quota.core.state import Mode, QuotaState
 
 

@@ -41,7 +41,7 @@ class Changes:
     """What changed since the cycle last looked, so that it looks only there: a job that could
     not fit before, and whose types did not get easier since, still cannot (docs/model.md rule 4.0.5).
     The state's primitive changes, the lifecycle and the scheduler's API record here; the
-    cycle takes what it needs (``CycleWork``, phases.py)."""
+    cycle takes what it needs (``CycleWork``, core/index/fast.py)."""
 
     improved: set[str] = field(default_factory=set)
     """Types on which something got easier: capacity freed, a limit or the pool changed, a

@@ -9,33 +9,21 @@ from typing import Any
 
 from airflow_quota.core.model import Entry, Job, JobRequest, JobState, PendingReason
 from airflow_quota.core.quota import Block, lent_by
+from airflow_quota.core.rules import as_its_share_places
 from airflow_quota.core.state import Mode, QuotaState
-
-_REASONS = {
-    Block.PLAN_NOT_ACTIVE: PendingReason.WAITING_FOR_PLAN,
-    Block.PLAN_FULL: PendingReason.WAITING_FOR_CAPACITY,
-    Block.NO_PROVIDER_CAPACITY: PendingReason.WAITING_FOR_CAPACITY,
-    Block.BACKING_OFF: PendingReason.WAITING_FOR_CAPACITY,
-    Block.HELD_FOR_STARVING: PendingReason.HELD_FOR_STARVING_JOB,
-    Block.BORROWING_HELD: PendingReason.HELD_FOR_STARVING_JOB,
-}
 
 
 def pending_reason(state: QuotaState, job: Job, now: float) -> tuple[PendingReason, str]:
     """The reason a RUNNABLE job waits and the entry it waits for.
 
     Quota is looked at first: an entry that quota would allow names what else stops it (a plan
-    window, provider capacity, a starving job's reservation); otherwise it waits for quota.
+    window, provider capacity, a starving job's reservation); otherwise it waits for quota. The
+    rules' own verdict for the job checked as its share places it (``rules.as_its_share_places``).
     """
     if job.placement is not None:
         return PendingReason.WAITING_FOR_VICTIMS, str(job.placement.entry)
-    share = state.shares[job.share]
-    mode = Mode.BORROW if share.borrows else Mode.WITHIN_QUOTA
-    for entry in job.entries:
-        block = state.check(job, entry, mode, now)
-        if block in _REASONS:
-            return _REASONS[block], str(entry)
-    return PendingReason.WAITING_FOR_QUOTA, str(job.entries[0])
+    reason, entry = as_its_share_places(job, state, now).reason
+    return reason, str(entry)
 
 
 def queue_position(state: QuotaState, job: Job) -> int:

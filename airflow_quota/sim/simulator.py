@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from airflow_quota.core.config import QuotaConfig
 from airflow_quota.core.cycle import QuotaScheduler
+from airflow_quota.core.index import IndexName
 from airflow_quota.core.inputs import (
     AttemptFailed,
     AttemptRunning,
@@ -59,10 +60,12 @@ class Simulator:
         scenario: LoadedScenario,
         until: float | None = None,
         progress: Callable[[float, int, int], None] | None = None,
+        index: IndexName = "fast",
     ) -> None:
         self.scenario = scenario
         self.until = until
         self.scheduler = QuotaScheduler(scenario.config, origin=scenario.start)
+        self.scheduler.index = index
         self.config: QuotaConfig = scenario.config
         self.decisions: list[Decision] = []
         self._happenings: list[tuple[float, int, int, int, int]] = []

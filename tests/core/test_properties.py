@@ -74,7 +74,7 @@ def test_step_4s_bound_is_room_or_reclaim_for_every_count(loaded: LoadedScenario
     """Step 4 admits a bucket only when its count is within ``reclaim_bound``: after every
     cycle, for every share, type and count, ``room_or_reclaim`` holds exactly up to that bound
     (a bound that cut one count short would leave a job that could reclaim waiting)."""
-    from airflow_quota.core.phases import reclaim_bound, room_or_reclaim
+    from airflow_quota.core.index.fast import reclaim_bound, room_or_reclaim
 
     mismatches: list[str] = []
     compared = 0
@@ -157,7 +157,7 @@ def _step_4_left_out(loaded: LoadedScenario) -> tuple[int, list[str]]:
     walk): how many there were, and those that may preempt now all the same (by reclaim, or
     in their share once they have waited, with a victim set that fits them under the share's
     cap) without being in the share's ``Waited`` stream for their count."""
-    from airflow_quota.core.phases import _Preemption, may_preempt
+    from airflow_quota.core.index.fast import _Preemption, may_preempt
     from airflow_quota.core.preempt import may_preempt_in_share_now, within_cap_with_victims
 
     wrongly_left_out: list[str] = []
@@ -261,7 +261,7 @@ def _may_act_missed(loaded: LoadedScenario) -> tuple[int, list[str]]:
     """Run the scenario; after every cycle, for every type and for all types together, the
     shares for which ``_may_preempt_in`` holds: how many, and those ``_shares_that_may_act``
     leaves out."""
-    from airflow_quota.core.phases import _may_preempt_in, _shares_that_may_act
+    from airflow_quota.core.index.fast import _may_preempt_in, _shares_that_may_act
 
     missed: list[str] = []
     held = 0

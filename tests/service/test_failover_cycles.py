@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from sqlalchemy import select
 
-from airflow_quota.core import phases
+from airflow_quota.core.index import fast as phases
 from airflow_quota.core.model import JobRequest
 from airflow_quota.service.backends.fake import FakeBackend
 from airflow_quota.service.clock import ManualClock

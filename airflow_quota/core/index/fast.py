@@ -1,4 +1,8 @@
-"""Steps 2 to 5 of the scheduling cycle (docs/model.md rules 4.2 to 4.6) and the working sets they hand on.
+"""The fast index: steps 2 to 5 of the scheduling cycle (docs/model.md rules 4.2 to 4.6) over only
+the jobs that might fit now, and the working sets the steps hand on.
+
+The full-scan index (``full_scan.py``) is what this one must decide as: every queued job at
+every step. The property tests compare the two (``tests/core/test_index_equivalence.py``).
 
 Steps 2, 3 and 4 are one walk each (walk.py) over the jobs that might fit now, driven by a
 policy: ``_WithinQuota`` (step 2, share by share), ``_Borrowing`` (step 3, across the
@@ -18,22 +22,21 @@ from dataclasses import dataclass, field
 
 from sortedcontainers import SortedList
 
+from airflow_quota.core.index.walk import Bucket, Waited, WalkPolicy, walk
 from airflow_quota.core.lifecycle import Lifecycle, queued
 from airflow_quota.core.model import Entry, FailureReason, Job
 from airflow_quota.core.preempt import find_victims, may_preempt_in_share_now, most_under_cap, within_cap_with_victims
 from airflow_quota.core.queues import BorrowingPlace, JobKey, borrowing_place
 from airflow_quota.core.quota import Block
+from airflow_quota.core.rules import CAPACITY_BLOCKS, PLACED_BECAUSE, Step, share_order
 from airflow_quota.core.state import Changes, Mode, QuotaState
-from airflow_quota.core.walk import Bucket, Waited, WalkPolicy, walk
 
-CAPACITY_BLOCKS = (Block.NO_PROVIDER_CAPACITY, Block.PLAN_FULL, Block.BACKING_OFF)
 BUCKET_BLOCKS = frozenset(
     {Block.HELD_FOR_STARVING, Block.SHARE_LIMIT, Block.BORROW_LIMIT, Block.POOL_FULL, Block.NOT_LENDABLE}
 )
 """Blocks that ``QuotaState.check`` finds before it looks at the entry's source: they depend on
 the share, the type and the count (and, for a reservation, on a key every later key shares),
 so they hold for every later job of a bucket until something improves the type."""
-SOURCE_BLOCKS = (*CAPACITY_BLOCKS, Block.PLAN_NOT_ACTIVE)
 KeysByShare = dict[str, SortedList]
 """Keys of queued jobs, share by share."""
 
@@ -62,6 +65,18 @@ class CycleWork:
         if placed:
             self.improved |= self.changes.placed
             self.changes.placed = set()
+
+
+def place_queued(life: Lifecycle, now: float, work: CycleWork) -> None:
+    """Steps 2 to 5 over the jobs that might fit now."""
+    within_quota(life, now, work)  # 2
+    work.catch_up()
+    borrowing(life, now, work)  # 3
+    work.catch_up(placed=True)
+    if preemption(life, now, work):  # 4
+        leftovers(life, now, work)  # 4b
+    fail_fast(life, now, work)  # 5
+    work.catch_up()
 
 
 def begin(state: QuotaState) -> CycleWork:
@@ -219,8 +234,8 @@ def _try_place(
         block = known[1] if known is not None and entry == known[0] else state.check(job, entry, mode, now)
         if block is None:
             borrowed = state.borrowed_by(job.share, entry)
-            why = "within its share's limit" if mode is Mode.WITHIN_QUOTA else "borrowing idle capacity"
-            life.place(job, entry, borrowed, now, why)
+            step = Step.WITHIN_QUOTA if mode is Mode.WITHIN_QUOTA else Step.BORROWING
+            life.place(job, entry, borrowed, now, PLACED_BECAUSE[step])
             return True
         if block in CAPACITY_BLOCKS:
             waits.add(job.seq)
@@ -502,11 +517,6 @@ def fail_fast(life: Lifecycle, now: float, work: CycleWork) -> None:
 
 
 # -- helpers -------------------------------------------------------------------------------------
-
-
-def share_order(state: QuotaState, names: Collection[str]) -> list[str]:
-    """Shares by usage/limit in instances (lowest first), then name."""
-    return sorted(names, key=lambda name: (state.share_usage[name] / state.share_limit[name], name))
 
 
 def group_by_share(state: QuotaState, seqs: set[int]) -> KeysByShare:

@@ -1,0 +1,49 @@
+"""The rules of a placing step for one job (docs/model.md rules 4.2, 4.3 and 4.4): ``assess``.
+
+Everything here reads the state and changes nothing; nothing is remembered between calls. What
+a step may skip because it cannot fit is the index's business (``core/index/``), never the rules'.
+"""
+
+from __future__ import annotations
+
+from airflow_quota.core.model import Job
+from airflow_quota.core.preempt import find_victims
+from airflow_quota.core.quota import Block
+from airflow_quota.core.rules.verdicts import Admit, Preempt, Step, Verdict, Wait
+from airflow_quota.core.state import Mode, QuotaState
+
+_MODES = {Step.WITHIN_QUOTA: Mode.WITHIN_QUOTA, Step.BORROWING: Mode.BORROW}
+
+
+def assess(job: Job, step: Step, state: QuotaState, now: float) -> Verdict:
+    """What ``step`` does with the queued job now: the first entry of its list that the step's
+    check allows is admitted (steps 2 and 3), or the first entry for which a victim set exists
+    (step 4, the set possibly empty); otherwise the job waits, each entry with its block."""
+    if step is Step.PREEMPTION:
+        return _assess_preemption(job, state, now)
+    mode = _MODES[step]
+    blocks: list[Block | None] = []
+    for entry in job.entries:
+        block = state.check(job, entry, mode, now)
+        if block is None:
+            return Admit(job, entry, state.borrowed_by(job.share, entry))
+        blocks.append(block)
+    return Wait(job, tuple(blocks))
+
+
+def _assess_preemption(job: Job, state: QuotaState, now: float) -> Verdict:
+    blocks: list[Block | None] = []
+    for entry in job.entries:
+        victims = find_victims(state, job, entry, now)
+        if victims is not None:
+            return Preempt(job, entry, tuple(victims))
+        blocks.append(None)
+    return Wait(job, tuple(blocks))
+
+
+def as_its_share_places(job: Job, state: QuotaState, now: float) -> Wait:
+    """Every entry of the job checked as its share would place it (within its limit, or up to
+    its holding cap for a share that borrows): the ``Wait`` whose ``reason`` is the job's
+    pending reason (rule 3.3). An entry that fits now has no block."""
+    mode = Mode.BORROW if state.shares[job.share].borrows else Mode.WITHIN_QUOTA
+    return Wait(job, tuple(state.check(job, entry, mode, now) for entry in job.entries))

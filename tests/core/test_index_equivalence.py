@@ -1,0 +1,73 @@
+"""The fast index decides exactly as the full-scan index (``core/index/``): the standing proof
+that the fast index's memos skip only jobs the rules could not admit.
+
+The full scan looks at every queued job at every placing step, in rule order, and asks the
+rules (``core/rules/``) of each; the fast one looks only at the jobs that might fit. Both run
+the same workload in the simulator; every decision, in order, must be the same. Workloads:
+random configurations and inputs (with and without starvation reservations), every
+acceptance scenario, the congested workloads of ``benchmarks/congested.py``, a pool full most
+of the time, and the ITP trace's first jobs.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+
+from airflow_quota.core.index import IndexName
+from airflow_quota.core.model import Decision
+from airflow_quota.sim.scenario import LoadedScenario, load_scenario
+from airflow_quota.sim.simulator import Simulator
+from tests.conftest import SCENARIOS
+from tests.core.properties import congested_workload, one_busy_type, scenarios, v2_scenarios, with_reservations
+
+
+def decisions(loaded: LoadedScenario, index: IndexName) -> list[Decision]:
+    return Simulator(loaded, index=index).run().decisions
+
+
+def assert_same_decisions(loaded: LoadedScenario) -> None:
+    fast, full = decisions(loaded, "fast"), decisions(loaded, "full-scan")
+    for i, (a, b) in enumerate(zip(fast, full, strict=False)):
+        assert a == b, f"decision {i} differs:\n  fast:      {a!r}\n  full scan: {b!r}"
+    assert len(fast) == len(full), f"fast made {len(fast)} decisions, the full scan {len(full)}"
+    assert fast, "the workload decided nothing: it proves nothing"
+
+
+RANDOM = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+@RANDOM
+@given(scenarios())
+def test_random_workloads(loaded: LoadedScenario) -> None:
+    assert_same_decisions(loaded)
+
+
+@RANDOM
+@given(v2_scenarios())
+def test_random_workloads_with_reservations(loaded: LoadedScenario) -> None:
+    assert_same_decisions(loaded)
+
+
+@pytest.mark.parametrize("path", SCENARIOS, ids=lambda path: path.stem)
+def test_acceptance_scenarios(path: Path) -> None:
+    assert_same_decisions(load_scenario(path))
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+@pytest.mark.parametrize("reserving", [False, True], ids=["as-generated", "reserving"])
+def test_congested_workloads(seed: int, reserving: bool) -> None:
+    loaded = congested_workload(300, seed)
+    assert_same_decisions(with_reservations(loaded) if reserving else loaded)
+
+
+def test_a_pool_full_most_of_the_time() -> None:
+    assert_same_decisions(one_busy_type())
+
+
+def test_the_itp_trace_prefix() -> None:
+    from benchmarks.service_trace import itp_scenario
+
+    assert_same_decisions(itp_scenario(1500))
