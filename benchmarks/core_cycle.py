@@ -8,6 +8,12 @@
    job and type (as after a configuration change or a restart).
 2. Placement throughput: a cold cycle that places thousands of jobs at once.
 3. ``airflow-quota simulate --json`` on full-load scenarios of 5k, 10k and 20k jobs.
+
+    python benchmarks/core_cycle.py --indexes  # the fast index against the full-scan reference
+
+4. With ``--indexes``: the steady cycle at 1k / 10k / 100k RUNNABLE jobs and the simulator on
+   the full load and on the ITP trace's first jobs, with each index (``core/index/``): what the
+   fast index's memos buy over the model taken literally.
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from airflow_quota.core.config import parse_config
 from airflow_quota.core.cycle import QuotaScheduler
+from airflow_quota.core.index import IndexName
 from airflow_quota.core.model import JobRequest, JobState
 from benchmarks import workload
 
@@ -39,11 +46,12 @@ def _request(rng: random.Random, config: dict[str, Any], i: int) -> JobRequest:
     return JobRequest(name=f"j{i}", share=share["name"], priority=rng.choice([1, 5, 9]), preferences=prefs)
 
 
-def cycle_latency(runnable: int, running: int = 2000, cycles: int = 200) -> dict[str, float]:
+def cycle_latency(runnable: int, running: int = 2000, cycles: int = 200, index: IndexName = "fast") -> dict[str, float]:
     raw = workload.quota(capacity_per_type=running)
     config = parse_config(raw)
     rng = random.Random(3)
     scheduler = QuotaScheduler(config)
+    scheduler.index = index
     i = 0
     while sum(1 for j in scheduler.state.jobs.values() if j.state is JobState.SCHEDULED) < running and i < 20000:
         scheduler.submit(_request(rng, raw, i), 0.0)
@@ -131,10 +139,51 @@ def simulate_end_to_end(jobs: int) -> dict[str, float]:
     }
 
 
+def simulate_in_process(loaded: Any, index: IndexName) -> dict[str, Any]:
+    """The simulator's run of a loaded scenario with the index, timed (loading and the report
+    left out)."""
+    from airflow_quota.sim.simulator import Simulator
+
+    simulator = Simulator(loaded, index=index)
+    start = time.perf_counter()
+    decisions = simulator.run().decisions
+    return {"index": index, "seconds": time.perf_counter() - start, "decisions": len(decisions)}
+
+
+def compare_indexes(quick: bool) -> None:
+    from airflow_quota.sim.scenario import parse_scenario
+    from benchmarks.service_trace import itp_scenario
+
+    print("4a. steady cycle by index (20 shares x 5 types, ~2,000 running)")
+    for size in [1000, 10000] if quick else [1000, 10000, 100000]:
+        for index in ("fast", "full-scan"):
+            row = cycle_latency(size, cycles=200 if index == "fast" else 20, index=index)
+            print(
+                f"   {index:9} runnable {size}: "
+                f"median {row['median_cycle_ms']:.2f} ms, p95 {row['p95_cycle_ms']:.2f} ms",
+                flush=True,
+            )
+    print("4b. the simulator by index")
+    workloads = [("full load 5,000 jobs", parse_scenario(workload.scenario(5000), Path(".")))]
+    workloads.append(("ITP first 5,000 jobs", itp_scenario(5000)))
+    for name, loaded in workloads:
+        rows = [simulate_in_process(loaded, index) for index in ("fast", "full-scan")]
+        same = "same decisions" if rows[0]["decisions"] == rows[1]["decisions"] else "DIFFERENT COUNTS"
+        print(
+            f"   {name}: fast {rows[0]['seconds']:.2f} s, full scan {rows[1]['seconds']:.2f} s "
+            f"({rows[1]['seconds'] / rows[0]['seconds']:.1f}x), {rows[0]['decisions']} decisions, {same}",
+            flush=True,
+        )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--indexes", action="store_true", help="only the fast index against the full scan")
     args = parser.parse_args()
+    if args.indexes:
+        compare_indexes(args.quick)
+        return
     sizes = [1000, 10000] if args.quick else [1000, 10000, 100000]
     print("1. cycle latency (20 shares x 5 types, ~2,000 running)")
     for size in sizes:

@@ -30,12 +30,11 @@ of docs/model.md section 4. The core then reads top-down in this order:
 from __future__ import annotations
 
 from datetime import datetime, timezone
-from fnmatch import fnmatchcase
 
 from airflow_quota.core.config import QuotaConfig
 from airflow_quota.core.guarantees import GuaranteeWatch
 from airflow_quota.core.index import PLACERS, IndexName, fast
-from airflow_quota.core.lifecycle import TYPE, Lifecycle, queued, saved_progress
+from airflow_quota.core.lifecycle import TYPE, Lifecycle, queued
 from airflow_quota.core.model import (
     Decision,
     FailureReason,
@@ -43,9 +42,7 @@ from airflow_quota.core.model import (
     JobRequest,
     JobState,
     PriorityChanged,
-    Requeued,
     Submitted,
-    Succeeded,
 )
 from airflow_quota.core.state import QuotaState
 from airflow_quota.core.submission import check_submission
@@ -111,6 +108,7 @@ class QuotaScheduler:
             entries=request.entries(),
             request=request,
             submitted_at=now,
+            state=JobState.SUBMITTED,
         )
         job.ref = ref
         self.state.jobs[job.seq] = job
@@ -145,15 +143,15 @@ class QuotaScheduler:
             )
         old = job.priority
         queue = self.state.queues[job.share]
-        queued = job.state is JobState.RUNNABLE and job.placement is None
+        waits = queued(job)
         running = job.state.holds_capacity and job.placement is not None and not job.stopping
-        if queued:
+        if waits:
             self.state.dequeue(job)
         if running:
             assert job.placement is not None
             queue.remove_running(job, job.placement.entry.instance_type)
         job.priority = priority
-        if queued:
+        if waits:
             self.state.enqueue(job)
             self.state.changes.jobs.add(job.seq)
         if running:
@@ -167,7 +165,7 @@ class QuotaScheduler:
         """Stop the job for good (FAILED with CANCELLED); whatever it holds is released."""
         if job.state.is_final:
             raise finished_refusal(job.name, job.state, "cancel")
-        if job.placement is None and job.state is JobState.RUNNABLE and not job.stopping:
+        if queued(job):
             self.state.dequeue(job)
         elif job.placement is not None:
             self.lifecycle.release(job, now)
@@ -201,49 +199,22 @@ class QuotaScheduler:
     def capacity_error(self, job: Job, now: float, backoff_seconds: float) -> list[Decision]:
         """The backend had no capacity for the placed entry: the job is RUNNABLE again and the
         entry is skipped for ``backoff_seconds``; no attempt is consumed."""
-        assert job.placement is not None
-        entry = job.placement.entry
-        self.lifecycle.release(job, now)
-        job.attempts -= 1
-        self.state.backoff_until[(entry.instance_type, entry.training_plan)] = now + backoff_seconds
-        self.lifecycle.timer(now + backoff_seconds, TYPE, entry.instance_type)
-        self.lifecycle.make_runnable(job, now, keep_pending_clock=True)
+        self.lifecycle.no_capacity(job, now, backoff_seconds)
         return self.lifecycle.flush()
 
     def job_running(self, job: Job, now: float) -> None:
         """The backend reports training has begun (work counts from now)."""
         if job.state.holds_capacity and not job.stopping:
-            job.state = JobState.RUNNING
-            job.running_since = now
+            self.lifecycle.start_running(job, now)
 
     def job_finished(self, job: Job, now: float, succeeded: bool, reason: str = "") -> list[Decision]:
         """An attempt ended by itself: success, or a failure retried per retry_attempts/retry_on."""
         if not job.state.holds_capacity or job.stopping:
             return []
-        done = now - job.running_since if job.running_since is not None else 0.0
-        self.lifecycle.release(job, now)
         if succeeded:
-            job.state = JobState.SUCCEEDED
-            job.progress += done
-            self.state.final_jobs_forget(job)
-            self.lifecycle.emit(Succeeded(now, job.name, job.share))
-            return self.lifecycle.flush()
-        job.failed_attempts += 1
-        job.progress = saved_progress(job, done, lost=job.unsaved_work(now))
-        job.running_since = None
-        patterns = job.request.retry_on
-        if patterns is not None and not any(fnmatchcase(reason, p) for p in patterns):
-            self.lifecycle.fail(job, FailureReason.ATTEMPTS_EXHAUSTED, f"{reason} matches no retry_on pattern", now)
-        elif job.failed_attempts >= job.request.retry_attempts:
-            self.lifecycle.fail(
-                job,
-                FailureReason.ATTEMPTS_EXHAUSTED,
-                f"{reason}: attempt {job.failed_attempts} of {job.request.retry_attempts} failed",
-                now,
-            )
+            self.lifecycle.succeed(job, now)
         else:
-            self.lifecycle.emit(Requeued(now, job.name, job.share, reason))
-            self.lifecycle.make_runnable(job, now)
+            self.lifecycle.attempt_failed(job, reason, now)
         return self.lifecycle.flush()
 
     def victim_stopped(self, job: Job, now: float) -> list[Decision]:

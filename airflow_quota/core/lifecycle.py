@@ -1,11 +1,15 @@
 """How jobs move between states when the core decides (docs/model.md sections 3, 6, 8): queued,
 placed, preempted, stopped, requeued, failed, starving. Keeps the state's indexes, the timers
 and the outbox of decisions in step; the cycle and the scheduler's API call into it.
+
+``Lifecycle`` is the only writer of a job's state, and every change of it is one of
+``TRANSITIONS`` (``Lifecycle.move``): a change outside the table is a bug, raised at once.
 """
 
 from __future__ import annotations
 
 import heapq
+from fnmatch import fnmatchcase
 from typing import Any
 
 from airflow_quota.core.model import (
@@ -22,11 +26,39 @@ from airflow_quota.core.model import (
     Preempted,
     PreemptionKind,
     PreemptionRecord,
+    Requeued,
+    Succeeded,
 )
 from airflow_quota.core.state import QuotaState
 
 # timer kinds
 DEADLINE, STARVE, TYPE, PATIENCE = 0, 1, 2, 3
+
+_RUNNABLE, _FAILED = JobState.RUNNABLE, JobState.FAILED
+_HELD_ENDS = frozenset({JobState.RUNNING, JobState.RUNNABLE, JobState.SUCCEEDED, JobState.FAILED})
+TRANSITIONS: dict[JobState, frozenset[JobState]] = {
+    JobState.SUBMITTED: frozenset({_RUNNABLE}),
+    JobState.RUNNABLE: frozenset({JobState.SCHEDULED, _FAILED}),
+    JobState.SCHEDULED: _HELD_ENDS,
+    JobState.STARTING: _HELD_ENDS,
+    JobState.RUNNING: _HELD_ENDS - {JobState.RUNNING},
+    JobState.SUCCEEDED: frozenset(),
+    JobState.FAILED: frozenset(),
+}
+"""The states a job may move to from each (docs/model.md rule 3.1):
+
+- SUBMITTED → RUNNABLE: accepted into its share's queue at once;
+- RUNNABLE → SCHEDULED: placed (or its victims have stopped); → FAILED: expired, cancelled, a
+  CPU-only list without capacity;
+- SCHEDULED or STARTING → RUNNING: the training began;
+- SCHEDULED, STARTING or RUNNING → RUNNABLE: preempted and stopped, a failed attempt retried,
+  a capacity error; → SUCCEEDED; → FAILED: attempts or preemptions used up, cancelled.
+
+STARTING is the backends' (the store's): the core moves a job from SCHEDULED to RUNNING."""
+
+
+class IllegalTransition(AssertionError):
+    """A job was asked to move between states ``TRANSITIONS`` does not connect: a bug."""
 
 
 def queued(job: Job) -> bool:
@@ -138,9 +170,16 @@ class Lifecycle:
 
     # -- state changes -------------------------------------------------------------------
 
+    @staticmethod
+    def move(job: Job, to: JobState) -> None:
+        """The one place a job's state changes, along ``TRANSITIONS``."""
+        if to not in TRANSITIONS[job.state]:
+            raise IllegalTransition(f"job {job.name!r} cannot move from {job.state.value} to {to.value}")
+        job.state = to
+
     def make_runnable(self, job: Job, now: float, keep_pending_clock: bool = False) -> None:
         state = self.state
-        job.state = JobState.RUNNABLE
+        self.move(job, JobState.RUNNABLE)
         job.placement = None
         job.stopping = False
         job.starving = False
@@ -179,7 +218,7 @@ class Lifecycle:
             state.changes.improved.add(ledger.name)
             placement.draining = 0
         placement.placed_at = now
-        job.state = JobState.SCHEDULED
+        self.move(job, JobState.SCHEDULED)
         job.attempts += 1
         job.wait_seconds += now - job.runnable_since
         job.pending_deadline = None
@@ -273,10 +312,54 @@ class Lifecycle:
     def release(self, job: Job, now: float) -> None:
         self.state.give_back(job, now)
 
+    def start_running(self, job: Job, now: float) -> None:
+        """The backend reports training has begun: work counts from now."""
+        self.move(job, JobState.RUNNING)
+        job.running_since = now
+
+    def succeed(self, job: Job, now: float) -> None:
+        """The attempt ended by itself and succeeded; what it held is free."""
+        done = now - job.running_since if job.running_since is not None else 0.0
+        self.release(job, now)
+        self.move(job, JobState.SUCCEEDED)
+        job.progress += done
+        self.state.final_jobs_forget(job)
+        self.emit(Succeeded(now, job.name, job.share))
+
+    def attempt_failed(self, job: Job, reason: str, now: float) -> None:
+        """The attempt ended by itself and failed: the job is requeued with its checkpoint, or
+        fails when its ``retry_on`` patterns do not match or its attempts are used up (rule 6.4)."""
+        done = now - job.running_since if job.running_since is not None else 0.0
+        self.release(job, now)
+        job.failed_attempts += 1
+        job.progress = saved_progress(job, done, lost=job.unsaved_work(now))
+        job.running_since = None
+        patterns = job.request.retry_on
+        if patterns is not None and not any(fnmatchcase(reason, p) for p in patterns):
+            self.fail(job, FailureReason.ATTEMPTS_EXHAUSTED, f"{reason} matches no retry_on pattern", now)
+        elif job.failed_attempts >= job.request.retry_attempts:
+            attempt = f"attempt {job.failed_attempts} of {job.request.retry_attempts} failed"
+            self.fail(job, FailureReason.ATTEMPTS_EXHAUSTED, f"{reason}: {attempt}", now)
+        else:
+            self.emit(Requeued(now, job.name, job.share, reason))
+            self.make_runnable(job, now)
+
+    def no_capacity(self, job: Job, now: float, backoff_seconds: float) -> None:
+        """The backend had no capacity for the placed entry: RUNNABLE again, its pending clock
+        kept, the attempt it was given not counted, and the entry's source skipped by every job
+        for ``backoff_seconds`` (rule 6.5)."""
+        assert job.placement is not None
+        entry = job.placement.entry
+        self.release(job, now)
+        job.attempts -= 1
+        self.state.backoff_until[(entry.instance_type, entry.training_plan)] = now + backoff_seconds
+        self.timer(now + backoff_seconds, TYPE, entry.instance_type)
+        self.make_runnable(job, now, keep_pending_clock=True)
+
     def fail(self, job: Job, reason: FailureReason, detail: str, now: float) -> None:
         if job.state is JobState.RUNNABLE and not job.stopping:
             job.wait_seconds += now - job.runnable_since
-        job.state = JobState.FAILED
+        self.move(job, JobState.FAILED)
         job.failure = reason
         job.failure_detail = detail
         job.starving = False
