@@ -193,6 +193,11 @@ SIMULATE_CASES: list[tuple[str, str | dict[str, Any], Expected]] = [
         [("quota.shares[1].borrow_limit", r"LEND_AND_BORROW")],
     ),
     (
+        "a max_running_jobs of 0 (at least 1, or none)",
+        scenario(quota_=share(1, max_running_jobs=0)),
+        [("quota.shares[1].max_running_jobs", r"greater than or equal to 1")],
+    ),
+    (
         "a submission with six preferences (at most five)",
         scenario(
             submit(

@@ -130,6 +130,9 @@ class Share(_Model):
     a job names none; None: the quota scheduler's own credentials."""
     access: ShareAccess | None = None
     """Who may submit and who may change priorities (``core.access``); None: everyone."""
+    max_running_jobs: PositiveInt | None = None
+    """The most of the share's jobs that hold capacity at once, whatever their size
+    (docs/model.md rule 4.0.6); None: no such limit."""
 
     @property
     def lends(self) -> bool:

@@ -69,7 +69,7 @@ class GuaranteeWatch:
         protected): the reasons a job under its limit may wait."""
         entry = next(e for e in job.entries if e.instance_type == instance_type)
         block = state.check(job, entry, Mode.WITHIN_QUOTA, now)
-        if block in (*SOURCE_BLOCKS, Block.HELD_FOR_STARVING, Block.BORROWING_HELD):
+        if block in (*SOURCE_BLOCKS, Block.HELD_FOR_STARVING, Block.BORROWING_HELD, Block.MAX_RUNNING_JOBS):
             return True
         ledger = state.types[instance_type]
         if ledger.draining > 0:

@@ -30,6 +30,7 @@ class Block(str, Enum):
     HELD_FOR_STARVING = "held for a starving job"
     BORROWING_HELD = "borrowing held for a starving job of another share"
     BACKING_OFF = "entry backing off after a capacity error"
+    MAX_RUNNING_JOBS = "the share holds its max_running_jobs"
 
 
 def share_term(usage: int, limit: int, lends: bool) -> int:

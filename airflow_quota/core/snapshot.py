@@ -39,7 +39,7 @@ from pydantic import BaseModel
 
 from airflow_quota.core.cycle import QuotaScheduler
 
-SNAPSHOT_FORMAT = 1
+SNAPSHOT_FORMAT = 2
 """The format ``encode`` writes."""
 
 MAGIC = b"airflow-quota snapshot\n"
@@ -94,7 +94,7 @@ OTHER_CLASSES: frozenset[tuple[str, str]] = frozenset(
 )
 """What else a state holds: containers and time, no code."""
 
-LAYOUTS: dict[int, str] = {1: "89e33aa89e88b552"}
+LAYOUTS: dict[int, str] = {1: "89e33aa89e88b552", 2: "1e68f23d590979a6"}
 """Each format's ``core_layout``: a snapshot of format N loads only into classes laid out so."""
 
 
@@ -179,9 +179,10 @@ def _unpickle(body: bytes) -> Any:
         raise SnapshotUnreadable(f"its body is damaged ({type(exc).__name__}: {exc})") from None
 
 
-def _load_format_1(header: dict[str, Any], body: bytes) -> QuotaScheduler:
-    """Format 1: the pickled ``QuotaScheduler``, its classes laid out as ``LAYOUTS[1]``."""
-    if header.get("layout") != LAYOUTS[1] or core_layout() != LAYOUTS[1]:
+def _load_pickled(header: dict[str, Any], body: bytes, version: int) -> QuotaScheduler:
+    """The pickled ``QuotaScheduler`` of a snapshot of format ``version``, whose classes this
+    version's loader for it turns into today's (``LAYOUTS[SNAPSHOT_FORMAT]``)."""
+    if header.get("layout") != LAYOUTS[version] or core_layout() != LAYOUTS[SNAPSHOT_FORMAT]:
         raise SnapshotUnreadable(
             f"its classes are laid out as {header.get('layout')}, this version's as {core_layout()}"
         )
@@ -191,5 +192,25 @@ def _load_format_1(header: dict[str, Any], body: bytes) -> QuotaScheduler:
     return scheduler
 
 
-LOADERS: dict[int, Callable[[dict[str, Any], bytes], QuotaScheduler]] = {1: _load_format_1}
+def _load_format_1(header: dict[str, Any], body: bytes) -> QuotaScheduler:
+    """Format 1, before ``max_running_jobs`` (docs/model.md rule 4.0.6): its shares have no such
+    limit, and how many jobs each share holds is counted from the jobs."""
+    scheduler = _load_pickled(header, body, 1)
+    state = scheduler.state
+    for share in [*state.config.shares, *state.shares.values()]:
+        share.__dict__.setdefault("max_running_jobs", None)
+    holding = dict.fromkeys(state.shares, 0)
+    for job in state.jobs.values():
+        if job.placement is not None:
+            holding[job.share] = holding.get(job.share, 0) + 1
+    state.holding_jobs = holding
+    return scheduler
+
+
+def _load_format_2(header: dict[str, Any], body: bytes) -> QuotaScheduler:
+    """Format 2: the pickled ``QuotaScheduler``, its classes laid out as ``LAYOUTS[2]``."""
+    return _load_pickled(header, body, 2)
+
+
+LOADERS: dict[int, Callable[[dict[str, Any], bytes], QuotaScheduler]] = {1: _load_format_1, 2: _load_format_2}
 """Each format this version reads, and how."""

@@ -91,6 +91,9 @@ class QuotaState:
     borrowing pool-wide (none under the defaults, so the check costs nothing then)."""
     changes: Changes = field(default_factory=Changes)
     """What changed since the cycle last looked: every change below records itself there."""
+    holding_jobs: dict[str, int] = field(default_factory=dict)
+    """How many of each share's jobs hold capacity (placed, or holding it for their victims):
+    what ``max_running_jobs`` bounds (docs/model.md rule 4.0.6)."""
 
     def __post_init__(self) -> None:
         self.load_config(self.config, 0.0)
@@ -113,6 +116,7 @@ class QuotaState:
             if patience != queue.patience:
                 queue.set_patience(patience, [self.jobs[key[2]] for key in queue.runnable])
             self.share_usage.setdefault(name, 0)
+            self.holding_jobs.setdefault(name, 0)
             self.share_limit[name] = sum(share.capacity_limits.values())
         self.borrowing_shares = tuple(name for name, share in self.shares.items() if share.borrows)
         self.in_share_shares = frozenset(name for name, share in self.shares.items() if share.in_share_preemption)
@@ -204,11 +208,14 @@ class QuotaState:
         capacity of the type while one of its RUNNABLE jobs has an entry on it that fits under
         its limit at ``usage`` and is not waiting for a plan window or provider capacity (that
         job is about to reclaim), or while a starving job of the share reserves the type.
-        Jobs that must borrow the type themselves protect nothing."""
+        Jobs that must borrow the type themselves protect nothing, nor do the jobs of a share
+        that holds its ``max_running_jobs`` (rule 4.0.6)."""
         queue = self.queues[share]
         name = ledger.name
         if queue.reserves(name):
             return True
+        if self.holds_its_max(share):
+            return False  # none of its waiting jobs can start (rule 4.0.6)
         headroom = ledger.limit_of(share) - usage
         smallest = queue.smallest(name)
         if smallest is None or smallest > headroom:
@@ -298,8 +305,7 @@ class QuotaState:
         idle: int | None = None,
     ) -> Block | None:
         """Why ``entry`` cannot be placed for ``job`` now (after removing ``victims``), or None.
-        ``idle`` is ``protected_idle(ledger, now)`` of the entry's type when the caller has it
-        (``find_victims`` checks one entry against many victim sets while nothing changes)."""
+        ``idle`` is ``protected_idle(ledger, now)`` of the type when the caller has it already."""
         name, n = entry.instance_type, entry.count
         ledger = self.types[name]
         share = self.shares[job.share]
@@ -316,6 +322,8 @@ class QuotaState:
                 freed_on_demand += m
             elif victim.placement.entry.training_plan == entry.training_plan:
                 freed_plan += m
+        if share.max_running_jobs is not None and self.holds_its_max(job.share, victims):
+            return Block.MAX_RUNNING_JOBS
         own = ledger.usage_of(job.share) - removed.get(job.share, 0)
         limit = ledger.limit_of(job.share)
         if mode is Mode.WITHIN_QUOTA:
@@ -347,6 +355,12 @@ class QuotaState:
                 # stops it: one the pool or the invariant stops anyway waits for quota
                 return Block.BORROWING_HELD
         return self.source_block(entry, now, freed_plan, freed_on_demand)
+
+    def holds_its_max(self, share: str, victims: Iterable[Job] = ()) -> bool:
+        """Whether the share holds its ``max_running_jobs`` (docs/model.md rule 4.0.6), its jobs
+        among ``victims`` counted as gone."""
+        most = self.shares[share].max_running_jobs
+        return most is not None and self.holding_jobs[share] - sum(v.share == share for v in victims) >= most
 
     def backing_off(self, entry: Entry, now: float) -> bool:
         """Whether the entry's source, its plan or its type on demand, is skipped after a
@@ -409,6 +423,10 @@ class QuotaState:
         if lends and self.protection_changed(job.share, ledger, before, before + entry.count):
             self.changes.improved.add(entry.instance_type)
         self.share_usage[job.share] += entry.count
+        self.holding_jobs[job.share] += 1
+        if self.holding_jobs[job.share] == self.shares[job.share].max_running_jobs:
+            # the share stops protecting: what it kept idle is lendable (rule 4.0.6)
+            self.changes.improved |= self.queues[job.share].counts.keys()
         if entry.training_plan is not None:
             self.plans[entry.training_plan].used += entry.count
         else:
@@ -424,6 +442,10 @@ class QuotaState:
         self.meter.touch(ledger, now)
         ledger.change_usage(job.share, -entry.count)
         self.share_usage[job.share] -= entry.count
+        self.holding_jobs[job.share] -= 1
+        if self.holding_jobs[job.share] + 1 == self.shares[job.share].max_running_jobs:
+            # every type the share's queued jobs ask got easier for them, not only this one
+            self.changes.improved |= self.queues[job.share].counts.keys()
         ledger.draining -= placement.draining
         placement.draining = 0
         if entry.training_plan is not None:

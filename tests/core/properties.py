@@ -212,3 +212,18 @@ def v2_scenarios(draw: st.DrawFn) -> LoadedScenario:
     loaded = draw(scenarios())
     on = draw(st.lists(st.booleans(), min_size=len(loaded.config.shares), max_size=len(loaded.config.shares)))
     return with_reservations(loaded, lambda i: on[i])
+
+
+def with_max_running_jobs(loaded: LoadedScenario, most: Callable[[int], int | None]) -> LoadedScenario:
+    """The scenario with each share's ``max_running_jobs`` as ``most`` gives it (by index)."""
+    shares = [s.model_copy(update={"max_running_jobs": most(i)}) for i, s in enumerate(loaded.config.shares)]
+    return loaded.model_copy(update={"config": loaded.config.model_copy(update={"shares": shares})})
+
+
+@st.composite
+def limited_scenarios(draw: st.DrawFn) -> LoadedScenario:
+    """``v2_scenarios()``, with ``max_running_jobs`` (1 to 3, or none) on each share."""
+    loaded = draw(v2_scenarios())
+    shares = len(loaded.config.shares)
+    most = draw(st.lists(st.sampled_from([None, 1, 2, 3]), min_size=shares, max_size=shares))
+    return with_max_running_jobs(loaded, lambda i: most[i])

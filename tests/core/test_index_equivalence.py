@@ -21,7 +21,15 @@ from airflow_quota.core.model import Decision
 from airflow_quota.sim.scenario import LoadedScenario, load_scenario
 from airflow_quota.sim.simulator import Simulator
 from tests.conftest import SCENARIOS
-from tests.core.properties import congested_workload, one_busy_type, scenarios, v2_scenarios, with_reservations
+from tests.core.properties import (
+    congested_workload,
+    limited_scenarios,
+    one_busy_type,
+    scenarios,
+    v2_scenarios,
+    with_max_running_jobs,
+    with_reservations,
+)
 
 
 def decisions(loaded: LoadedScenario, index: IndexName) -> list[Decision]:
@@ -51,6 +59,12 @@ def test_random_workloads_with_reservations(loaded: LoadedScenario) -> None:
     assert_same_decisions(loaded)
 
 
+@RANDOM
+@given(limited_scenarios())
+def test_random_workloads_with_max_running_jobs(loaded: LoadedScenario) -> None:
+    assert_same_decisions(loaded)
+
+
 @pytest.mark.parametrize("path", SCENARIOS, ids=lambda path: path.stem)
 def test_acceptance_scenarios(path: Path) -> None:
     assert_same_decisions(load_scenario(path))
@@ -61,6 +75,12 @@ def test_acceptance_scenarios(path: Path) -> None:
 def test_congested_workloads(seed: int, reserving: bool) -> None:
     loaded = congested_workload(300, seed)
     assert_same_decisions(with_reservations(loaded) if reserving else loaded)
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_congested_workloads_with_max_running_jobs(seed: int) -> None:
+    loaded = congested_workload(300, seed)
+    assert_same_decisions(with_max_running_jobs(loaded, lambda i: [2, None, 4, 1, 3, None][i % 6]))
 
 
 def test_a_pool_full_most_of_the_time() -> None:

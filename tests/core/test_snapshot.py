@@ -135,11 +135,11 @@ def test_forgetting_the_finished_jobs_keeps_the_snapshot_to_the_live_ones() -> N
     ("damage", "why"),
     [
         (lambda data: b"not a snapshot" + data, "does not start as a snapshot does"),
-        (lambda data: data.replace(b'"format": 1', b'"format": 99'), "format 99; this version reads formats 1"),
-        (lambda data: data.replace(b'"format": 1', b'"format": 0'), "format 0"),
+        (lambda data: data.replace(b'"format": 2', b'"format": 99'), "format 99; this version reads formats 1, 2"),
+        (lambda data: data.replace(b'"format": 2', b'"format": 0'), "format 0"),
         (lambda data: data.replace(b'{"format"', b'{"fromat"'), "header is damaged"),
         (lambda data: data[: len(data) // 2], "body is damaged"),
-        (lambda data: data.replace(snapshot.LAYOUTS[1].encode(), b"0" * 16), "laid out as 0000000000000000"),
+        (lambda data: data.replace(snapshot.LAYOUTS[2].encode(), b"0" * 16), "laid out as 0000000000000000"),
     ],
 )
 def test_a_snapshot_that_cannot_be_read_says_why(damage: Any, why: str) -> None:
