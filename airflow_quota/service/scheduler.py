@@ -67,14 +67,10 @@ from airflow_quota.core.inputs import (
     Input,
 )
 from airflow_quota.core.model import (
-    Alert,
     Decision,
-    Failed,
-    FailureReason,
     Job,
     JobState,
     Placed,
-    Preempted,
     Rejected,
 )
 from airflow_quota.core.visibility import pending_view
@@ -101,19 +97,18 @@ from airflow_quota.service.polling import (
     Poller,
 )
 from airflow_quota.service.pruning import LeaderPruning
+from airflow_quota.service.records import DecisionRows, add_rows, stops_an_attempt
 from airflow_quota.service.wakeup import Wakeup
 from airflow_quota.sim.gc_tuning import freeze_long_lived
 from airflow_quota.store.bulk import insert_rows, pipelined, update_by_key
 from airflow_quota.store.engine import DatabaseUnavailable, migrate, reachable, session_factory
 from airflow_quota.store.lock import LeadershipLost, current_leader, leader_lock
 from airflow_quota.store.models import (
-    AlertRow,
     Attempt,
     AttemptState,
     ConfigVersion,
     EventRow,
     JobRow,
-    Preemption,
     Request,
 )
 from airflow_quota.store.models import Input as InputRow
@@ -1005,10 +1000,10 @@ class QuotaService:
                 if attempt is not None:
                     attempt.status, attempt.reason = AttemptState(report.status.value).value, report.reason
                     attempt.ended_at = now if report.ended_at is None else report.ended_at
-            backends = self._backends_of_placed(session, gathered.decisions)
-            records = _Records()
+            rows = DecisionRows(gathered.placed, attempts, self._backends_of_placed(session, gathered.decisions))
             for decision in gathered.decisions:
-                self._record(session, decision, gathered, backends, attempts, records)
+                self._record(decision, gathered, rows)
+            gathered.alerts += len(rows.alerts)
             for attempt in gathered.placed:
                 if attempt.action == ActionKind.START.value:  # not preempted in this same step
                     attempt.status = AttemptState.STARTING.value
@@ -1026,7 +1021,7 @@ class QuotaService:
                             for request_id, outcome, error in gathered.handled
                         ],
                     )
-                records.insert(session)
+                rows.insert(session)
                 if gathered.rejected_jobs:
                     for job_id in gathered.rejected_jobs:
                         self._submitted.pop(job_id, None)
@@ -1080,10 +1075,7 @@ class QuotaService:
         replaced by them once committed. An attempt that ended is never changed again."""
         job_ids = {job_id for job_id, _, _ in gathered.running} | {job_id for job_id, _, _ in gathered.ended}
         for decision in gathered.decisions:
-            stopping = isinstance(decision, Preempted) or (
-                isinstance(decision, Failed) and decision.reason is FailureReason.CANCELLED
-            )
-            if stopping and (job := self._job_of(decision)) is not None and job.ref is not None:
+            if stops_an_attempt(decision) and (job := self._job_of(decision)) is not None and job.ref is not None:
                 job_ids.add(job.ref)
         assert self._open is not None
         found: dict[int, dict[int, Attempt]] = {}
@@ -1134,24 +1126,13 @@ class QuotaService:
         assert self.scheduler is not None
         return None if isinstance(decision, Rejected) else self.scheduler.job(decision.job)
 
-    def _record(
-        self,
-        session: Session,
-        decision: Decision,
-        gathered: _Step,
-        backends: dict[int, str],
-        attempts: dict[int, dict[int, Attempt]],
-        records: _Records,
-    ) -> None:
-        """Write one committed decision: its event, and the attempt, preemption or alert rows it
-        makes (the attempts in the session, the rest into ``records``). ``backends`` holds the
-        backend of each job placed in this step; ``attempts`` every attempt of the jobs it
-        preempts or cancels (``_attempts_of``), with the ones placed earlier in the step added
-        as they are."""
+    def _record(self, decision: Decision, gathered: _Step, rows: DecisionRows) -> None:
+        """Write one committed decision: its event, and the rows its type makes
+        (``records.ROWS_OF``: an attempt placed or stopped, a preemption, an alert)."""
         record = event_record(decision)
         job = self._job_of(decision)
         job_id = job.ref if job is not None else gathered.rejected_ids.get(decision.job)
-        records.events.append(
+        rows.events.append(
             {
                 "at": decision.at,
                 "type": record["type"],
@@ -1166,69 +1147,7 @@ class QuotaService:
         if job is None or job_id is None:
             return
         gathered.touched.add(job_id)
-        if isinstance(decision, Placed):
-            placed = Attempt(
-                job_id=job_id,
-                number=decision.attempt,
-                backend=backends.get(job_id, "fake"),
-                instance_type=decision.entry.instance_type,
-                count=decision.entry.count,
-                training_plan=decision.entry.training_plan,
-                borrowed=decision.borrowed,
-                placed_at=decision.at,
-                action=ActionKind.START.value,
-                status=AttemptState.PLACED.value,
-                stop_grace=0.0,
-                running_since=None,
-                ended_at=None,
-                reason=None,
-                external_name=None,
-                external_arn=None,
-            )
-            gathered.placed.append(placed)  # inserted by ``_commit``
-            attempts.setdefault(job_id, {})[placed.number] = placed
-        elif isinstance(decision, Preempted):
-            # the attempt placed last *before* this decision: a victim preempted with no grace may
-            # be placed again (attempt n + 1) later in the same step, and then job.attempts, the
-            # state after the whole step, names the new attempt, not the one to stop
-            known = attempts.get(job_id, {})
-            number = max(known, default=job.attempts)
-            attempt = known.get(number)
-            if attempt is not None and attempt.ended_at is None:
-                if attempt.status == AttemptState.PLACED.value:  # placed in this step: no backend heard of it
-                    attempt.action, attempt.status = None, AttemptState.NOT_STARTED.value
-                else:  # running, or STARTING (its start may be in flight): stopped after it
-                    attempt.action, attempt.stop_grace = ActionKind.STOP.value, decision.grace_seconds
-                    attempt.status = AttemptState.STOPPING.value
-            records.preemptions.append(
-                {
-                    "job_id": job_id,
-                    "attempt": number,
-                    "at": decision.at,
-                    "kind": decision.kind.value,
-                    "by_job": decision.by,
-                    "lost_seconds": decision.lost_seconds,
-                }
-            )
-        elif isinstance(decision, Failed) and decision.reason is FailureReason.CANCELLED:
-            attempt = attempts.get(job_id, {}).get(job.attempts)
-            if attempt is not None and attempt.ended_at is None and attempt.status != AttemptState.STOPPING.value:
-                attempt.action, attempt.stop_grace = ActionKind.STOP.value, 0.0
-                attempt.status = AttemptState.STOPPING.value
-        elif isinstance(decision, Alert):
-            records.alerts.append(
-                {
-                    "at": decision.at,
-                    "job_id": job_id,
-                    "job": decision.job,
-                    "share": decision.share,
-                    "kind": decision.kind.value,
-                    "reason": decision.reason,
-                    "position": decision.position,
-                    "age_seconds": decision.age_seconds,
-                }
-            )
-            gathered.alerts += 1
+        add_rows(decision, job, job_id, rows)
 
     def _write_jobs(self, session: Session, touched: set[int], now: float) -> None:
         """Write the touched jobs as they now stand; every few seconds, every waiting job's
@@ -1480,20 +1399,6 @@ def _refusal_of_forgotten(request: Request, row: JobRow | None, now: float) -> R
         return Rejected(now, str(request.job_id), "", f"job {request.job_id} is finished", request=request.kind)
     error = finished_refusal(row.name, JobState(row.state), request.kind)
     return Rejected(now, row.name, row.share, str(error), request=request.kind)
-
-
-@dataclasses.dataclass
-class _Records:
-    """The rows a commit's decisions make besides attempts, inserted as Core executemanys (the
-    ORM's unit of work costs more CPU than the database does for them; nothing reads them back)."""
-
-    events: list[dict[str, Any]] = dataclasses.field(default_factory=list)
-    preemptions: list[dict[str, Any]] = dataclasses.field(default_factory=list)
-    alerts: list[dict[str, Any]] = dataclasses.field(default_factory=list)
-
-    def insert(self, session: Session) -> None:
-        for model, rows in ((EventRow, self.events), (Preemption, self.preemptions), (AlertRow, self.alerts)):
-            insert_rows(session, model, rows)
 
 
 _ATTEMPT_COLUMNS = tuple(column.key for column in Attempt.__table__.columns)
