@@ -38,7 +38,6 @@ committed, so a decision is never logged by two leaders.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import os
 import socket
@@ -73,7 +72,6 @@ from airflow_quota.core.model import (
     Placed,
     Rejected,
 )
-from airflow_quota.core.visibility import pending_view
 from airflow_quota.service import snapshots
 from airflow_quota.service.alerts import AlertDelivery
 from airflow_quota.service.backends.base import (
@@ -97,6 +95,7 @@ from airflow_quota.service.polling import (
     Poller,
 )
 from airflow_quota.service.pruning import LeaderPruning
+from airflow_quota.service.read_model import ReadModel
 from airflow_quota.service.records import DecisionRows, add_rows, stops_an_attempt
 from airflow_quota.service.wakeup import Wakeup
 from airflow_quota.sim.gc_tuning import freeze_long_lived
@@ -113,7 +112,6 @@ from airflow_quota.store.models import (
 )
 from airflow_quota.store.models import Input as InputRow
 from airflow_quota.store.settings import DEFAULT_RETENTION_DAYS
-from airflow_quota.store.views import QuotaView, ViewBuilder, write_view
 
 log = logging.getLogger("airflow_quota.scheduler")
 
@@ -232,10 +230,6 @@ class QuotaService:
 
     _freezes_heap = False
     """Whether this is the scheduler process (``run``), whose long-lived objects are frozen."""
-    _view: QuotaView | None = None
-    """The shares' view as this leader last committed it (``store/views.py``); None before."""
-    _views: ViewBuilder | None = None
-    """What computes it, keeping each share's waiting figures until its queue changes."""
     _step_sessions: sessionmaker[Session] | None = None
     """Sessions on the step's one connection while a step runs (``_one_connection``)."""
     _open: dict[AttemptKey, Attempt] | None = None
@@ -287,11 +281,8 @@ class QuotaService:
         """When (``time.monotonic``) the leader last read its inbox."""
         self._listener: RequestListener | None = None
         """The connection that LISTENs for new requests while ``run`` leads on PostgreSQL."""
-        self.view_seconds = view_seconds
-        self._view_written = float("-inf")
-        """When (``time.monotonic``) this leader last wrote the view."""
-        self._view_behind = False
-        """Whether a commit changed the core's state since the view was last written."""
+        self.read_model = ReadModel(view_seconds, refresh_views_seconds)
+        """What readers see: the shares' view and the scheduler's columns of the job rows."""
         self.backends = dict(backends)
         self.clock = clock or WallClock()
         self.wall_clock = isinstance(self.clock, WallClock)
@@ -299,7 +290,6 @@ class QuotaService:
         self.cycle_seconds = cycle_seconds
         self.poll_seconds = poll_seconds
         self.capacity_backoff_seconds = capacity_backoff_seconds
-        self.refresh_views_seconds = refresh_views_seconds
         self.sessions = session_factory(engine)
         lease = leader_lease_seconds if lease_seconds is None else lease_seconds
         self.lock = leader_lock(engine, self.holder, lease, backends=list(self.backends))
@@ -316,7 +306,6 @@ class QuotaService:
         self.scheduler: QuotaScheduler | None = None
         self._last_cycle = float("-inf")
         self._beats_reported = 0
-        self._last_refresh = float("-inf")
         self.recovered = False
         self.snapshot_every = snapshot_every
         self.cannot_lead: str | None = None
@@ -545,7 +534,7 @@ class QuotaService:
             )
         if self.poller.background:  # the poller starts on the open attempts while the rest recovers
             self._track_open_attempts(self.clock.now())
-        self._view = None
+        self.read_model.committed(None)
         self._rewrite_view(self.clock.now())
         self._starting_since_upgrade()
         self._open = None  # an upgrade's starts just changed status
@@ -611,7 +600,8 @@ class QuotaService:
                 self._inputs_since_snapshot += len(gathered.inputs)
                 if self.snapshot_every and self._inputs_since_snapshot >= self.snapshot_every:
                     self.snapshot(now)
-            self._rewrite_view_when_due(now)
+            if self.read_model.due(now):
+                self._rewrite_view(now)
             for decision in gathered.decisions:  # committed: never logged by two leaders
                 log.info(describe(decision, wall_clock=self.wall_clock))
             acted = self._act(now)
@@ -620,7 +610,7 @@ class QuotaService:
         worked = bool(gathered.decisions or gathered.handled or acted)
         if not worked:
             with reachable(str(self.engine.url)):
-                if self._view_behind:  # the burst is over: readers see where it left the shares
+                if self.read_model.behind:  # the burst is over: readers see where it left the shares
                     self._rewrite_view(now)
                 self.pruning.when_idle(now, self._fence)
         return worked
@@ -676,7 +666,7 @@ class QuotaService:
             self.metrics.decisions(gathered.decisions)
             if gathered.cycle_seconds is not None and (gathered.decisions or gathered.handled or gathered.ended):
                 self.metrics.cycle(gathered.cycle_seconds)  # idle cycles (one a second) are not timed
-            self.metrics.gauges(self._view, now)
+            self.metrics.gauges(self.read_model.view, now)
 
     def _feed(
         self, gathered: _Step, item: Input, now: float, row: tuple[str, dict[str, Any]] | None = None
@@ -1026,34 +1016,12 @@ class QuotaService:
                     for job_id in gathered.rejected_jobs:
                         self._submitted.pop(job_id, None)
                     session.execute(delete(JobRow).where(JobRow.id.in_(gathered.rejected_jobs)))
-                self._write_jobs(session, gathered.touched - set(gathered.rejected_jobs), now)
-            behind = time.monotonic() - self._view_written < self.view_seconds
-            view = self._view if behind else self._write_view(session, now)
-        self._view = view  # committed
-        self._view_behind = behind
+                state = self.scheduler.state if self.scheduler is not None else None
+                if state is not None:
+                    self.read_model.write_jobs(session, state, gathered.touched - set(gathered.rejected_jobs), now)
+            view, behind = self.read_model.in_commit(session, state, now)
+        self.read_model.committed(view, behind)
         self._committed_attempts(attempts, gathered.placed)
-
-    def _write_view(self, session: Session, now: float) -> QuotaView | None:
-        """The shares' view of the core's state (``store/views.py``), rewritten in the commit's
-        transaction when it differs from what this leader last committed; returned either way."""
-        if self.scheduler is None:
-            return self._view
-        if self._views is None:
-            self._views = ViewBuilder()
-        view = self._views.view_of(self.scheduler.state, now)
-        self._view_written = time.monotonic()
-        if self._view is not None and view == self._view:
-            # unchanged: the stored one, computed when it last changed, valid until the next timer
-            return dataclasses.replace(self._view, valid_until=view.valid_until)
-        write_view(session, view, stored=self._view)
-        return view
-
-    def _rewrite_view_when_due(self, now: float) -> None:
-        """Time alone changes what a new job could be placed on (a plan window opens or closes, a
-        back-off ends) without any commit: at such an instant the view is rewritten."""
-        if self._view is None or self._view.valid_until is None or now < self._view.valid_until:
-            return
-        self._rewrite_view(now)
 
     def _rewrite_view(self, now: float) -> None:
         """Write the view of the core's state now, in a transaction of its own: after recovery
@@ -1064,9 +1032,8 @@ class QuotaService:
             return
         with self._session() as session, session.begin():
             self._fence(session)
-            view = self._write_view(session, now)
-        self._view = view
-        self._view_behind = False
+            view = self.read_model.write_view(session, self.scheduler.state, now)
+        self.read_model.committed(view)
 
     def _attempts_of(self, gathered: _Step) -> dict[int, dict[int, Attempt]]:
         """The open attempts of the jobs whose attempts this step changes (reported running or
@@ -1148,23 +1115,6 @@ class QuotaService:
             return
         gathered.touched.add(job_id)
         add_rows(decision, job, job_id, rows)
-
-    def _write_jobs(self, session: Session, touched: set[int], now: float) -> None:
-        """Write the touched jobs as they now stand; every few seconds, every waiting job's
-        pending reason and positions too (they move when anything ahead of them does)."""
-        assert self.scheduler is not None
-        state = self.scheduler.state
-        refresh = now - self._last_refresh >= self.refresh_views_seconds
-        if refresh:
-            self._last_refresh = now
-            touched = touched | {job.ref for job in state.jobs.values() if job.state is JobState.RUNNABLE and job.ref}
-        changes = [
-            _job_columns(state.jobs[state.refs[job_id]], state, now)
-            for job_id in sorted(touched)
-            if job_id in state.refs
-        ]
-        if changes:
-            update_by_key(session, JobRow, changes)  # one executemany: an UPDATE by primary key
 
     # -- backend actions -----------------------------------------------------------------
 
@@ -1462,40 +1412,6 @@ def _rows_by_id(session: Session, ids: set[int]) -> dict[int, JobRow | None]:
         for row in session.scalars(select(JobRow).where(JobRow.id.in_(sorted(ids)))):
             found[row.id] = row
     return found
-
-
-def _job_columns(job: Job, state: Any, now: float) -> dict[str, Any]:
-    """The columns of ``quota_jobs`` that the scheduler owns, for one job as it now stands."""
-    last = job.last_placement
-    columns: dict[str, Any] = {
-        "id": job.ref,
-        "state": job.state.value,
-        "priority": job.priority,
-        "reason": job.failure.value if job.failure else None,
-        "detail": job.failure_detail,
-        "attempts": job.attempts,
-        "preemptions": len(job.preemptions),
-        "wait_seconds": job.wait_seconds,
-        "instance_type": last.instance_type if last else None,
-        "count": last.count if last else None,
-        "training_plan": last.training_plan if last else None,
-        "borrowed": job.last_borrowed,
-        "gpu_hours": job.gpu_seconds / 3600,
-        "lost_gpu_hours": job.lost_gpu_seconds / 3600,
-        "cost": job.cost,
-        "pending_reason": None,
-        "waiting_for": None,
-        "position_in_share": None,
-        "position_in_queue": None,
-        "runnable_since": None,
-        "pending_deadline": None,
-        "updated_at": now,
-    }
-    if job.state is JobState.RUNNABLE:
-        columns.update(
-            pending_view(state, job, now), runnable_since=job.runnable_since, pending_deadline=job.pending_deadline
-        )
-    return columns
 
 
 def _end_frozen_transactions(engine: Engine, lease_seconds: float) -> None:
