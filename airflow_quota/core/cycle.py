@@ -19,7 +19,7 @@ of docs/model.md section 4. The core then reads top-down in this order:
    the timers, and the decisions emitted;
 5. ``state.py``: the live state, the placement check ``QuotaState.check`` every step uses,
    and ``Changes``, the record of what got easier since the cycle last looked;
-6. ``quota.py`` (the invariant's arithmetic per type), ``preempt.py`` (victim selection),
+6. ``quota.py`` (the invariant's arithmetic per type), ``rules/victims.py`` (the victim oracle),
    ``queues.py`` (the per-share indexes and the merge the walk runs on);
 7. ``guarantees.py`` (step 6) and ``overtaking.py`` (when a job starts starving, section 8);
 8. the leaves: ``model.py`` (jobs, states, decisions), ``config.py`` and ``catalogue.py`` (the

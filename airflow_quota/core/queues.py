@@ -41,7 +41,7 @@ def victim_key(job: Job) -> tuple[int, float, float, int]:
     1. lowest priority first,
     2. then the most recently placed,
     3. then the least work since its last checkpoint (time-dependent: applied to ties of 1-2
-       when victims are chosen, see preempt.py),
+       when victims are chosen, see rules/victims.py),
     4. then the latest first submission,
     5. then the latest in submission order (stable tiebreak).
     """

@@ -158,7 +158,7 @@ def _step_4_left_out(loaded: LoadedScenario) -> tuple[int, list[str]]:
     in their share once they have waited, with a victim set that fits them under the share's
     cap) without being in the share's ``Waited`` stream for their count."""
     from airflow_quota.core.index.fast import _Preemption, may_preempt
-    from airflow_quota.core.preempt import may_preempt_in_share_now, within_cap_with_victims
+    from airflow_quota.core.rules.victims import may_preempt_in_share_now, within_cap_with_victims
 
     wrongly_left_out: list[str] = []
     left_out = 0
@@ -213,7 +213,7 @@ def _waited_disagreements(loaded: LoadedScenario) -> tuple[int, list[str]]:
     jobs that may preempt in their share now, worked out from scratch: how many such jobs there
     were, and every difference."""
     from airflow_quota.core.lifecycle import queued
-    from airflow_quota.core.preempt import may_preempt_in_share_now
+    from airflow_quota.core.rules.victims import may_preempt_in_share_now
 
     differences: list[str] = []
     patient = 0

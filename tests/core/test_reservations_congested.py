@@ -33,9 +33,9 @@ import yaml
 
 from airflow_quota.core.cycle import QuotaScheduler
 from airflow_quota.core.model import Alert, AlertKind, Decision, Entry, Job, PendingReason
-from airflow_quota.core.preempt import may_preempt_in_share_now
 from airflow_quota.core.queues import victim_key
 from airflow_quota.core.quota import Block
+from airflow_quota.core.rules.victims import may_preempt_in_share_now
 from airflow_quota.core.state import Mode, QuotaState
 from airflow_quota.core.visibility import pending_reason
 from airflow_quota.sim.scenario import LoadedScenario, parse_scenario

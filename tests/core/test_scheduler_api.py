@@ -25,7 +25,7 @@ from airflow_quota.core.model import (
     Requeued,
     Submitted,
 )
-from airflow_quota.core.preempt import find_victims
+from airflow_quota.core.rules.victims import find_victims
 from airflow_quota.core.state import Mode
 from airflow_quota.exceptions import ChangeRefused, SubmissionRejected
 from tests.builders import quota, share

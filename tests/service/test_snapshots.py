@@ -107,9 +107,19 @@ def test_a_newest_snapshot_that_does_not_load_is_skipped_for_the_one_before(
         if harm == "damaged":
             _rewrite(migrated, ids[0], data[:-10] + b"0123456789", keep_checksum=True)
         elif harm == "older format":
-            _rewrite(migrated, ids[0], data.replace(f'"format": {snapshot.SNAPSHOT_FORMAT}'.encode(), b'"format": 0', 1), keep_checksum=False)
+            _rewrite(
+                migrated,
+                ids[0],
+                data.replace(f'"format": {snapshot.SNAPSHOT_FORMAT}'.encode(), b'"format": 0', 1),
+                keep_checksum=False,
+            )
         else:
-            _rewrite(migrated, ids[0], data.replace(snapshot.LAYOUTS[snapshot.SNAPSHOT_FORMAT].encode(), b"f" * 16, 1), keep_checksum=False)
+            _rewrite(
+                migrated,
+                ids[0],
+                data.replace(snapshot.LAYOUTS[snapshot.SNAPSHOT_FORMAT].encode(), b"f" * 16, 1),
+                keep_checksum=False,
+            )
 
     replay_with_takeovers(migrated, 60, 8, 20, damage)
     messages = [r.getMessage() for r in caplog.records]

@@ -25,10 +25,15 @@ from sortedcontainers import SortedList
 from airflow_quota.core.index.walk import Bucket, Waited, WalkPolicy, walk
 from airflow_quota.core.lifecycle import Lifecycle, queued
 from airflow_quota.core.model import Entry, FailureReason, Job
-from airflow_quota.core.preempt import find_victims, may_preempt_in_share_now, most_under_cap, within_cap_with_victims
 from airflow_quota.core.queues import BorrowingPlace, JobKey, borrowing_place
 from airflow_quota.core.quota import Block
 from airflow_quota.core.rules import CAPACITY_BLOCKS, PLACED_BECAUSE, Step, share_order
+from airflow_quota.core.rules.victims import (
+    find_victims,
+    may_preempt_in_share_now,
+    most_under_cap,
+    within_cap_with_victims,
+)
 from airflow_quota.core.state import Changes, Mode, QuotaState
 
 BUCKET_BLOCKS = frozenset(

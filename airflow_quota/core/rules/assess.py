@@ -7,9 +7,9 @@ a step may skip because it cannot fit is the index's business (``core/index/``),
 from __future__ import annotations
 
 from airflow_quota.core.model import Job
-from airflow_quota.core.preempt import find_victims
 from airflow_quota.core.quota import Block
 from airflow_quota.core.rules.verdicts import Admit, Preempt, Step, Verdict, Wait
+from airflow_quota.core.rules.victims import find_victims
 from airflow_quota.core.state import Mode, QuotaState
 
 _MODES = {Step.WITHIN_QUOTA: Mode.WITHIN_QUOTA, Step.BORROWING: Mode.BORROW}
