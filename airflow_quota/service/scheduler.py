@@ -48,7 +48,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import Engine, delete, event, func, select, update
+from sqlalchemy import Engine, delete, event, func, select
 from sqlalchemy.exc import DBAPIError, DisconnectionError, PendingRollbackError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.orm import Session, sessionmaker
@@ -73,6 +73,7 @@ from airflow_quota.core.model import (
     Rejected,
 )
 from airflow_quota.service import snapshots
+from airflow_quota.service.actions import LeaseGuards, attempt_spec, mark_starting_since_upgrade, write_outcomes
 from airflow_quota.service.alerts import AlertDelivery
 from airflow_quota.service.backends.base import (
     STOPPED_BEFORE_START,
@@ -317,8 +318,10 @@ class QuotaService:
         self.alerts = AlertDelivery(self.sessions, self.metrics, alert_attempts, alert_retry_seconds)
         self.poller = Poller(self.backends, self.clock.now, poll_workers)
         """Starts, stops and polls attempts: inline in ``step`` until ``run`` starts its threads."""
-        self.poller.set_still_wanted(self._still_wanted)
-        self.poller.set_undo_of_start(self._undo_of_late_start)
+        self.guards = LeaseGuards(self.sessions, self.lock, lambda: self._fencing)
+        """What the poller's threads check around each backend call once ``run`` leads."""
+        self.poller.set_still_wanted(self.guards.still_wanted)
+        self.poller.set_undo_of_start(self.guards.undo_of_late_start)
         self._news = Wakeup()
         """Set by the poller's threads when a backend has news, so a finish is taken in (and its
         capacity placed) at once, not at the next poll interval."""
@@ -1171,64 +1174,13 @@ class QuotaService:
         self.poller.request(actions)
 
     def _mark_done(self, outcomes: list[ActionOutcome], retry_stops: bool = True) -> None:
-        """Write what came of starts and stops, in one fenced transaction. Each is a
-        compare-and-set: written only if the attempt still has that action. So an outcome that
-        comes back after another leader took over is not written (the fence rolls it back), nor
-        a start's after a preemption turned it into a stop (the stop decides what comes next).
-        A start's training job name and ARN are kept either way. Errors are logged once committed.
-
-        A stop the backend refused stays asked for (``retry_stops``), and the next step asks
-        for it again: the attempt may still run, its capacity already given to its preemptor,
-        and the job's next attempt must not start before it has stopped (the trace under chaos
-        found both after one failed StopTrainingJob). Only a stop no backend here can make
-        (``_dispatch``: not configured) is given up."""
+        """Write what came of starts and stops, in one fenced transaction (``actions.write_outcomes``:
+        compare-and-sets, a refused stop asked again when ``retry_stops``), then follow them in the
+        attempts this leader keeps. Errors are logged once committed."""
         done = [outcome for outcome in outcomes if outcome.error is None]
-        failed: list[ActionOutcome] = []
-        written: list[tuple[ActionOutcome, dict[str, Any]]] = []  # the compare-and-sets, for _marked_done
         with self._session() as session, session.begin():
             self._fence(session)
-            with pipelined(session):  # compare-and-sets whose counts nobody reads: one round trip
-                for kind, status in ((ActionKind.START, AttemptState.PENDING.value), (ActionKind.STOP, None)):
-                    values: dict[str, Any] = {"action": None} if status is None else {"action": None, "status": status}
-                    of_kind = [outcome for outcome in done if outcome.kind is kind]
-                    written.extend((outcome, values) for outcome in of_kind)
-                    update_by_key(
-                        session,
-                        Attempt,
-                        [{"job_id": o.key[0], "number": o.key[1], **values} for o in of_kind],
-                        only_if={"action": kind.value},
-                    )
-                named = [
-                    {
-                        "job_id": o.key[0],
-                        "number": o.key[1],
-                        "external_name": o.started.name,
-                        "external_arn": o.started.arn,
-                    }
-                    for o in done
-                    if o.started is not None
-                ]
-                if named:  # the deterministic name: writing it again is harmless
-                    update_by_key(session, Attempt, named)
-            for outcome in outcomes:
-                if outcome.error is None:
-                    continue
-                if outcome.kind is ActionKind.STOP and retry_stops:
-                    failed.append(outcome)  # its action stays: asked again at the next step
-                    continue
-                values = {"action": None}
-                if outcome.kind is ActionKind.START:  # the next poll reports it as a failed attempt
-                    values.update(status=AttemptState.START_FAILED.value, reason=f"BackendError: {outcome.error}")
-                job_id, number = outcome.key
-                result = session.execute(
-                    update(Attempt)
-                    .where(Attempt.job_id == job_id, Attempt.number == number, Attempt.action == outcome.kind.value)
-                    .values(**values),
-                    execution_options={"synchronize_session": False},
-                )
-                if result.rowcount:  # type: ignore[attr-defined]
-                    failed.append(outcome)
-                    written.append((outcome, values))
+            written, failed = write_outcomes(session, outcomes, retry_stops)
         for outcome in done:  # committed
             kept = None if self._open is None or outcome.started is None else self._open.get(outcome.key)
             if kept is not None and outcome.started is not None:
@@ -1239,92 +1191,16 @@ class QuotaService:
             again = "; the stop is asked again" if outcome.kind is ActionKind.STOP and retry_stops else ""
             log.error("attempt %s of job %s: %s%s", outcome.key[1], outcome.job_name, outcome.error, again)
 
-    def _still_wanted(self, action: BackendAction) -> bool:
-        """In a poller's thread, just before a backend action: this process still leads (its
-        lease, under its epoch, has not run out) and the action is still the one recorded. Two
-        reads, so it never waits on the step's transactions. A leader frozen after asking for an
-        action and resumed after a takeover does not carry it out."""
-        if not self._fencing:
-            return True
-        with self.sessions() as session:
-            if not self.lock.holds(session.connection()):
-                return False
-            fresh = session.get(Attempt, action.key)
-            return fresh is not None and fresh.action == action.kind.value
-
-    def _undo_of_late_start(self, action: BackendAction) -> BackendAction | None:
-        """In a poller's thread, just after a start returned: the stop that undoes it when it came
-        too late, else None. While this process leads, None: its own step handles whatever its
-        log says (a stop asked for meanwhile waits for this start to return). Once it has lost
-        the lease, the start may have been made after the next leader stopped the attempt, or
-        gave it up: unless the log still has it to start or started and open (then the next
-        leader follows it), the stop with the log's grace, the same the next leader's own stop
-        has (stopping, stopped, ended, refused, never started, or gone)."""
-        if not self._fencing:
-            return None
-        with self.sessions() as session:
-            if self.lock.holds(session.connection()):
-                return None
-            fresh = session.get(Attempt, action.key)
-            wanted = (
-                fresh is not None
-                and fresh.ended_at is None
-                and fresh.action != ActionKind.STOP.value
-                and fresh.status in _STARTED_OR_TO_START
-            )
-            if wanted:
-                return None  # the next leader starts it under the same key (a no-op) and follows it
-            grace = fresh.stop_grace if fresh is not None and fresh.stop_grace is not None else 0.0
-        return BackendAction(ActionKind.STOP, action.spec, grace)
+    def _spec(self, row: JobRow, attempt: Attempt) -> AttemptSpec:
+        """What a backend is given for the attempt (``actions.attempt_spec``), under the
+        configuration the scheduler runs."""
+        return attempt_spec(row, attempt, self.scheduler.state if self.scheduler is not None else None)
 
     def _starting_since_upgrade(self) -> None:
-        """A START recorded by a version that carried it out inside the step is still PLACED:
-        it is STARTING from now on, as every start recorded since (see ``_record``)."""
+        """Starts an older version left PLACED are STARTING (``actions.mark_starting_since_upgrade``)."""
         with self._session() as session, session.begin():
             self._fence(session)
-            session.execute(
-                update(Attempt)
-                .where(Attempt.action == ActionKind.START.value, Attempt.status == AttemptState.PLACED.value)
-                .values(status=AttemptState.STARTING.value)
-            )
-
-    def _spec(self, row: JobRow, attempt: Attempt) -> AttemptSpec:
-        plan_arn = None
-        gpus = 0
-        if self.scheduler is not None:
-            state = self.scheduler.state
-            spec = state.catalogue.get(attempt.instance_type)
-            gpus = spec.gpus if spec else 0
-            if attempt.training_plan:
-                plan = state.config.plan(attempt.training_plan)
-                plan_arn = plan.arn if plan else None
-        return AttemptSpec(
-            job_id=row.id,
-            job_name=row.name,
-            attempt=attempt.number,
-            share=row.share,
-            instance_type=attempt.instance_type,
-            count=attempt.count,
-            gpus=gpus,
-            training_plan=attempt.training_plan,
-            training_plan_arn=plan_arn,
-            checkpoint_uri=row.request.get("checkpoint_uri"),
-            training=row.training,
-            aws_conn_id=row.aws_conn_id or self._share_aws_conn_id(row.share),
-        )
-
-    def _share_aws_conn_id(self, share: str) -> str | None:
-        """The share's default AWS connection in the configuration the scheduler runs."""
-        if self.scheduler is None:
-            return None
-        config = self.scheduler.state.config.share(share)
-        return config.aws_conn_id if config is not None else None
-
-
-_STARTED_OR_TO_START = frozenset(
-    state.value for state in (AttemptState.PLACED, AttemptState.STARTING, AttemptState.PENDING, AttemptState.RUNNING)
-)
-"""An open attempt's statuses in which its leader wants it running (``_undo_of_late_start``)."""
+            mark_starting_since_upgrade(session)
 
 
 def _known(attempt: Attempt) -> Known | None:

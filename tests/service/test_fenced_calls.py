@@ -75,7 +75,7 @@ def freeze_between_check_and_call(service: QuotaService, kind: ActionKind) -> Fr
     """Wrap the service's check before each backend call: the first ``kind`` action it lets
     through waits on the freeze's ``release`` before going on to its call."""
     freeze = Freeze()
-    check = service._still_wanted
+    check = service.guards.still_wanted
 
     def checked_then_frozen(action: BackendAction) -> bool:
         wanted = check(action)
