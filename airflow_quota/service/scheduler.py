@@ -100,7 +100,7 @@ from airflow_quota.service.read_model import ReadModel
 from airflow_quota.service.records import DecisionRows, add_rows, stops_an_attempt
 from airflow_quota.service.wakeup import Wakeup
 from airflow_quota.sim.gc_tuning import freeze_long_lived
-from airflow_quota.store.bulk import insert_rows, pipelined, update_by_key
+from airflow_quota.store.bulk import insert_returning_ids, insert_rows, pipelined, update_by_key
 from airflow_quota.store.engine import DatabaseUnavailable, migrate, reachable, session_factory
 from airflow_quota.store.lock import LeadershipLost, current_leader, leader_lock
 from airflow_quota.store.models import (
@@ -186,6 +186,8 @@ class _Step:
     inputs: list[tuple[str, dict[str, Any], float]] = field(default_factory=list)
     """The log rows of the inputs taken in (``service.inputs.to_row``), with their instants."""
     decisions: list[Decision] = field(default_factory=list)
+    causes: list[int | None] = field(default_factory=list)
+    """For each decision, the index in ``inputs`` of the input that caused it (None: a refusal)."""
     handled: list[tuple[int, str, str | None]] = field(default_factory=list)
     rejected_jobs: list[int] = field(default_factory=list)
     rejected_ids: dict[str, int] = field(default_factory=dict)
@@ -678,9 +680,12 @@ class QuotaService:
         one; a refused input is not kept (it changed nothing) and yields one ``Rejected``."""
         self.scheduler, decisions = apply(self.scheduler, item, now)
         gathered.decisions.extend(decisions)  # logged by ``step`` once committed
+        cause = None
         if refusal(decisions) is None:
             kind, payload = row or to_row(item)
+            cause = len(gathered.inputs)
             gathered.inputs.append((kind, payload, now))
+        gathered.causes.extend([cause] * len(decisions))
         return decisions
 
     def _take_in_requests(self, gathered: _Step, now: float) -> None:
@@ -717,6 +722,7 @@ class QuotaService:
             if request.job_id is not None and self._forgotten(request.job_id) and request.kind != "submit":
                 refused = _refusal_of_forgotten(request, jobs.get(request.job_id), now)
                 gathered.decisions.append(refused)
+                gathered.causes.append(None)
             else:
                 refused = refusal(self._feed(gathered, from_row(request.kind, payload), now, (request.kind, payload)))
             if refused is None:
@@ -993,9 +999,11 @@ class QuotaService:
                 if attempt is not None:
                     attempt.status, attempt.reason = AttemptState(report.status.value).value, report.reason
                     attempt.ended_at = now if report.ended_at is None else report.ended_at
+            inputs = [{"at": at, "kind": kind, "payload": payload} for kind, payload, at in gathered.inputs]
+            input_ids = insert_returning_ids(session, InputRow, inputs)
             rows = DecisionRows(gathered.placed, attempts, self._backends_of_placed(session, gathered.decisions))
-            for decision in gathered.decisions:
-                self._record(decision, gathered, rows)
+            for decision, cause in zip(gathered.decisions, gathered.causes, strict=True):
+                self._record(decision, None if cause is None else input_ids[cause], gathered, rows)
             gathered.alerts += len(rows.alerts)
             for attempt in gathered.placed:
                 if attempt.action == ActionKind.START.value:  # not preempted in this same step
@@ -1003,8 +1011,6 @@ class QuotaService:
             with pipelined(session):
                 insert_rows(session, Attempt, [_attempt_row(attempt) for attempt in gathered.placed])
                 update_by_key(session, Attempt, _attempt_changes(attempts, before))
-                inputs = [{"at": at, "kind": kind, "payload": payload} for kind, payload, at in gathered.inputs]
-                insert_rows(session, InputRow, inputs)
                 if gathered.handled:  # one executemany, not a load and a flush a request
                     update_by_key(
                         session,
@@ -1096,9 +1102,10 @@ class QuotaService:
         assert self.scheduler is not None
         return None if isinstance(decision, Rejected) else self.scheduler.job(decision.job)
 
-    def _record(self, decision: Decision, gathered: _Step, rows: DecisionRows) -> None:
-        """Write one committed decision: its event, and the rows its type makes
-        (``records.ROWS_OF``: an attempt placed or stopped, a preemption, an alert)."""
+    def _record(self, decision: Decision, input_id: int | None, gathered: _Step, rows: DecisionRows) -> None:
+        """Write one committed decision: its event, naming the input that caused it, and the
+        rows its type makes (``records.ROWS_OF``: an attempt placed or stopped, a preemption, an
+        alert)."""
         record = event_record(decision)
         job = self._job_of(decision)
         job_id = job.ref if job is not None else gathered.rejected_ids.get(decision.job)
@@ -1112,6 +1119,7 @@ class QuotaService:
                 "record": record,
                 "line": describe(decision, wall_clock=self.wall_clock),
                 "leader_epoch": self.lock.epoch if self._fencing else None,
+                "input_id": input_id,
             }
         )
         if job is None or job_id is None:

@@ -77,6 +77,14 @@ def insert_returning_id(session: Session, model: type[DeclarativeBase], row: dic
     return int(session.execute(_insert_returning_id(table_of(model)), row).scalar_one())
 
 
+def insert_returning_ids(session: Session, model: type[DeclarativeBase], rows: list[dict[str, Any]]) -> list[int]:
+    """INSERT the rows (by column name) into ``model``'s table in one statement, and the ids the
+    database gave them, in the rows' order. Not inside ``pipelined``: it waits for its rows."""
+    if not rows:
+        return []
+    return [int(i) for i in session.execute(_insert_returning_ids(table_of(model)), rows).scalars()]
+
+
 def with_defaults(model: type[DeclarativeBase], row: dict[str, Any]) -> dict[str, Any]:
     """``row`` (by column name) with every column of ``model``'s table it leaves out: the
     column's scalar default, else None. What a row written with ``insert_rows`` holds."""
@@ -95,6 +103,13 @@ def _insert_returning_id(table: Table) -> Insert:
     """The INSERT of one row of a table with one primary key column, returning it; built once."""
     (key,) = table.primary_key.columns
     return insert(table).returning(key)
+
+
+@functools.lru_cache(maxsize=STATEMENTS_KEPT)
+def _insert_returning_ids(table: Table) -> Insert:
+    """The INSERT of many rows returning their primary keys in the rows' order; built once."""
+    (key,) = table.primary_key.columns
+    return insert(table).returning(key, sort_by_parameter_order=True)
 
 
 @functools.lru_cache(maxsize=STATEMENTS_KEPT)

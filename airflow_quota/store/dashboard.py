@@ -43,6 +43,7 @@ from airflow_quota.store.models import (
     Attempt,
     ConfigVersion,
     EventRow,
+    Input,
     JobRow,
     Preemption,
     RetentionState,
@@ -374,6 +375,14 @@ class JobDetail:
     story: list[str]
 
 
+def story_line(line: str, input_id: int | None, kind: str | None) -> str:
+    """A decision's line in a job's story, with the input that caused it: its id in the input
+    log and what it was (``submit``, ``report``, ``cycle``...), or that retention has pruned it."""
+    if input_id is None:
+        return line
+    return f"{line} [input #{input_id}: {kind if kind is not None else 'pruned'}]"
+
+
 def job_detail(store: QuotaStore, job_id: int, now: float | None = None) -> JobDetail | None:
     """The job's detail; the preemptions' and alerts' texts for people as of ``now`` (default:
     the store's clock)."""
@@ -382,7 +391,13 @@ def job_detail(store: QuotaStore, job_id: int, now: float | None = None) -> JobD
     if job is None:
         return None
     with reachable(str(store.engine.url)), store.sessions() as session:
-        story = list(session.scalars(select(EventRow.line).where(EventRow.job_id == job_id).order_by(EventRow.id)))
+        events = session.execute(
+            select(EventRow.line, EventRow.input_id, Input.kind)
+            .outerjoin(Input, Input.id == EventRow.input_id)
+            .where(EventRow.job_id == job_id)
+            .order_by(EventRow.id)
+        )
+        story = [story_line(line, input_id, kind) for line, input_id, kind in events]
     caused = preemption_history(store, limit=1000, by_job=job.name, now=now)
     return JobDetail(
         job=job,

@@ -260,6 +260,10 @@ class EventRow(Base):
     leader_epoch: Mapped[int | None] = mapped_column(Integer, nullable=True)
     """The lease epoch of the leader that committed it (``store/lock.py``): an audit that no
     stale leader committed decisions; None when recorded without the lease (``step`` alone)."""
+    input_id: Mapped[int | None] = mapped_column(Id, nullable=True)
+    """The input (``quota_inputs``) that caused the decision: a submission, a report, a change,
+    a cycle. None for a refusal (a refused input is not logged) and for decisions recorded
+    before migration 0018. The input itself may since have been pruned (retention)."""
 
 
 class Input(Base):

@@ -15,7 +15,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from alembic import command
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from sqlalchemy import Engine, delete, select, text
@@ -25,12 +24,12 @@ from airflow_quota.exceptions import SubmissionRejected
 from airflow_quota.service.backends.fake import FakeBackend
 from airflow_quota.service.clock import ManualClock
 from airflow_quota.service.scheduler import QuotaService
-from airflow_quota.store.engine import _alembic_config, head_revision, make_engine, migrate, session_factory
+from airflow_quota.store.engine import head_revision, make_engine, migrate, session_factory
 from airflow_quota.store.models import Attempt, Base, EventRow, JobRow, Request
 from airflow_quota.store.repository import QuotaStore
 from airflow_quota.store.settings import normalize
 from tests.builders import request
-from tests.service.test_big_ids import JOBS, QUOTA, run_jobs, stored
+from tests.service.test_big_ids import QUOTA, left_at, present_columns, stored
 
 
 def refuse_when_taken_in(engine: Engine, job_id: int) -> None:
@@ -73,23 +72,22 @@ def test_the_job_after_a_refused_one_gets_a_new_id_and_a_history_of_its_own(engi
 
 
 @pytest.fixture
-def sqlite_at_0015(tmp_path: Path) -> Iterator[Engine]:
-    """A SQLite database migrated to revision 0015, not further."""
+def sqlite_engine(tmp_path: Path) -> Iterator[Engine]:
     engine = make_engine(normalize(f"sqlite:///{tmp_path / 'quota.db'}"))
-    command.upgrade(_alembic_config(engine), "0015")
     yield engine
     engine.dispose()
 
 
-def test_migrating_sqlite_keeps_every_row_and_id_and_never_gives_an_id_again(sqlite_at_0015: Engine) -> None:
-    engine = sqlite_at_0015
-    ids = run_jobs(engine, JOBS)
-    before = stored(engine)
+def test_migrating_sqlite_keeps_every_row_and_id_and_never_gives_an_id_again(sqlite_engine: Engine) -> None:
+    engine = sqlite_engine
+    ids = left_at(engine, "0015")
+    columns = present_columns(engine)
+    before = stored(engine, columns)
     assert all(before[table] for table in ("quota_jobs", "quota_attempts", "quota_events", "quota_preemptions"))
 
     assert migrate(engine) == ("0015", head_revision(engine))
 
-    assert {table: rows for table, rows in stored(engine).items() if table in before} == before
+    assert stored(engine, columns) == before
     with engine.connect() as connection:
         assert compare_metadata(MigrationContext.configure(connection), Base.metadata) == []
         tables = connection.execute(text("SELECT name, sql FROM sqlite_master WHERE type = 'table'")).all()

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import pytest
 from sqlalchemy import Connection, Engine, select, text
-from sqlalchemy.exc import OperationalError
+from sqlalchemy.exc import InternalError, OperationalError
 
 from airflow_quota.store.lock import LeaderLease, leader_lock
 from airflow_quota.store.models import Leader
@@ -49,7 +49,9 @@ def test_a_standby_takes_a_run_out_lease_from_a_leader_frozen_mid_transaction(en
     wait_for(standby.acquire, 10, "the standby to take the lease of the frozen leader")
 
     assert standby.epoch == 2
-    with pytest.raises(OperationalError, match="terminat"):  # its transaction was rolled back
+    # its transaction was rolled back: ended by the standby, or by the server's idle timeout
+    # first when this machine is slow (psycopg raises the two as different classes)
+    with pytest.raises((OperationalError, InternalError), match="terminat"):
         frozen.execute(text("SELECT 1"))
     frozen.invalidate()
     with engine.connect() as c:
