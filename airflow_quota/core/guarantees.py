@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from airflow_quota.core.lifecycle import Lifecycle, queued
 from airflow_quota.core.model import AlertKind, Job
+from airflow_quota.core.queues import victim_seq
 from airflow_quota.core.quota import Block
 from airflow_quota.core.rules import SOURCE_BLOCKS
 from airflow_quota.core.state import Mode, QuotaState
@@ -69,7 +70,7 @@ class GuaranteeWatch:
         protected): the reasons a job under its limit may wait."""
         entry = next(e for e in job.entries if e.instance_type == instance_type)
         block = state.check(job, entry, Mode.WITHIN_QUOTA, now)
-        if block in (*SOURCE_BLOCKS, Block.HELD_FOR_STARVING, Block.BORROWING_HELD, Block.MAX_RUNNING_JOBS):
+        if block in (*SOURCE_BLOCKS, Block.HELD_FOR_STARVING_JOB, Block.BORROWING_HELD, Block.MAX_RUNNING_JOBS):
             return True
         ledger = state.types[instance_type]
         if ledger.draining > 0:
@@ -77,7 +78,7 @@ class GuaranteeWatch:
         for other, usage in ledger.usage.items():
             if usage > ledger.limit_of(other):
                 for key in state.queues[other].running.get(instance_type, ()):
-                    victim = state.jobs[-key[3]]
+                    victim = state.jobs[victim_seq(key)]
                     protection = state.shares[other].preemption_protection_seconds
                     if now - victim.placement.placed_at < protection:  # type: ignore[union-attr]
                         return True

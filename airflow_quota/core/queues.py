@@ -35,6 +35,16 @@ def borrowing_place(levels: dict[int, tuple[float, int]], key: JobKey) -> Borrow
     return (latest[0], latest[1], key)
 
 
+def key_priority(key: JobKey) -> int:
+    """The priority of the job of a queue key (a key holds it negated, so that higher sorts first)."""
+    return -key[0]
+
+
+def victim_seq(key: tuple[int, float, float, int]) -> int:
+    """The seq of the job of a victim key (``victim_key``; it holds it negated: later first)."""
+    return -key[3]
+
+
 def victim_key(job: Job) -> tuple[int, float, float, int]:
     """Candidate order among victims (docs/model.md rule 4.4.4):
 

@@ -27,7 +27,7 @@ class Block(str, Enum):
     PLAN_NOT_ACTIVE = "training plan window not open"
     PLAN_FULL = "training plan fully used"
     NO_PROVIDER_CAPACITY = "provider has no capacity"
-    HELD_FOR_STARVING = "held for a starving job"
+    HELD_FOR_STARVING_JOB = "held for a starving job"
     BORROWING_HELD = "borrowing held for a starving job of another share"
     BACKING_OFF = "entry backing off after a capacity error"
     MAX_RUNNING_JOBS = "the share holds its max_running_jobs"

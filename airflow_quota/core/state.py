@@ -310,7 +310,7 @@ class QuotaState:
         ledger = self.types[name]
         share = self.shares[job.share]
         if self.queues[job.share].held_back(job.key, name):
-            return Block.HELD_FOR_STARVING
+            return Block.HELD_FOR_STARVING_JOB
         removed: dict[str, int] = {}
         freed = freed_plan = freed_on_demand = 0
         for victim in victims:

@@ -165,7 +165,7 @@ def run(seed: int) -> Run:
         for job in state.jobs.values():
             if scheduler.queued(job):
                 blocks = {state.check(job, entry, Mode.BORROW, now) for entry in job.entries}
-                result.held["in share"] += Block.HELD_FOR_STARVING in blocks
+                result.held["in share"] += Block.HELD_FOR_STARVING_JOB in blocks
                 result.held["borrowing"] += Block.BORROWING_HELD in blocks
 
     simulator.after_each_cycle(look)

@@ -278,7 +278,7 @@ def test_share_view_reports_lent_capacity() -> None:
         (waiting_for_capacity, "team", Entry(G5, 1), (0, Block.NO_PROVIDER_CAPACITY)),
         (waiting_for_plan, "team", Entry(P4, 1, "december"), (0, Block.PLAN_NOT_ACTIVE)),
         (waiting_for_plan, "team", Entry(P4, 1), (1, Block.SHARE_LIMIT)),
-        (held_for_starving_job, "team", Entry(G5, 1), (0, Block.HELD_FOR_STARVING)),
+        (held_for_starving_job, "team", Entry(G5, 1), (0, Block.HELD_FOR_STARVING_JOB)),
     ],
     ids=[
         "the borrower holds the whole pool",

@@ -19,13 +19,14 @@ from __future__ import annotations
 
 from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from sortedcontainers import SortedList
 
 from airflow_quota.core.index.walk import Bucket, Waited, WalkPolicy, walk
 from airflow_quota.core.lifecycle import Lifecycle, queued
 from airflow_quota.core.model import Entry, FailureReason, Job
-from airflow_quota.core.queues import BorrowingPlace, JobKey, borrowing_place
+from airflow_quota.core.queues import BorrowingPlace, JobKey, borrowing_place, key_priority
 from airflow_quota.core.quota import Block
 from airflow_quota.core.rules import CAPACITY_BLOCKS, PLACED_BECAUSE, Step, share_order
 from airflow_quota.core.rules.victims import (
@@ -37,7 +38,7 @@ from airflow_quota.core.rules.victims import (
 from airflow_quota.core.state import Changes, Mode, QuotaState
 
 BUCKET_BLOCKS = frozenset(
-    {Block.HELD_FOR_STARVING, Block.SHARE_LIMIT, Block.BORROW_LIMIT, Block.POOL_FULL, Block.NOT_LENDABLE}
+    {Block.HELD_FOR_STARVING_JOB, Block.SHARE_LIMIT, Block.BORROW_LIMIT, Block.POOL_FULL, Block.NOT_LENDABLE}
 )
 """Blocks that ``QuotaState.check`` finds before it looks at the entry's source: they depend on
 the share, the type and the count (and, for a reservation, on a key every later key shares),
@@ -305,6 +306,16 @@ def _shares_that_may_act(state: QuotaState, improved: set[str]) -> set[str] | fr
     return shares
 
 
+class _Bound(NamedTuple):
+    """What ``_Preemption.most`` worked out for one type of its share."""
+
+    instance_type: str
+    reclaim: float
+    """``reclaim_bound``: the largest count room or reclaim could serve."""
+    lowest_running_priority: int | None
+    """``lowest_running_priority``: in-share victims need a higher priority than this."""
+
+
 class _Preemption(WalkPolicy):
     """Step 4 in one share: queue order; a bucket while room or reclaim could serve its entry,
     and beside the buckets the share's jobs that have waited to preempt in it (``Waited``),
@@ -332,16 +343,16 @@ class _Preemption(WalkPolicy):
         """The same for jobs still waiting to preempt in the share, offered only the reclaim
         candidates, which are the same for every job of the share: every such job fails too."""
         self.remembers = not self.queue.reserving and not self.state.reserving_shares
-        self.bound: tuple[str, float, int | None] = ("", float("-inf"), None)
-        """(type, ``reclaim_bound``, ``lowest_running_priority``) of the share's last ``most``:
-        the walk asks ``admits`` for that type's buckets right after, nothing changing in between."""
+        self.bound = _Bound("", float("-inf"), None)
+        """The share's last ``most``: the walk asks ``admits`` for that type's buckets right after,
+        nothing changing in between."""
 
     def most(self, share: str, instance_type: str) -> float:
         # buckets for room and reclaim only: jobs that may find victims in their own share
         # come in the ``Waited`` stream
         bound = reclaim_bound(self.state, share, instance_type, self.now)
         lowest = lowest_running_priority(self.state, share, instance_type)
-        self.bound = (instance_type, bound, lowest)
+        self.bound = _Bound(instance_type, bound, lowest)
         return bound
 
     def admits(self, bucket: Bucket, first: JobKey) -> bool:
@@ -349,9 +360,9 @@ class _Preemption(WalkPolicy):
         instance_type = bucket.instance_type
         if self.queue.held_back(first, instance_type):
             return False
-        if self.bound[0] != instance_type:
+        if self.bound.instance_type != instance_type:
             return room_or_reclaim(self.state, self.share, instance_type, bucket.instances, self.now)
-        return bucket.instances <= self.bound[1]
+        return bucket.instances <= self.bound.reclaim
 
     def keeps(self, bucket: Bucket, job: Job) -> bool:
         # the jobs further down the bucket have no higher priority: none finds victims for the
@@ -363,8 +374,8 @@ class _Preemption(WalkPolicy):
         return room_or_reclaim(self.state, self.share, bucket.instance_type, bucket.instances, self.now)
 
     def waited(self, share: str, instance_type: str) -> Iterable[tuple[int, SortedList]]:
-        lowest = self.bound[2]
-        if self.bound[0] != instance_type or lowest is None:
+        lowest = self.bound.lowest_running_priority
+        if self.bound.instance_type != instance_type or lowest is None:
             return ()
         return waited_streams(self.state, share, instance_type, lowest, self.now)
 
@@ -455,7 +466,7 @@ def waited_streams(
     (``keeps_waited``): every job after it fails too."""
     streams = []
     for count, keys in state.queues[share].patient_counts(instance_type):
-        priority = -keys[0][0]
+        priority = key_priority(keys[0])
         if lowest < priority and count <= most_under_cap(state, share, instance_type, priority, now):
             streams.append((count, keys))
     return streams
@@ -578,7 +589,7 @@ def _may_preempt_in(state: QuotaState, share: str, improved: set[str], now: floa
             lowest = lowest_running_priority(state, share, instance_type)
             if (
                 lowest is not None
-                and lowest < -patient[0][0]
+                and lowest < key_priority(patient[0])
                 and waited_streams(state, share, instance_type, lowest, now)
             ):
                 return True

@@ -37,7 +37,7 @@ _PENDING_REASONS = {
     Block.PLAN_FULL: PendingReason.WAITING_FOR_CAPACITY,
     Block.NO_PROVIDER_CAPACITY: PendingReason.WAITING_FOR_CAPACITY,
     Block.BACKING_OFF: PendingReason.WAITING_FOR_CAPACITY,
-    Block.HELD_FOR_STARVING: PendingReason.HELD_FOR_STARVING_JOB,
+    Block.HELD_FOR_STARVING_JOB: PendingReason.HELD_FOR_STARVING_JOB,
     Block.BORROWING_HELD: PendingReason.HELD_FOR_STARVING_JOB,
 }
 """The blocks that name a pending reason other than WAITING_FOR_QUOTA (rule 3.3)."""

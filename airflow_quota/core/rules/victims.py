@@ -12,7 +12,7 @@ from itertools import takewhile
 
 from airflow_quota.core.lifecycle import patience_ends
 from airflow_quota.core.model import Entry, Job, PreemptionKind
-from airflow_quota.core.queues import victim_key
+from airflow_quota.core.queues import victim_key, victim_seq
 from airflow_quota.core.state import Mode, QuotaState
 
 
@@ -37,7 +37,7 @@ def _candidates(state: QuotaState, job: Job, entry: Entry, now: float) -> Iterat
     for kind, sources in groups:
         pending: list[Job] = []
         for key in heapq.merge(*sources):
-            victim = state.jobs[-key[3]]
+            victim = state.jobs[victim_seq(key)]
             if not _preemptible(state, victim, now):
                 continue
             if pending and victim_key(pending[0])[:2] != key[:2]:
@@ -94,7 +94,7 @@ def most_under_cap(state: QuotaState, share: str, instance_type: str, priority: 
     freeable = 0
     if priority is not None:
         for key in _below(state, share, instance_type, priority):
-            victim = state.jobs[-key[3]]
+            victim = state.jobs[victim_seq(key)]
             if _preemptible(state, victim, now):
                 assert victim.placement is not None
                 freeable += victim.placement.entry.count
