@@ -300,7 +300,8 @@ def warn(problems: list[Problem], file: str) -> None:
 
 def run_scheduler(args: argparse.Namespace) -> int:
     from airflow_quota.service.clock import WallClock
-    from airflow_quota.service.scheduler import VIEW_SECONDS, QuotaService, run_forever
+    from airflow_quota.service.leader import run_forever
+    from airflow_quota.service.scheduler import VIEW_SECONDS, QuotaService
     from airflow_quota.store.engine import make_engine
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s", stream=sys.stderr)

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from sqlalchemy import Engine, select
 
-from airflow_quota.service import scheduler as scheduler_module
+from airflow_quota.service import leader as leader_module
 from airflow_quota.service.backends.fake import FakeBackend
 from airflow_quota.service.clock import ManualClock
 from airflow_quota.service.inbox import RequestListener
@@ -81,7 +81,7 @@ def test_the_safety_read_takes_in_a_request_nobody_announced(engine: Engine, mon
     store.submit(request("unannounced", "team"), "fake", {"duration": 600})
     service.step()
     assert unhandled(engine) == 1
-    monkeypatch.setattr(scheduler_module, "INBOX_SAFETY_SECONDS", 0.0)
+    monkeypatch.setattr(leader_module, "INBOX_SAFETY_SECONDS", 0.0)
     service.step()
     assert unhandled(engine) == 0
 
