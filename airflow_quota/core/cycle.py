@@ -12,7 +12,8 @@ of docs/model.md section 4. The core then reads top-down in this order:
 1. ``cycle.py``: what happened (the API) and the cycle's steps, in order;
 2. ``rules/``: what a placing step does with one job (``assess``: admit, preempt or wait), the
    orders the steps walk in; no memo, nothing written;
-3. ``index/``: which jobs each step looks at. ``index/full_scan.py`` is every queued job, the
+3. ``steps.py``: one placing step, the same for every index: candidates, ``assess``, apply;
+   ``index/``: which jobs each step looks at. ``index/full_scan.py`` is every queued job, the
    model taken literally; ``index/fast.py`` (with ``index/walk.py``, its one bucket walk) looks
    only at the jobs that might fit, and must decide exactly as the full scan does;
 4. ``lifecycle.py``: how a job changes state (placed, preempted, requeued, failed, starving),

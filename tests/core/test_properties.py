@@ -167,7 +167,7 @@ def _step_4_left_out(loaded: LoadedScenario) -> tuple[int, list[str]]:
         nonlocal left_out
         state = scheduler.state
         for share, queue in state.queues.items():
-            policy = _Preemption(scheduler.lifecycle, share, now, None, set())  # type: ignore[arg-type]
+            policy = _Preemption(scheduler.state, share, now, None, set())  # type: ignore[arg-type]
             for name, counts in queue.counts.items():
                 most = policy.most(share, name)
                 for count in counts:

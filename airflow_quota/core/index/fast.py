@@ -25,17 +25,17 @@ from sortedcontainers import SortedList
 
 from airflow_quota.core.index.walk import Bucket, Waited, WalkPolicy, walk
 from airflow_quota.core.lifecycle import Lifecycle, queued
-from airflow_quota.core.model import Entry, FailureReason, Job
+from airflow_quota.core.model import Entry, Job
 from airflow_quota.core.queues import BorrowingPlace, JobKey, borrowing_place, key_priority
 from airflow_quota.core.quota import Block
-from airflow_quota.core.rules import CAPACITY_BLOCKS, PLACED_BECAUSE, Step, share_order
+from airflow_quota.core.rules import Candidate, Preempt, Step, Verdict, Wait, share_order
 from airflow_quota.core.rules.victims import (
-    find_victims,
     may_preempt_in_share_now,
     most_under_cap,
     within_cap_with_victims,
 )
-from airflow_quota.core.state import Changes, Mode, QuotaState
+from airflow_quota.core.state import Changes, QuotaState
+from airflow_quota.core.steps import Candidates, fail_cpu_only_lists, run_step
 
 BUCKET_BLOCKS = frozenset(
     {Block.HELD_FOR_STARVING_JOB, Block.SHARE_LIMIT, Block.BORROW_LIMIT, Block.POOL_FULL, Block.NOT_LENDABLE}
@@ -75,13 +75,15 @@ class CycleWork:
 
 def place_queued(life: Lifecycle, now: float, work: CycleWork) -> None:
     """Steps 2 to 5 over the jobs that might fit now."""
-    within_quota(life, now, work)  # 2
+    state = life.state
+    run_step(life, Step.WITHIN_QUOTA, within_quota(state, now, work), now, work.waits)  # 2
     work.catch_up()
-    borrowing(life, now, work)  # 3
+    run_step(life, Step.BORROWING, borrowing(state, now, work), now, work.waits)  # 3
     work.catch_up(placed=True)
-    if preemption(life, now, work):  # 4
+    preempted = run_step(life, Step.PREEMPTION, preemption(state, now, work), now, work.waits)  # 4
+    if any(isinstance(verdict, Preempt) and verdict.victims for verdict in preempted):
         leftovers(life, now, work)  # 4b
-    fail_fast(life, now, work)  # 5
+    fail_cpu_only_lists(life, now, work.waits)  # 5
     work.catch_up()
 
 
@@ -96,16 +98,15 @@ def begin(state: QuotaState) -> CycleWork:
 # -- step 2 -------------------------------------------------------------------------------------
 
 
-def within_quota(life: Lifecycle, now: float, work: CycleWork) -> None:
-    """Step 2: share by share (lowest usage/limit first), each job in order takes the first
-    entry that fits under its share's limit with the invariant holding. It borrows nothing."""
-    state = life.state
+def within_quota(state: QuotaState, now: float, work: CycleWork) -> Candidates:
+    """Step 2's candidates: share by share (lowest usage/limit first), each share's jobs in
+    queue order that might fit under its share's limit now."""
     if state.full():
         return
     for name in share_order(state, candidate_shares(state, work.improved, work.changed_keys.keys())):
         if name in work.changed_keys or _fits_within_quota(state, name, work.improved):
-            policy = _WithinQuota(life, name, now, work)
-            if walk(life, policy, _changed_of(state, [name], work), policy.active):
+            policy = _WithinQuota(state, name, work)
+            if (yield from walk(state, policy, _changed_of(state, [name], work), policy.active)):
                 return
 
 
@@ -113,10 +114,9 @@ class _WithinQuota(WalkPolicy):
     """Step 2 in one share: queue order; a bucket while its count fits under the share's limit
     and in the free capacity, and no starving job ahead reserves the type."""
 
-    def __init__(self, life: Lifecycle, share: str, now: float, work: CycleWork) -> None:
-        self.life, self.now, self.work = life, now, work
-        self.state = life.state
-        self.queue = self.state.queues[share]
+    def __init__(self, state: QuotaState, share: str, work: CycleWork) -> None:
+        self.state, self.work = state, work
+        self.queue = state.queues[share]
         self.shares = (share,)
         self.seen = set()
         self.active = work.improved & self.queue.counts.keys()
@@ -131,9 +131,6 @@ class _WithinQuota(WalkPolicy):
         fits = bucket.instances <= self.most(bucket.share, bucket.instance_type)
         return fits and not self.queue.held_back(job.key, bucket.instance_type)
 
-    def attempt(self, job: Job) -> bool:
-        return _try_place(self.life, job, Mode.WITHIN_QUOTA, self.now, self.work.waits)
-
     def exhausted(self) -> bool:
         return self.state.full()
 
@@ -147,13 +144,13 @@ class _WithinQuota(WalkPolicy):
 # -- step 3 -------------------------------------------------------------------------------------
 
 
-def borrowing(life: Lifecycle, now: float, work: CycleWork) -> None:
-    """Step 3: LEND_AND_BORROW shares' remaining jobs, FIFO by first submission across
-    shares, a job only after the jobs ahead of it in its own share."""
-    if life.state.full():
+def borrowing(state: QuotaState, now: float, work: CycleWork) -> Candidates:
+    """Step 3's candidates: the LEND_AND_BORROW shares' queued jobs that might fit by borrowing,
+    FIFO by first submission across shares, a job only after the jobs ahead of it in its own share."""
+    if state.full():
         return
-    policy = _Borrowing(life, now, work)
-    walk(life, policy, _changed_of(life.state, policy.shares, work), work.improved)
+    policy = _Borrowing(state, work)
+    yield from walk(state, policy, _changed_of(state, policy.shares, work), work.improved)
 
 
 class _Borrowing(WalkPolicy):
@@ -161,20 +158,14 @@ class _Borrowing(WalkPolicy):
     free capacity and under the share's borrow limit, and its entry fails for no reason every
     later job of the bucket shares."""
 
-    def __init__(self, life: Lifecycle, now: float, work: CycleWork) -> None:
-        self.life, self.now, self.work = life, now, work
-        self.state = state = life.state
+    def __init__(self, state: QuotaState, work: CycleWork) -> None:
+        self.state, self.work = state, work
         self.shares = state.borrowing_shares
         self.seen = set()
         self.levels: dict[str, dict[int, tuple[float, int]]] = {}
         """Each share's priority levels at the step's start (``ShareQueue.priority_levels``),
         taken when the walk first orders one of its jobs: only that job's placement could
         change them, so they are still those of the step's start."""
-        self.idle: dict[str, int] = {}
-        """Each type's ``protected_idle`` while nothing has been placed since it was worked out."""
-        self.checked: tuple[int, Entry, Block | None] | None = None
-        """(job, entry, block) of the check ``keeps`` just made: the walk tries that job at once,
-        nothing changing in between, so ``attempt`` need not check that entry again."""
 
     def order(self, key: JobKey) -> BorrowingPlace:
         """After every job of higher priority in its own share, then by first submission
@@ -189,24 +180,15 @@ class _Borrowing(WalkPolicy):
         return self._room(instance_type, share)
 
     def keeps(self, bucket: Bucket, job: Job) -> bool:
-        # lender protection would otherwise fail each job of a long queue one by one
-        self.checked = None
-        if bucket.instances > self._room(bucket.instance_type, bucket.share):
-            return False
-        entry = Entry(bucket.instance_type, bucket.instances)
-        idle = self.idle.get(bucket.instance_type)
-        if idle is None:
-            idle = self.idle[bucket.instance_type] = self.state.protected_idle(
-                self.state.types[bucket.instance_type], self.now
-            )
-        block = self.state.check(job, entry, Mode.BORROW, self.now, idle=idle)
-        self.checked = (job.seq, entry, block)
-        return block not in BUCKET_BLOCKS
+        return bucket.instances <= self._room(bucket.instance_type, bucket.share)
 
-    def attempt(self, job: Job) -> bool:
-        known = self.checked[1:] if self.checked is not None and self.checked[0] == job.seq else None
-        self.checked = None
-        return _try_place(self.life, job, Mode.BORROW, self.now, self.work.waits, known)
+    def keeps_after(self, bucket: Bucket, verdict: Wait) -> bool:
+        # lender protection would otherwise fail each job of a long queue one by one
+        entries = verdict.job.entries
+        for entry, block in zip(entries, verdict.blocks, strict=True):
+            if entry.instance_type == bucket.instance_type:
+                return block not in BUCKET_BLOCKS
+        return True
 
     def exhausted(self) -> bool:
         return self.state.full()
@@ -214,7 +196,6 @@ class _Borrowing(WalkPolicy):
     def look_again(self) -> Iterable[str]:
         # every improved type, not only new ones: a placement that lifts a lender's protection
         # or a reservation lets buckets dropped as unlendable fit again, from this job on
-        self.idle.clear()
         return list(self.work.changes.improved)
 
     def _room(self, instance_type: str, share: str) -> float:
@@ -224,41 +205,15 @@ class _Borrowing(WalkPolicy):
         return physical if cap is None else min(physical, cap - ledger.usage_of(share))
 
 
-def _try_place(
-    life: Lifecycle,
-    job: Job,
-    mode: Mode,
-    now: float,
-    waits: set[int],
-    known: tuple[Entry, Block | None] | None = None,
-) -> bool:
-    """Place the job on its first entry that passes the check in ``mode``; an entry that fails
-    only for want of provider or plan capacity puts the job among ``waits``. ``known`` is an
-    entry already checked in this state, with its block."""
-    state = life.state
-    for entry in job.entries:
-        block = known[1] if known is not None and entry == known[0] else state.check(job, entry, mode, now)
-        if block is None:
-            borrowed = state.borrowed_by(job.share, entry)
-            step = Step.WITHIN_QUOTA if mode is Mode.WITHIN_QUOTA else Step.BORROWING
-            life.place(job, entry, borrowed, now, PLACED_BECAUSE[step])
-            return True
-        if block in CAPACITY_BLOCKS:
-            waits.add(job.seq)
-    return False
-
-
 # -- step 4 -------------------------------------------------------------------------------------
 
 
-def preemption(life: Lifecycle, now: float, work: CycleWork) -> bool:
-    """Step 4: jobs still RUNNABLE at its start (not those preempted in it), visited as in
-    step 2, try their entries in list order; the first entry for which a victim set exists
-    wins. Capacity a preemption frees beyond its need is seen by the jobs visited after it.
-    True when anything was preempted (step 4b then runs)."""
-    state = life.state
+def preemption(state: QuotaState, now: float, work: CycleWork) -> Candidates:
+    """Step 4's candidates: jobs still RUNNABLE at its start (not those preempted in it),
+    visited as in step 2, that room, reclaim or their own share's jobs might serve, each with
+    the entries a victim set might serve. Capacity a preemption frees beyond its need is seen
+    by the jobs visited after it."""
     preempted: set[int] = set()
-    victims = 0
     may_act = _shares_that_may_act(state, work.improved)
     acts: dict[str, bool] = {}  # whether each share acts, as worked out since the last walk
 
@@ -268,16 +223,14 @@ def preemption(life: Lifecycle, now: float, work: CycleWork) -> bool:
         return acts[name]
 
     if not any(share_acts(name) for name in state.queues):
-        return False  # most cycles: no share may act, so none needs ordering
+        return  # most cycles: no share may act, so none needs ordering
     for name in share_order(state, list(state.queues)):
         if share_acts(name):
-            policy = _Preemption(life, name, now, work, preempted)
-            walk(life, policy, _changed_of(state, [name], work), work.improved & policy.queue.counts.keys())
-            victims += policy.victims
+            policy = _Preemption(state, name, now, work, preempted)
+            yield from walk(state, policy, _changed_of(state, [name], work), work.improved & policy.queue.counts.keys())
             if policy.preemptors:  # the walk changed the state
                 may_act = _shares_that_may_act(state, work.improved)
                 acts.clear()
-    return victims > 0
 
 
 def _acts(state: QuotaState, work: CycleWork, name: str, may_act: Collection[str] | None, now: float) -> bool:
@@ -322,16 +275,14 @@ class _Preemption(WalkPolicy):
     while the next has a higher priority than the share's lowest running job on the type.
     A job that has not yet waited could only take room or reclaim, so comes only in a bucket."""
 
-    def __init__(self, life: Lifecycle, share: str, now: float, work: CycleWork, preempted: set[int]) -> None:
-        self.life, self.now, self.work = life, now, work
-        self.state = life.state
+    def __init__(self, state: QuotaState, share: str, now: float, work: CycleWork, preempted: set[int]) -> None:
+        self.state, self.now, self.work = state, now, work
         self.share = share
         self.queue = self.state.queues[share]
         self.queue.take_patient(now)
         self.shares = (share,)
         self.seen = preempted
         """Preemptors and victims of the whole step: none is visited again in it."""
-        self.victims = 0
         self.preemptors = 0
         """Jobs that got capacity in this walk: with none, the walk changed nothing."""
         self.no_victims: set[tuple[str, int]] = set()
@@ -391,26 +342,28 @@ class _Preemption(WalkPolicy):
         self.no_victims.add((tag.instance_type, tag.instances))  # no later job of the walk fits it either
         return False
 
-    def attempt(self, job: Job) -> bool:
-        every = self._offered_every_candidate(job)
-        failed = self.no_victims if every else self.no_reclaim
-        for entry in job.entries:
-            if not may_preempt(self.state, self.share, entry.instance_type, entry.count, job, self.now):
-                continue
-            asked = (entry.instance_type, entry.count)
-            if asked in self.no_victims or asked in failed:
-                continue
-            victims = find_victims(self.state, job, entry, self.now)
-            if victims is None:
-                if self.remembers:
-                    failed.add(asked)
-                continue
-            self.seen.update(v.seq for v, _ in victims)
-            self.victims += len(victims)
+    def offer(self, job: Job) -> Candidate | None:
+        failed = self._failed(job)
+        entries = tuple(
+            entry
+            for entry in job.entries
+            if (entry.instance_type, entry.count) not in self.no_victims
+            and (entry.instance_type, entry.count) not in failed
+            and may_preempt(self.state, self.share, entry.instance_type, entry.count, job, self.now)
+        )
+        return Candidate(job, entries) if entries else None
+
+    def saw(self, candidate: Candidate, verdict: Verdict) -> None:
+        if isinstance(verdict, Preempt):
+            self.seen.update(victim.seq for victim, _ in verdict.victims)
             self.preemptors += 1
-            self.life.preempt(job, entry, victims, self.now)
-            return True
-        return False
+        elif self.remembers and candidate.entries is not None:
+            self._failed(candidate.job).update((entry.instance_type, entry.count) for entry in candidate.entries)
+
+    def _failed(self, job: Job) -> set[tuple[str, int]]:
+        """The entries no later job of the walk offered as many candidates as ``job`` finds
+        victims for: ``no_victims`` for a job offered every candidate, else ``no_reclaim``."""
+        return self.no_victims if self._offered_every_candidate(job) else self.no_reclaim
 
     def _offered_every_candidate(self, job: Job) -> bool:
         """Whether the job was offered every victim a later job of the share could be: not so
@@ -505,7 +458,7 @@ def reclaim_bound(state: QuotaState, share: str, instance_type: str, now: float)
     return max(without_victims, by_reclaim)
 
 
-# -- step 4b and 5 -------------------------------------------------------------------------------
+# -- step 4b -------------------------------------------------------------------------------
 
 
 def leftovers(life: Lifecycle, now: float, work: CycleWork) -> None:
@@ -514,22 +467,9 @@ def leftovers(life: Lifecycle, now: float, work: CycleWork) -> None:
     state = life.state
     work.changed_keys = group_by_share(state, {seq for seq in work.changes.jobs if queued(state.jobs[seq])})
     work.catch_up()
-    within_quota(life, now, work)
+    run_step(life, Step.WITHIN_QUOTA, within_quota(state, now, work), now, work.waits)
     work.catch_up()
-    borrowing(life, now, work)
-
-
-def fail_fast(life: Lifecycle, now: float, work: CycleWork) -> None:
-    """Step 5: a CPU-only list that quota allows but the provider cannot serve fails now."""
-    state = life.state
-    for seq in sorted(work.waits):
-        job = state.jobs[seq]
-        if not queued(job) or job.request.wait_for_capacity:
-            continue
-        if any(state.accelerated(e.instance_type) for e in job.entries):
-            continue
-        state.dequeue(job)
-        life.fail(job, FailureReason.CAPACITY_ERROR, "no provider capacity for a CPU-only list", now)
+    run_step(life, Step.BORROWING, borrowing(state, now, work), now, work.waits)
 
 
 # -- helpers -------------------------------------------------------------------------------------

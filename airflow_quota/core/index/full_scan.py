@@ -10,57 +10,48 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from airflow_quota.core.index.fast import CycleWork, fail_fast
+from airflow_quota.core.index.fast import CycleWork
 from airflow_quota.core.lifecycle import Lifecycle, queued
 from airflow_quota.core.model import Job
-from airflow_quota.core.rules import PLACED_BECAUSE, Admit, Preempt, Step, Wait, assess, borrowing_order, share_order
+from airflow_quota.core.rules import Candidate, Preempt, Step, borrowing_order, share_order
 from airflow_quota.core.state import QuotaState
+from airflow_quota.core.steps import Candidates, fail_cpu_only_lists, run_step
 
 
 def place_queued(life: Lifecycle, now: float, work: CycleWork) -> None:
     """Steps 2 to 5, each over every queued job. The guarantee watch that follows looks at
     every type (``work.improved``)."""
     state = life.state
-    waits: set[int] = set()
-    _place(life, now, Step.WITHIN_QUOTA, _share_by_share(state), waits)  # 2
-    _place(life, now, Step.BORROWING, _borrowing_jobs(state), waits)  # 3
-    if _preempt(life, now):  # 4
-        _place(life, now, Step.WITHIN_QUOTA, _share_by_share(state), waits)  # 4b
-        _place(life, now, Step.BORROWING, _borrowing_jobs(state), waits)
-    work.waits = waits
-    fail_fast(life, now, work)  # 5
+    waits = work.waits
+    run_step(life, Step.WITHIN_QUOTA, _queued(_share_by_share(state)), now, waits)  # 2
+    run_step(life, Step.BORROWING, _queued(_borrowing_jobs(state)), now, waits)  # 3
+    took = run_step(life, Step.PREEMPTION, _preemption(state), now, waits)  # 4
+    if any(isinstance(verdict, Preempt) and verdict.victims for verdict in took):
+        run_step(life, Step.WITHIN_QUOTA, _queued(_share_by_share(state)), now, waits)  # 4b
+        run_step(life, Step.BORROWING, _queued(_borrowing_jobs(state)), now, waits)
+    fail_cpu_only_lists(life, now, waits)  # 5
     work.improved |= set(state.types)
     work.changes.placed = set()
 
 
-def _place(life: Lifecycle, now: float, step: Step, jobs: Iterator[Job], waits: set[int]) -> None:
-    """Steps 2 and 3: each job still queued takes what the rules admit; a job that found
-    quota but no provider capacity is among ``waits`` for step 5."""
+def _queued(jobs: Iterator[Job]) -> Candidates:
+    """Steps 2 and 3: every job of ``jobs`` still queued when the step reaches it."""
     for job in jobs:
-        if not queued(job):
-            continue
-        verdict = assess(job, step, life.state, now)
-        if isinstance(verdict, Admit):
-            life.place(job, verdict.entry, verdict.borrowed, now, PLACED_BECAUSE[step])
-        elif isinstance(verdict, Wait) and verdict.for_capacity:
-            waits.add(job.seq)
+        if queued(job):
+            yield Candidate(job)
 
 
-def _preempt(life: Lifecycle, now: float) -> bool:
+def _preemption(state: QuotaState) -> Candidates:
     """Step 4 over the jobs queued when it starts, share by share in share order; no job is
-    visited twice in it, nor one of its victims. True when anything was preempted."""
+    offered twice in it, nor one of its victims."""
     seen: set[int] = set()
-    preempted = False
-    for job in _share_by_share(life.state):
+    for job in _share_by_share(state):
         if job.seq in seen or not queued(job):
             continue
         seen.add(job.seq)
-        verdict = assess(job, Step.PREEMPTION, life.state, now)
+        verdict = yield Candidate(job)
         if isinstance(verdict, Preempt):
             seen.update(victim.seq for victim, _ in verdict.victims)
-            preempted = preempted or bool(verdict.victims)
-            life.preempt(job, verdict.entry, list(verdict.victims), now)
-    return preempted
 
 
 def _share_by_share(state: QuotaState) -> Iterator[Job]:

@@ -1,6 +1,7 @@
-"""The walk each placing step of the cycle makes (docs/model.md rules 4.2, 4.3 and 4.4): over the
-jobs that might fit now, in the step's order, each job tried once, a bucket dropped as soon as
-its jobs can no longer fit.
+"""The walk each placing step of the cycle makes (docs/model.md rules 4.2, 4.3 and 4.4): the
+candidates of the step (``core/steps.py``), only the jobs that might fit now, in the step's order,
+each offered once, a bucket dropped as soon as its jobs can no longer fit. The walk decides
+nothing: the rules assess each candidate, and the walk is sent the verdict.
 
 The jobs come from sorted streams of job keys, merged lazily (``MergedStreams``), each with a tag:
 
@@ -12,22 +13,25 @@ The jobs come from sorted streams of job keys, merged lazily (``MergedStreams``)
 - ``Waited(share, instance_type, instances)``: those of the bucket that have waited long
   enough to preempt in their share (step 4 only), beside the type's buckets.
 
-What differs from step to step is a ``WalkPolicy``: the order, the bound, what to keep, what to
-try, and which types to look at again after a success.
+What differs from step to step is a ``WalkPolicy``: the order, the bound, what to keep, which
+entries to offer, what to remember of a verdict, and which types to look at again after a job
+got capacity.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Sequence
+from collections.abc import Generator, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from sortedcontainers import SortedList
 
-from airflow_quota.core.lifecycle import Lifecycle, queued
+from airflow_quota.core.lifecycle import queued
 from airflow_quota.core.model import Job
 from airflow_quota.core.queues import JobKey, MergedStreams
+from airflow_quota.core.rules import Candidate, Verdict, Wait
+from airflow_quota.core.state import QuotaState
 
 
 class NewJobs(NamedTuple):
@@ -58,12 +62,13 @@ class Waited:
 
 
 class WalkPolicy(ABC):
-    """What one step's walk does differently: the order, the bound, what to keep and what to try."""
+    """What one step's walk does differently: the order, the bound, what to keep, which entries
+    to offer, and what to remember of each verdict."""
 
     shares: Sequence[str]
     """The shares whose buckets the walk merges."""
     seen: set[int]
-    """Jobs already tried (or not to be tried) in this walk."""
+    """Jobs already offered (or not to be offered) in this walk."""
 
     def order(self, key: JobKey) -> Any:
         """The walk's order; it must grow with the keys of every stream. Queue order by default."""
@@ -85,6 +90,12 @@ class WalkPolicy(ABC):
         """Whether ``job``, next in the bucket, and every job after it may still fit:
         otherwise the bucket is dropped until something gets easier on its type."""
 
+    def keeps_after(self, bucket: Bucket, verdict: Wait) -> bool:
+        """Whether the bucket stays in the walk after its job got ``verdict``: not when the
+        block the job met on the bucket's entry holds for every later job of the bucket too.
+        Kept by default."""
+        return True
+
     def waited(self, share: str, instance_type: str) -> Iterable[tuple[int, SortedList]]:
         """(count, keys) of jobs of ``share`` asking that count of the type, to walk beside its
         buckets, tagged ``Waited``, once ``most`` has been asked for the type. Nothing by default."""
@@ -95,31 +106,38 @@ class WalkPolicy(ABC):
         succeed on the tag's entry; otherwise the stream is dropped."""
         return True
 
-    @abstractmethod
-    def attempt(self, job: Job) -> bool:
-        """Try the job (place it, or preempt for it); True when it got capacity."""
+    def offer(self, job: Job) -> Candidate | None:
+        """The job as a candidate of the step, or None when none of its entries can succeed
+        now. Every entry by default."""
+        return Candidate(job)
+
+    def saw(self, candidate: Candidate, verdict: Verdict) -> None:
+        """Remember what the verdict, now applied, says of later candidates. Nothing by default."""
+        return None
 
     @abstractmethod
     def look_again(self) -> Iterable[str]:
-        """After a success: the types whose buckets may fit now, walked from that job on."""
+        """After a job got capacity: the types whose buckets may fit now, walked from that job on."""
 
     def exhausted(self) -> bool:
-        """After a success: whether no later job can succeed in this walk, which then ends.
-        Never by default."""
+        """After a job got capacity: whether no later job can get any in this walk, which then
+        ends. Never by default."""
         return False
 
 
-def walk(life: Lifecycle, policy: WalkPolicy, new_jobs: Iterable[tuple[str, SortedList]], types: Iterable[str]) -> bool:
-    """Try, in the policy's order, the ``new_jobs`` (share, keys) and the jobs of the buckets of
-    ``types`` the policy admits, each job once; drop a bucket once the policy does not keep it.
-    True when the walk ended because the policy was ``exhausted``."""
-    jobs = life.state.jobs
+def walk(
+    state: QuotaState, policy: WalkPolicy, new_jobs: Iterable[tuple[str, SortedList]], types: Iterable[str]
+) -> Generator[Candidate, Verdict, bool]:
+    """Offer, in the policy's order, the ``new_jobs`` (share, keys) and the jobs of the buckets
+    of ``types`` the policy admits, each job once; drop a bucket once the policy does not keep
+    it. Returns True when the walk ended because the policy was ``exhausted``."""
+    jobs = state.jobs
     streams = MergedStreams(policy.order)
     streams.seen = policy.seen
     for share, keys in new_jobs:
         streams.add(keys, NewJobs(share))
     for instance_type in types:
-        _add_buckets(life, policy, streams, instance_type, None)
+        _add_buckets(state, policy, streams, instance_type, None)
     while (item := streams.pop()) is not None:
         key, tag, position = item
         job = jobs[key[2]]
@@ -131,18 +149,25 @@ def walk(life: Lifecycle, policy: WalkPolicy, new_jobs: Iterable[tuple[str, Sort
             streams.drop(tag)
             continue
         streams.seen.add(job.seq)
-        if queued(job) and policy.attempt(job):
-            if policy.exhausted():
-                return True
-            for instance_type in policy.look_again():
-                _add_buckets(life, policy, streams, instance_type, position)
+        if not queued(job) or (candidate := policy.offer(job)) is None:
+            continue
+        verdict = yield candidate
+        policy.saw(candidate, verdict)
+        if isinstance(verdict, Wait):
+            if type(tag) is Bucket and not policy.keeps_after(tag, verdict):
+                streams.drop(tag)
+            continue
+        if policy.exhausted():
+            return True
+        for instance_type in policy.look_again():
+            _add_buckets(state, policy, streams, instance_type, position)
     return False
 
 
-def _add_buckets(life: Lifecycle, policy: WalkPolicy, streams: MergedStreams, instance_type: str, after: Any) -> None:
+def _add_buckets(state: QuotaState, policy: WalkPolicy, streams: MergedStreams, instance_type: str, after: Any) -> None:
     """Merge in the buckets of the type that the policy admits, and its ``Waited`` stream if it
     has one, from ``after`` on if given."""
-    queues = life.state.queues
+    queues = state.queues
     for share in policy.shares:
         queue = queues[share]
         counts = queue.counts.get(instance_type)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import Enum
+from typing import NamedTuple
 
 from airflow_quota.core.model import Entry, Job, PendingReason, PreemptionKind
 from airflow_quota.core.quota import Block
@@ -43,6 +44,15 @@ _PENDING_REASONS = {
 """The blocks that name a pending reason other than WAITING_FOR_QUOTA (rule 3.3)."""
 
 
+class Candidate(NamedTuple):
+    """A job an index offers a placing step. In step 4 the index may name the entries of its
+    list to try (in list order), leaving out those it knows no victim set serves now (never one
+    that could be served); None is every entry, and steps 2 and 3 always try every entry."""
+
+    job: Job
+    entries: tuple[Entry, ...] | None = None
+
+
 @dataclass(frozen=True, slots=True)
 class Admit:
     """The job takes ``entry`` now, ``borrowed`` of its instances above its share's limit."""
@@ -64,7 +74,7 @@ class Preempt:
 @dataclass(frozen=True, slots=True)
 class Wait:
     """The job stays queued: ``blocks`` holds, entry by entry of its list, why that entry
-    could not be taken (None for an entry no victim set served, in step 4)."""
+    could not be taken (None, in step 4, for an entry no victim set served or not tried)."""
 
     job: Job
     blocks: tuple[Block | None, ...]
