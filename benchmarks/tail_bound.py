@@ -37,6 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from airflow_quota.core.config import parse_config
 from airflow_quota.core.cycle import QuotaScheduler
+from airflow_quota.core.rules.placement import protected_idle
 from airflow_quota.sim.compare import open_pool
 from airflow_quota.sim.report import build_report
 from airflow_quota.sim.simulator import Simulator
@@ -92,7 +93,7 @@ class LendableMeter:
         state = scheduler.state
         ledger = state.types[INSTANCE_TYPE]
         free = ledger.capacity - ledger.used - ledger.draining
-        self.lendable = max(0, free - state.protected_idle(ledger, now))
+        self.lendable = max(0, free - protected_idle(state, ledger, now))
         self.borrowed = {s: max(0, u - ledger.limit_of(s)) for s, u in ledger.usage.items()}
         self.last = now
 

@@ -11,15 +11,16 @@ of docs/model.md section 4. The core then reads top-down in this order:
 
 1. ``cycle.py``: what happened (the API) and the cycle's steps, in order;
 2. ``rules/``: what a placing step does with one job (``assess``: admit, preempt or wait), the
-   orders the steps walk in; no memo, nothing written;
+   placement check it rests on (``rules/placement.py``: lender protection, the borrowing hold),
+   the orders the steps walk in; no memo, nothing written;
 3. ``steps.py``: one placing step, the same for every index: candidates, ``assess``, apply;
    ``index/``: which jobs each step looks at. ``index/full_scan.py`` is every queued job, the
    model taken literally; ``index/fast.py`` (with ``index/walk.py``, its one bucket walk) looks
    only at the jobs that might fit, and must decide exactly as the full scan does;
 4. ``lifecycle.py``: how a job changes state (placed, preempted, requeued, failed, starving),
    the timers, and the decisions emitted;
-5. ``state.py``: the live state, the placement check ``QuotaState.check`` every step uses,
-   and ``Changes``, the record of what got easier since the cycle last looked;
+5. ``state.py``: the live state the rules read, and ``Changes``, the record of what got
+   easier since the cycle last looked;
 6. ``quota.py`` (the invariant's arithmetic per type), ``rules/victims.py`` (the victim oracle),
    ``queues.py`` (the per-share indexes and the merge the walk runs on);
 7. ``guarantees.py`` (step 6) and ``overtaking.py`` (when a job starts starving, section 8);

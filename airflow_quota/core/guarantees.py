@@ -10,7 +10,8 @@ from airflow_quota.core.model import AlertKind, Job
 from airflow_quota.core.queues import victim_seq
 from airflow_quota.core.quota import Block
 from airflow_quota.core.rules import SOURCE_BLOCKS
-from airflow_quota.core.state import Mode, QuotaState
+from airflow_quota.core.rules.placement import Mode, placement_check
+from airflow_quota.core.state import QuotaState
 
 
 class GuaranteeWatch:
@@ -69,7 +70,7 @@ class GuaranteeWatch:
         """Waiting for a plan window, provider capacity, a starving job, or victims (stopping or
         protected): the reasons a job under its limit may wait."""
         entry = next(e for e in job.entries if e.instance_type == instance_type)
-        block = state.check(job, entry, Mode.WITHIN_QUOTA, now)
+        block = placement_check(state, job, entry, Mode.WITHIN_QUOTA, now)
         if block in (*SOURCE_BLOCKS, Block.HELD_FOR_STARVING_JOB, Block.BORROWING_HELD, Block.MAX_RUNNING_JOBS):
             return True
         ledger = state.types[instance_type]

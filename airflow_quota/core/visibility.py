@@ -10,7 +10,8 @@ from typing import Any
 from airflow_quota.core.model import Entry, Job, JobRequest, JobState, PendingReason
 from airflow_quota.core.quota import Block, lent_by
 from airflow_quota.core.rules import as_its_share_places
-from airflow_quota.core.state import Mode, QuotaState
+from airflow_quota.core.rules.placement import Mode, placement_check
+from airflow_quota.core.state import QuotaState
 
 
 def pending_reason(state: QuotaState, job: Job, now: float) -> tuple[PendingReason, str]:
@@ -125,7 +126,7 @@ def most_placeable(state: QuotaState, share: str, entry: Entry, now: float) -> t
     """The most instances of ``entry``'s type and source (its plan, or on demand) a new job of
     ``share`` could be placed on now without preempting anyone, and why one more could not.
 
-    The answer is the core's placement check (``QuotaState.check``) for a job at the back of the
+    The answer is the core's placement check (``placement_check``) for a job at the back of the
     share's queue (priority 0, submitted now): within the share's limit, or up to its borrow
     limit for a share that borrows; starving jobs' reservations, lenders protecting their own
     demand, draining victims, plan windows, back-offs and provider capacity included. A larger
@@ -145,7 +146,7 @@ def most_placeable(state: QuotaState, share: str, entry: Entry, now: float) -> t
     def block(count: int) -> Block | None:
         sized = Entry(entry.instance_type, count, entry.training_plan)
         probe.entries = (sized,)
-        return state.check(probe, sized, mode, now)
+        return placement_check(state, probe, sized, mode, now)
 
     fits, too_many = 0, state.types[entry.instance_type].capacity + 1  # more than the pool never fits
     while too_many - fits > 1:

@@ -12,7 +12,18 @@ import pytest
 from airflow_quota.core import index
 
 INDEX = Path(index.__file__).parent
-DECIDING_CALLS = {"check", "assess", "find_victims", "place", "preempt", "fail", "dequeue", "enqueue", "move"}
+DECIDING_CALLS = {
+    "check",
+    "placement_check",
+    "assess",
+    "find_victims",
+    "place",
+    "preempt",
+    "fail",
+    "dequeue",
+    "enqueue",
+    "move",
+}
 """Calls that decide or apply: the placement check, a verdict, the victim oracle, a lifecycle move."""
 
 
@@ -38,6 +49,7 @@ def test_an_index_decides_nothing(path: Path) -> None:
     "source",
     [
         "state.check(job, entry, Mode.BORROW, now)\n",
+        "placement_check(state, job, entry, Mode.BORROW, now)\n",
         "victims = find_victims(state, job, entry, now)\n",
         "self.life.place(job, entry, 0, now, 'because')\n",
         "life.preempt(job, entry, [], now)\n",

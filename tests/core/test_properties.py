@@ -102,7 +102,8 @@ def _full_pool_premise(loaded: LoadedScenario) -> tuple[int, list[str]]:
     from unittest.mock import patch
 
     from airflow_quota.core.lifecycle import queued
-    from airflow_quota.core.state import Mode, QuotaState
+    from airflow_quota.core.rules.placement import Mode, placement_check
+    from airflow_quota.core.state import QuotaState
 
     simulator = Simulator(loaded)
     scheduler = simulator.scheduler
@@ -125,7 +126,7 @@ def _full_pool_premise(loaded: LoadedScenario) -> tuple[int, list[str]]:
             if queued(job):
                 for entry in job.entries:
                     for mode in (Mode.WITHIN_QUOTA, Mode.BORROW):
-                        if self.check(job, entry, mode, now) is None:
+                        if placement_check(self, job, entry, mode, now) is None:
                             fitted.append(f"t={now:g} {job.name} {entry} in {mode.name}")
         return True
 

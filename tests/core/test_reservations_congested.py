@@ -35,8 +35,9 @@ from airflow_quota.core.cycle import QuotaScheduler
 from airflow_quota.core.model import Alert, AlertKind, Decision, Entry, Job, PendingReason
 from airflow_quota.core.queues import victim_key
 from airflow_quota.core.quota import Block
+from airflow_quota.core.rules.placement import Mode, placement_check
 from airflow_quota.core.rules.victims import may_preempt_in_share_now
-from airflow_quota.core.state import Mode, QuotaState
+from airflow_quota.core.state import QuotaState
 from airflow_quota.core.visibility import pending_reason
 from airflow_quota.sim.scenario import LoadedScenario, parse_scenario
 from airflow_quota.sim.simulator import Simulator
@@ -124,7 +125,7 @@ def problems_after_cycle(scheduler: QuotaScheduler, now: float) -> list[str]:
         if not scheduler.queued(job):
             continue
         for entry in job.entries:
-            if state.check(job, entry, Mode.WITHIN_QUOTA, now) is None:
+            if placement_check(state, job, entry, Mode.WITHIN_QUOTA, now) is None:
                 problems.append(f"t={now:g}: {job.name} [{job.share}] waits though step 2 would place {entry}")
         reason, waiting_for = pending_reason(state, job, now)
         if reason is PendingReason.HELD_FOR_STARVING_JOB:
@@ -164,7 +165,7 @@ def run(seed: int) -> Run:
         state = scheduler.state
         for job in state.jobs.values():
             if scheduler.queued(job):
-                blocks = {state.check(job, entry, Mode.BORROW, now) for entry in job.entries}
+                blocks = {placement_check(state, job, entry, Mode.BORROW, now) for entry in job.entries}
                 result.held["in share"] += Block.HELD_FOR_STARVING_JOB in blocks
                 result.held["borrowing"] += Block.BORROWING_HELD in blocks
 

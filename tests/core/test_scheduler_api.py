@@ -25,8 +25,8 @@ from airflow_quota.core.model import (
     Requeued,
     Submitted,
 )
+from airflow_quota.core.rules.placement import Mode, placement_check
 from airflow_quota.core.rules.victims import find_victims
-from airflow_quota.core.state import Mode
 from airflow_quota.exceptions import ChangeRefused, SubmissionRejected
 from tests.builders import quota, share
 
@@ -293,7 +293,7 @@ def test_find_victims_gives_up_at_once_when_no_set_brings_the_share_under_what_i
     lower = [scheduler.job("low-a"), scheduler.job("low-b")]
 
     assert find_victims(state, urgent, Entry(G5, 4), 10) is None
-    assert state.check(urgent, Entry(G5, 4), Mode.PREEMPT, 10, lower) is not None
+    assert placement_check(state, urgent, Entry(G5, 4), Mode.PREEMPT, 10, lower) is not None
     taken = find_victims(state, urgent, Entry(G5, 2), 10)
     assert taken is not None and sorted(v.name for v, _ in taken) == ["low-a", "low-b"]
     assert {kind for _, kind in taken} == {PreemptionKind.IN_SHARE}
@@ -322,8 +322,8 @@ def test_find_victims_and_check_do_not_change_the_snapshot() -> None:
     in_share = find_victims(state, urgent, ONE, 100)
     assert in_share is not None and len(in_share) == 1
     victims = [v for v, _ in reclaim]
-    assert state.check(owner, ONE, Mode.PREEMPT, 100, victims) is None
-    assert state.check(owner, ONE, Mode.PREEMPT, 100) is not None
+    assert placement_check(state, owner, ONE, Mode.PREEMPT, 100, victims) is None
+    assert placement_check(state, owner, ONE, Mode.PREEMPT, 100) is not None
 
     assert ledger_state(scheduler) == before
     assert {j.name: (j.state, j.placement, j.stopping) for j in state.jobs.values()} == states_before

@@ -13,7 +13,7 @@ from airflow_quota.core.config import parse_config
 from airflow_quota.core.cycle import QuotaScheduler
 from airflow_quota.core.model import Entry, Job, JobRequest, PendingReason
 from airflow_quota.core.quota import Block
-from airflow_quota.core.state import Mode
+from airflow_quota.core.rules.placement import Mode, placement_check
 from airflow_quota.core.visibility import (
     PROBE_SEQ,
     most_placeable,
@@ -318,7 +318,7 @@ def fitting_counts(scheduler: QuotaScheduler, share_name: str, entry: Entry, now
         sized = Entry(entry.instance_type, count, entry.training_plan)
         request = JobRequest.model_construct(name="probe", share=share_name, priority=0, preferences=[])
         probe = Job(PROBE_SEQ, "probe", share_name, 0, (sized,), request, now)
-        if state.check(probe, sized, mode, now) is None:
+        if placement_check(state, probe, sized, mode, now) is None:
             found.append(count)
     return found
 

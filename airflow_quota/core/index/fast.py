@@ -29,6 +29,7 @@ from airflow_quota.core.model import Entry, Job
 from airflow_quota.core.queues import BorrowingPlace, JobKey, borrowing_place, key_priority
 from airflow_quota.core.quota import Block
 from airflow_quota.core.rules import Candidate, Preempt, Step, Verdict, Wait, share_order
+from airflow_quota.core.rules.placement import protected_idle
 from airflow_quota.core.rules.victims import (
     may_preempt_in_share_now,
     most_under_cap,
@@ -40,7 +41,7 @@ from airflow_quota.core.steps import Candidates, fail_cpu_only_lists, run_step
 BUCKET_BLOCKS = frozenset(
     {Block.HELD_FOR_STARVING_JOB, Block.SHARE_LIMIT, Block.BORROW_LIMIT, Block.POOL_FULL, Block.NOT_LENDABLE}
 )
-"""Blocks that ``QuotaState.check`` finds before it looks at the entry's source: they depend on
+"""Blocks that ``placement_check`` finds before it looks at the entry's source: they depend on
 the share, the type and the count (and, for a reservation, on a key every later key shares),
 so they hold for every later job of a bucket until something improves the type."""
 KeysByShare = dict[str, SortedList]
@@ -435,7 +436,7 @@ def room_or_reclaim(state: QuotaState, share: str, instance_type: str, count: in
     if room >= count and (cap is None or usage + count <= cap):
         if usage + count <= limit:
             return True
-        slack = ledger.capacity - ledger.pressure - state.protected_idle(ledger, now)
+        slack = ledger.capacity - ledger.pressure - protected_idle(state, ledger, now)
         if slack >= usage + count - max(usage, limit):
             return True
     # a victim may free more than its share's excess, so any excess makes reclaim worth a look
@@ -451,7 +452,7 @@ def reclaim_bound(state: QuotaState, share: str, instance_type: str, now: float)
     placeable = min(ledger.capacity - ledger.used - ledger.draining, float("inf") if cap is None else cap - usage)
     within = limit - usage
     if placeable > within:  # counts above the limit need slack no lender protects
-        slack = ledger.capacity - ledger.pressure - state.protected_idle(ledger, now)
+        slack = ledger.capacity - ledger.pressure - protected_idle(state, ledger, now)
         within = max(within, slack - usage + max(usage, limit))
     without_victims = min(placeable, within)
     by_reclaim = limit - usage if ledger.borrowed_total > 0 else float("-inf")

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 from airflow_quota.core.model import Entry, Job
 from airflow_quota.core.quota import Block
+from airflow_quota.core.rules.placement import Mode, placement_check
 from airflow_quota.core.rules.verdicts import Admit, Preempt, Step, Verdict, Wait
 from airflow_quota.core.rules.victims import find_victims
-from airflow_quota.core.state import Mode, QuotaState
+from airflow_quota.core.state import QuotaState
 
 _MODES = {Step.WITHIN_QUOTA: Mode.WITHIN_QUOTA, Step.BORROWING: Mode.BORROW}
 
@@ -28,7 +29,7 @@ def assess(job: Job, step: Step, state: QuotaState, now: float, entries: tuple[E
     mode = _MODES[step]
     blocks: list[Block | None] = []
     for entry in job.entries:
-        block = state.check(job, entry, mode, now)
+        block = placement_check(state, job, entry, mode, now)
         if block is None:
             return Admit(job, entry, state.borrowed_by(job.share, entry))
         blocks.append(block)
@@ -48,4 +49,4 @@ def as_its_share_places(job: Job, state: QuotaState, now: float) -> Wait:
     its holding cap for a share that borrows): the ``Wait`` whose ``reason`` is the job's
     pending reason (rule 3.3). An entry that fits now has no block."""
     mode = Mode.BORROW if state.shares[job.share].borrows else Mode.WITHIN_QUOTA
-    return Wait(job, tuple(state.check(job, entry, mode, now) for entry in job.entries))
+    return Wait(job, tuple(placement_check(state, job, entry, mode, now) for entry in job.entries))

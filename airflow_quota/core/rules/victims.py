@@ -1,6 +1,6 @@
 """Victim selection (docs/model.md rule 4.4). Only decides; the cycle carries the decision out.
 
-What-if removals are passed to ``QuotaState.check`` as a list of victims, so the state itself
+What-if removals are passed to ``placement_check`` as a list of victims, so the state itself
 is never changed while a victim set is being looked for.
 """
 
@@ -13,7 +13,8 @@ from itertools import takewhile
 from airflow_quota.core.lifecycle import patience_ends
 from airflow_quota.core.model import Entry, Job, PreemptionKind
 from airflow_quota.core.queues import victim_key, victim_seq
-from airflow_quota.core.state import Mode, QuotaState
+from airflow_quota.core.rules.placement import Mode, placement_check, protected_idle
+from airflow_quota.core.state import QuotaState
 
 
 def _candidates(state: QuotaState, job: Job, entry: Entry, now: float) -> Iterator[tuple[Job, PreemptionKind]]:
@@ -120,8 +121,8 @@ def find_victims(state: QuotaState, job: Job, entry: Entry, now: float) -> list[
     if not within_cap_with_victims(state, job, entry, now):
         return None
     ledger = state.types[entry.instance_type]
-    idle = state.protected_idle(ledger, now)  # the same for every victim set: nothing changes here
-    if state.check(job, entry, Mode.PREEMPT, now, idle=idle) is None:
+    idle = protected_idle(state, ledger, now)  # the same for every victim set: nothing changes here
+    if placement_check(state, job, entry, Mode.PREEMPT, now, idle=idle) is None:
         return []
     chosen: list[tuple[Job, PreemptionKind]] = []
     removed_from: dict[str, int] = {}
@@ -134,12 +135,12 @@ def find_victims(state: QuotaState, job: Job, entry: Entry, now: float) -> list[
                 continue
         chosen.append((victim, kind))
         removed_from[victim.share] = removed_from.get(victim.share, 0) + victim.placement.entry.count
-        if state.check(job, entry, Mode.PREEMPT, now, [v for v, _ in chosen], idle) is None:
+        if placement_check(state, job, entry, Mode.PREEMPT, now, [v for v, _ in chosen], idle) is None:
             break
     else:
         return None
     for item in reversed(list(chosen)):
         trial = [c for c in chosen if c is not item]
-        if state.check(job, entry, Mode.PREEMPT, now, [v for v, _ in trial], idle) is None:
+        if placement_check(state, job, entry, Mode.PREEMPT, now, [v for v, _ in trial], idle) is None:
             chosen = trial
     return chosen
