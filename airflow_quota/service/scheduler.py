@@ -47,24 +47,18 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import Engine, delete, func, select
+from sqlalchemy import Engine, delete, select
 from sqlalchemy.orm import Session, sessionmaker
 
-from airflow_quota.core.cycle import QuotaScheduler, finished_refusal
+from airflow_quota.core.cycle import QuotaScheduler
 from airflow_quota.core.explain import describe, event_record
 from airflow_quota.core.inputs import (
-    AttemptFailed,
-    AttemptRunning,
-    AttemptStopped,
-    AttemptSucceeded,
-    CapacityErrorReported,
     CycleDue,
     Input,
 )
 from airflow_quota.core.model import (
     Decision,
     Job,
-    JobState,
     Placed,
     Rejected,
 )
@@ -72,16 +66,31 @@ from airflow_quota.service import snapshots
 from airflow_quota.service.actions import LeaseGuards, attempt_spec, mark_starting_since_upgrade, write_outcomes
 from airflow_quota.service.alerts import AlertDelivery
 from airflow_quota.service.backends.base import (
-    STOPPED_BEFORE_START,
     AttemptReport,
     AttemptSpec,
-    AttemptStatus,
     Backend,
 )
 from airflow_quota.service.clock import Clock, WallClock
 from airflow_quota.service.inputs import apply, from_row, refusal, to_row
+from airflow_quota.service.intake import (
+    INBOX,
+    REQUESTS_PER_STEP,
+    is_news,
+    known_of,
+    refusal_of_forgotten,
+    report_order,
+    request_payload,
+    take_report,
+)
 from airflow_quota.service.leader import DATABASE_ERRORS, LeaderLoop
 from airflow_quota.service.metrics import QuotaMetrics
+from airflow_quota.service.open_attempts import (
+    OpenAttempts,
+    attempt_changes,
+    attempt_row,
+    attempt_values,
+    keyed,
+)
 from airflow_quota.service.polling import (
     DEFAULT_POLL_WORKERS,
     ActionKind,
@@ -102,7 +111,6 @@ from airflow_quota.store.models import (
     Attempt,
     AttemptState,
     ConfigVersion,
-    EventRow,
     JobRow,
     Request,
 )
@@ -111,29 +119,6 @@ from airflow_quota.store.settings import DEFAULT_RETENTION_DAYS
 
 log = logging.getLogger("airflow_quota.scheduler")
 
-_REPORT_ORDER = {
-    AttemptStatus.PENDING: 0,
-    AttemptStatus.RUNNING: 0,
-    AttemptStatus.SUCCEEDED: 1,
-    AttemptStatus.FAILED: 2,
-    AttemptStatus.CAPACITY_ERROR: 2,
-    AttemptStatus.STOPPED: 3,
-}
-"""The order the simulator plays one instant's happenings in (sim/simulator.py): trainings that
-started, then finishes, then failures, then stops; each kind in the order of placement."""
-
-REQUESTS_PER_STEP = 100
-"""The most requests one step takes in: each step's transaction stays short, so a leader makes
-progress through a burst of submissions even when it lives only seconds (the soak kills it every
-1 to 4 s), and the lease is renewed between batches."""
-_INBOX = (
-    select(Request, JobRow)
-    .outerjoin(JobRow, JobRow.id == Request.job_id)
-    .where(Request.handled.is_(False))
-    .order_by(Request.id)
-    .limit(REQUESTS_PER_STEP)
-)
-"""The requests not taken in yet, oldest first, each with its job's row: built once."""
 VIEW_SECONDS = 1.0
 """How far behind its commits the scheduler process lets the shares' view fall while busy
 (``QuotaService``'s ``view_seconds``): readers (the Quotas page, ``airflow-quota shares``, the
@@ -200,25 +185,6 @@ class QuotaService(LeaderLoop):
     """Whether this is the scheduler process (``run``), whose long-lived objects are frozen."""
     _step_sessions: sessionmaker[Session] | None = None
     """Sessions on the step's one connection while a step runs (``_one_connection``)."""
-    _open: dict[AttemptKey, Attempt] | None = None
-    """The attempts not ended, as this leader last committed them (detached rows), by key; None
-    until loaded from the database (``_load_open_attempts``). The leader is the only writer of
-    attempts, so it keeps them up to date from its own commits instead of reading them every
-    step; recovery reloads them."""
-    _to_recheck: set[AttemptKey] | None = None
-    """The open attempts whose latest report the next step looks at besides the ones the poller
-    has news of: those the leader changed since (a commit, a backend action done) and those whose
-    report was news it has not resolved yet. None: every open attempt (just loaded: the poller is
-    then told the whole set, ``_track_open_attempts``)."""
-    _with_action: set[AttemptKey]
-    """The open attempts with a backend action pending (``_dispatch``)."""
-    _open_by_job: dict[int, set[int]]
-    """The numbers of each job's open attempts (``_attempts_of``)."""
-    _placement_order: dict[int, int]
-    """Each job's latest placement, as a number that grows with each one (the PLACED event's id
-    for the ones loaded): the open attempts' order after their instant."""
-    _placements: int = 0
-    """The largest number in ``_placement_order`` so far."""
 
     def __init__(
         self,
@@ -272,6 +238,8 @@ class QuotaService(LeaderLoop):
         self.poller.set_on_news(self._news.set)  # a finish is taken in (and placed) at once
         self.pruning = LeaderPruning(self.sessions, retention_days)
         """Retention: a short batch in a step that had nothing else to do."""
+        self.open_attempts = OpenAttempts()
+        """The attempts not ended, as this leader last committed them (``service/open_attempts.py``)."""
         self._submitted: dict[int, JobRow] = {}
         """Job rows as read by this leader, for what their submission fixed and nothing changes
         (``_submitted_rows``)."""
@@ -311,7 +279,7 @@ class QuotaService(LeaderLoop):
         with reachable(str(self.engine.url)), self.sessions() as session:
             recovered = snapshots.recover(session, inputs_pruned=snapshots.inputs_pruned(session))
         self.scheduler = recovered.scheduler
-        self._open = None  # read again: the last leader's commits are not this process's
+        self.open_attempts.forget()  # read again: the last leader's commits are not this process's
         self._inputs_since_snapshot = recovered.replayed
         self._last_cycle = float("-inf")
         if recovered.snapshot_id is None:
@@ -329,7 +297,7 @@ class QuotaService(LeaderLoop):
         self.read_model.committed(None)
         self._rewrite_view(self.clock.now())
         self._starting_since_upgrade()
-        self._open = None  # an upgrade's starts just changed status
+        self.open_attempts.forget()  # an upgrade's starts just changed status
         self._act(self.clock.now())
         self.alerts.wake()  # alerts the last leader recorded and did not finish delivering
         self.recovered = True
@@ -370,7 +338,7 @@ class QuotaService(LeaderLoop):
         try:
             return self._step()
         except BaseException:
-            self._open = None  # what it took in and did not commit is looked at again, all of it
+            self.open_attempts.forget()  # what it took in and did not commit is looked at again, all of it
             self._request_added = True  # and the inbox read again
             raise
 
@@ -480,7 +448,7 @@ class QuotaService(LeaderLoop):
             return
         self._inbox_read_at = time.monotonic()
         with self._session() as session, session.begin():
-            taken = session.execute(_INBOX).all()
+            taken = session.execute(INBOX).all()
             requests = [request for request, _ in taken]
             if len(requests) == REQUESTS_PER_STEP:
                 self._request_added = True  # more wait: read on at the next step
@@ -492,22 +460,13 @@ class QuotaService(LeaderLoop):
                     version = session.get(ConfigVersion, request.payload["version"])
                     documents[request.id] = version.document if version else None
         for request in requests:
-            payload: dict[str, Any]
-            if request.kind == "config":
-                payload = {"document": documents[request.id], "version": request.payload["version"]}
-            elif request.kind == "submit":
-                assert request.job_id is not None
-                row = jobs[request.job_id]
-                assert row is not None
-                payload = {"job_id": row.id, "request": row.request}
-            else:
-                payload = {"job_id": request.job_id, **request.payload}
+            payload = request_payload(request, jobs, documents)
             if self.scheduler is None and request.kind != "config":
                 self._request_added = True  # read again once there is one
                 break  # nothing can be taken in before the first configuration
             refused: Rejected | None
             if request.job_id is not None and self._forgotten(request.job_id) and request.kind != "submit":
-                refused = _refusal_of_forgotten(request, jobs.get(request.job_id), now)
+                refused = refusal_of_forgotten(request, jobs.get(request.job_id), now)
                 gathered.decisions.append(refused)
                 gathered.causes.append(None)
             else:
@@ -535,21 +494,10 @@ class QuotaService(LeaderLoop):
         holds the incremental way to)."""
         if self.scheduler is None:
             return
-        if self._open is None:
-            self._load_open_attempts()
-        polled = self._reports_walked(now) if self._to_recheck is None else self._reports_changed(now)
-        # what happened since the last poll, in the simulator's order of one instant
-        order = self._placement_order
-        polled.sort(
-            key=lambda pair: (
-                _REPORT_ORDER.get(pair[1].status, len(_REPORT_ORDER)),
-                pair[0].placed_at,
-                order.get(pair[0].job_id, 0),
-                pair[0].job_id,
-                pair[0].number,
-            )
-        )
-        self._to_recheck = {(attempt.job_id, attempt.number) for attempt, _ in polled}  # until resolved
+        kept = self._open_attempts()
+        polled = self._reports_walked(now) if kept.to_recheck is None else self._reports_changed(now)
+        polled.sort(key=report_order(kept.placement_order))  # the simulator's order of one instant
+        kept.to_recheck = {(attempt.job_id, attempt.number) for attempt, _ in polled}  # until resolved
         for attempt, report in polled:
             self._ingest(gathered, attempt, report, now)
 
@@ -563,21 +511,21 @@ class QuotaService(LeaderLoop):
         polled: list[tuple[Attempt, AttemptReport]] = []
         for attempt in open_attempts:
             report = reports.get(attempt.backend, {}).get((attempt.job_id, attempt.number))
-            if report is not None and _is_news(attempt, report):
+            if report is not None and is_news(attempt, report):
                 polled.append((attempt, report))
         return polled
 
     def _reports_changed(self, now: float) -> list[tuple[Attempt, AttemptReport]]:
         """The attempts the leader changed since the last step followed or unfollowed, then the
         reports that are news among theirs and the ones the poller has news of."""
-        assert self._open is not None and self._to_recheck is not None
-        changed, self._to_recheck = self._to_recheck, set()
+        kept = self.open_attempts
+        changed = kept.take_to_recheck()
         self._follow_changed(changed, now)
         if not self.poller.background:
             self.poller.poll_due(now)
         wanted: dict[str, list[Attempt]] = {}
         for key in changed | self.poller.take_news():
-            attempt = self._open.get(key)
+            attempt = kept.get(key)
             if attempt is not None and attempt.action is None:
                 wanted.setdefault(attempt.backend, []).append(attempt)
         reports = self.poller.reports_of(
@@ -587,18 +535,17 @@ class QuotaService(LeaderLoop):
         for backend, attempts in wanted.items():
             for attempt in attempts:
                 report = reports.get(backend, {}).get((attempt.job_id, attempt.number))
-                if report is not None and _is_news(attempt, report):
+                if report is not None and is_news(attempt, report):
                     polled.append((attempt, report))
         return polled
 
     def _follow_changed(self, changed: set[AttemptKey], now: float) -> None:
         """Have the poller follow the changed attempts that are open with no action pending and
         unfollow the others (ended, or with a start or stop in hand)."""
-        assert self._open is not None
         follow = [
             attempt
             for key in sorted(changed)
-            if (attempt := self._open.get(key)) is not None
+            if (attempt := self.open_attempts.get(key)) is not None
             and attempt.action is None
             and attempt.backend in self.backends
         ]
@@ -613,7 +560,7 @@ class QuotaService(LeaderLoop):
             if row is None:
                 continue
             added.setdefault(attempt.backend, {})[attempt.job_id, attempt.number] = self._spec(row, attempt)
-            seen = _known(attempt)
+            seen = known_of(attempt)
             if seen is not None:
                 known.setdefault(attempt.backend, {})[attempt.job_id, attempt.number] = seen
         self.poller.follow(added, now, known)
@@ -623,10 +570,7 @@ class QuotaService(LeaderLoop):
         the PLACED decision's place in its log); the poller is told to follow them, and them
         only (the job rows are loaded only for the attempts it does not follow yet)."""
         tracking = self.poller.tracking()
-        if self._open is None:
-            self._load_open_attempts()
-        assert self._open is not None
-        open_attempts = self._open_in_order()
+        open_attempts = self._open_attempts().in_order()
         new = [a for a in open_attempts if (a.job_id, a.number) not in tracking.get(a.backend, ())]
         rows: dict[int, JobRow | None] = {}
         if new:
@@ -639,124 +583,33 @@ class QuotaService(LeaderLoop):
             row = rows.get(attempt.job_id)
             spec = None if row is None else self._spec(row, attempt)
             tracked.setdefault(attempt.backend, {})[attempt.job_id, attempt.number] = spec
-            seen = _known(attempt) if spec is not None else None
+            seen = known_of(attempt) if spec is not None else None
             if seen is not None:
                 known.setdefault(attempt.backend, {})[attempt.job_id, attempt.number] = seen
         self.poller.track(tracked, now, known)
         return open_attempts
 
-    def _open_in_order(self) -> list[Attempt]:
-        """The open attempts with no backend action pending, in the order they were placed (the
-        order a recovered leader reads them in, so a failover changes no decision)."""
-        assert self._open is not None
-        order = self._placement_order
-        return sorted(
-            (attempt for attempt in self._open.values() if attempt.action is None),
-            key=lambda a: (a.placed_at, order.get(a.job_id, 0), a.job_id, a.number),
-        )
-
-    def _load_open_attempts(self) -> None:
-        """Read the attempts not ended, with each job's latest PLACED decision (its order); the
-        next step looks at all of them (``_to_recheck``)."""
-        with self._session() as session, session.begin():
-            placed = (
-                select(func.max(EventRow.id))
-                .where(EventRow.job_id == Attempt.job_id, EventRow.type == "PLACED")
-                .correlate(Attempt)
-                .scalar_subquery()
-            )
-            loaded = session.execute(select(Attempt, placed).where(Attempt.ended_at.is_(None))).all()
-        self._open = {(attempt.job_id, attempt.number): attempt for attempt, _ in loaded}
-        self._open_by_job = {}
-        for job_id, number in self._open:
-            self._open_by_job.setdefault(job_id, set()).add(number)
-        self._with_action = {key for key, attempt in self._open.items() if attempt.action is not None}
-        self._to_recheck = None
-        self._placement_order = {attempt.job_id: event_id or 0 for attempt, event_id in loaded}
-        self._placements = max(self._placement_order.values(), default=0)
-
-    def _attempt_changed(self, key: AttemptKey, attempt: Attempt | None) -> None:
-        """Keep ``attempt`` (None: ended) as the open attempt ``key`` now is, as committed."""
-        assert self._open is not None
-        if attempt is None:
-            self._open.pop(key, None)
-            numbers = self._open_by_job.get(key[0])
-            if numbers is not None:
-                numbers.discard(key[1])
-                if not numbers:
-                    del self._open_by_job[key[0]]
-        else:
-            self._open[key] = attempt
-            self._open_by_job.setdefault(key[0], set()).add(key[1])
-        if attempt is not None and attempt.action is not None:
-            self._with_action.add(key)
-        else:
-            self._with_action.discard(key)
-        if self._to_recheck is not None:
-            self._to_recheck.add(key)
-
-    def _committed_attempts(self, attempts: dict[int, dict[int, Attempt]], placed: list[Attempt]) -> None:
-        """After ``_commit``: the attempts it wrote, as committed, replace the open ones kept."""
-        if self._open is None:
-            return
-        for attempt in placed:  # in the order of their PLACED decisions
-            self._placements += 1
-            self._placement_order[attempt.job_id] = self._placements
-        for job_attempts in attempts.values():
-            for attempt in job_attempts.values():
-                key = (attempt.job_id, attempt.number)
-                if attempt.ended_at is None:
-                    self._attempt_changed(key, attempt)
-                elif key in self._open:
-                    self._attempt_changed(key, None)
-
-    def _marked_done(self, outcome: ActionOutcome, values: dict[str, Any]) -> None:
-        """After ``_mark_done``: an outcome written (the attempt still had that action) changes
-        the open attempt kept as it changed the row."""
-        attempt = None if self._open is None else self._open.get(outcome.key)
-        if attempt is not None and attempt.action == outcome.kind.value:
-            for name, value in values.items():
-                setattr(attempt, name, value)
-            self._attempt_changed(outcome.key, attempt)
+    def _open_attempts(self) -> OpenAttempts:
+        """The open attempts kept, read first when they are not (``OpenAttempts.load``)."""
+        if not self.open_attempts.loaded:
+            with self._session() as session, session.begin():
+                self.open_attempts.load(session)
+        return self.open_attempts
 
     def _ingest(self, gathered: _Step, attempt: Attempt, report: AttemptReport, now: float) -> None:
-        """Turn a report that is news (``_is_news``: the rule of what is lives there) into the
-        rows to write and the core's inputs."""
+        """Take in a report that is news (``intake.take_report`` says what it means): the
+        attempt's row changes at the commit, the core is told what its job's current attempt did."""
         assert self.scheduler is not None
         job = self._job(attempt.job_id)
-        current = job is not None and job.attempts == attempt.number and job.placement is not None
-        if report.status is AttemptStatus.RUNNING:  # news: it was not marked running yet
-            since = now if report.running_since is None else min(report.running_since, now)
-            gathered.running.append((attempt.job_id, attempt.number, since))
+        taken = take_report(attempt, report, job, now, self.capacity_backoff_seconds)
+        if taken.running_since is not None:
+            gathered.running.append((attempt.job_id, attempt.number, taken.running_since))
             gathered.touched.add(attempt.job_id)
-            if current and job is not None and not job.stopping:
-                self._feed(gathered, AttemptRunning(attempt.job_id, attempt.number, since), now)
-        never_ran = attempt.status == AttemptState.NOT_STARTED.value or (
-            attempt.status == AttemptState.STOPPING.value and attempt.running_since is None
-        )  # STOPPING: stopped while its start was in flight, and the start came too late or failed
-        if report.status is AttemptStatus.UNKNOWN and never_ran:
-            report = AttemptReport(AttemptStatus.STOPPED, STOPPED_BEFORE_START)
-        elif report.status is AttemptStatus.UNKNOWN:
-            # never started (the backend refused it), or lost by the backend: a failed attempt
-            refused = attempt.status == AttemptState.START_FAILED.value
-            reason = attempt.reason if refused else "BackendLost: no such attempt"
-            report = AttemptReport(AttemptStatus.FAILED, reason)
-        if not report.status.ended:
-            return
-        gathered.ended.append((attempt.job_id, attempt.number, report))
-        gathered.touched.add(attempt.job_id)
-        if job is None:
-            return
-        ref, number = attempt.job_id, attempt.number
-        if job.stopping and job.attempts == number:
-            self._feed(gathered, AttemptStopped(ref, number), now)
-        elif current and job.state.holds_capacity:
-            if report.status is AttemptStatus.SUCCEEDED:
-                self._feed(gathered, AttemptSucceeded(ref, number), now)
-            elif report.status is AttemptStatus.CAPACITY_ERROR:
-                self._feed(gathered, CapacityErrorReported(ref, number, self.capacity_backoff_seconds), now)
-            else:
-                self._feed(gathered, AttemptFailed(ref, number, report.reason or report.status.value), now)
+        if taken.ended is not None:
+            gathered.ended.append((attempt.job_id, attempt.number, taken.ended))
+            gathered.touched.add(attempt.job_id)
+        for item in taken.inputs:
+            self._feed(gathered, item, now)
 
     def _forgotten(self, job_id: int | None) -> bool:
         """Whether the core has forgotten the job (finished, ``QuotaScheduler.forget_finished``)."""
@@ -771,12 +624,11 @@ class QuotaService(LeaderLoop):
 
     def _commit(self, gathered: _Step, now: float) -> None:
         assert self.scheduler is not None or not gathered.decisions
-        if self._open is None:
-            self._load_open_attempts()
+        kept = self._open_attempts()
         with self._session() as session, session.begin():
             self._fence(session)
             attempts = self._attempts_of(gathered)
-            before = {key: _attempt_values(attempt) for key, attempt in _keyed(attempts)}
+            before = {key: attempt_values(attempt) for key, attempt in keyed(attempts)}
             for job_id, number, running_since in gathered.running:
                 attempt = attempts.get(job_id, {}).get(number)
                 if attempt is not None and attempt.ended_at is None:
@@ -796,8 +648,8 @@ class QuotaService(LeaderLoop):
                 if attempt.action == ActionKind.START.value:  # not preempted in this same step
                     attempt.status = AttemptState.STARTING.value
             with pipelined(session):
-                insert_rows(session, Attempt, [_attempt_row(attempt) for attempt in gathered.placed])
-                update_by_key(session, Attempt, _attempt_changes(attempts, before))
+                insert_rows(session, Attempt, [attempt_row(attempt) for attempt in gathered.placed])
+                update_by_key(session, Attempt, attempt_changes(attempts, before))
                 if gathered.handled:  # one executemany, not a load and a flush a request
                     update_by_key(
                         session,
@@ -817,7 +669,7 @@ class QuotaService(LeaderLoop):
                     self.read_model.write_jobs(session, state, gathered.touched - set(gathered.rejected_jobs), now)
             view, behind = self.read_model.in_commit(session, state, now)
         self.read_model.committed(view, behind)
-        self._committed_attempts(attempts, gathered.placed)
+        kept.committed(attempts, gathered.placed)
 
     def _rewrite_view(self, now: float) -> None:
         """Write the view of the core's state now, in a transaction of its own: after recovery
@@ -834,18 +686,13 @@ class QuotaService(LeaderLoop):
     def _attempts_of(self, gathered: _Step) -> dict[int, dict[int, Attempt]]:
         """The open attempts of the jobs whose attempts this step changes (reported running or
         ended, preempted, cancelled), by job id and number: copies of the ones the leader keeps
-        (``_open``), for ``_commit`` to change and write (``_attempt_rows``); the kept ones are
+        (``OpenAttempts.copies_of``), for ``_commit`` to change and write; the kept ones are
         replaced by them once committed. An attempt that ended is never changed again."""
         job_ids = {job_id for job_id, _, _ in gathered.running} | {job_id for job_id, _, _ in gathered.ended}
         for decision in gathered.decisions:
             if stops_an_attempt(decision) and (job := self._job_of(decision)) is not None and job.ref is not None:
                 job_ids.add(job.ref)
-        assert self._open is not None
-        found: dict[int, dict[int, Attempt]] = {}
-        for job_id in sorted(job_ids):
-            for number in sorted(self._open_by_job.get(job_id, ())):
-                found.setdefault(job_id, {})[number] = _copy_attempt(self._open[job_id, number])
-        return found
+        return self.open_attempts.copies_of(job_ids)
 
     def _backends_of_placed(self, session: Session, decisions: list[Decision]) -> dict[int, str]:
         """The backend of each job placed by ``decisions``, by job id, read in one query."""
@@ -936,16 +783,11 @@ class QuotaService(LeaderLoop):
     def _dispatch(self) -> None:
         """Ask the poller for every backend action recorded and not yet done, in the order they
         were placed, except the ones it has already (waiting, in flight, or done and not taken).
-        They are read from the open attempts the leader keeps (``_open``, ``_with_action``): an
+        They are read from the open attempts the leader keeps (``OpenAttempts``): an
         attempt with an action pending is open (its reports wait until the action is done), and
         the leader is the only writer of both."""
         requested = self.poller.requested()
-        if self._open is None:
-            self._load_open_attempts()
-        assert self._open is not None
-        pending = sorted(
-            (self._open[key] for key in self._with_action), key=lambda a: (a.placed_at, a.job_id, a.number)
-        )
+        pending = self._open_attempts().with_action_in_order()
         new = [
             a for a in pending if ((a.job_id, a.number), ActionKind(a.action)) not in requested.get(a.backend, set())
         ]
@@ -977,11 +819,11 @@ class QuotaService(LeaderLoop):
             self._fence(session)
             written, failed = write_outcomes(session, outcomes, retry_stops)
         for outcome in done:  # committed
-            kept = None if self._open is None or outcome.started is None else self._open.get(outcome.key)
+            kept = self.open_attempts.get(outcome.key) if self.open_attempts.loaded else None
             if kept is not None and outcome.started is not None:
                 kept.external_name, kept.external_arn = outcome.started.name, outcome.started.arn
         for outcome, values in written:
-            self._marked_done(outcome, values)
+            self.open_attempts.marked_done(outcome, values)
         for outcome in failed:
             again = "; the stop is asked again" if outcome.kind is ActionKind.STOP and retry_stops else ""
             log.error("attempt %s of job %s: %s%s", outcome.key[1], outcome.job_name, outcome.error, again)
@@ -996,84 +838,6 @@ class QuotaService(LeaderLoop):
         with self._session() as session, session.begin():
             self._fence(session)
             mark_starting_since_upgrade(session)
-
-
-def _known(attempt: Attempt) -> Known | None:
-    """What the log holds of a started attempt for a poller that lists its backend's changes:
-    RUNNING or PENDING since it was placed (a job's changes all come after its placement). None
-    for an attempt whose next poll must report it whatever the listing says (a start refused, one
-    never started, one stopped before it ran: the backend may have no job to list)."""
-    running = attempt.status == AttemptState.RUNNING.value or (
-        attempt.status == AttemptState.STOPPING.value and attempt.running_since is not None
-    )
-    if running:
-        return Known(AttemptStatus.RUNNING, attempt.placed_at)
-    if attempt.status == AttemptState.PENDING.value:
-        return Known(AttemptStatus.PENDING, attempt.placed_at)
-    return None
-
-
-def _refusal_of_forgotten(request: Request, row: JobRow | None, now: float) -> Rejected:
-    """A change to a job the core has forgotten is refused as the core refuses a change to a
-    finished job it holds (its row says what it was; retention may have pruned even that)."""
-    if row is None:
-        return Rejected(now, str(request.job_id), "", f"job {request.job_id} is finished", request=request.kind)
-    error = finished_refusal(row.name, JobState(row.state), request.kind)
-    return Rejected(now, row.name, row.share, str(error), request=request.kind)
-
-
-_ATTEMPT_COLUMNS = tuple(column.key for column in Attempt.__table__.columns)
-_ATTEMPT_KEY = ("job_id", "number")
-
-
-def _attempt_values(attempt: Attempt) -> tuple[Any, ...]:
-    return tuple(getattr(attempt, name) for name in _ATTEMPT_COLUMNS)
-
-
-def _attempt_row(attempt: Attempt) -> dict[str, Any]:
-    """An attempt's columns by name, as ``insert_rows`` takes them."""
-    return dict(zip(_ATTEMPT_COLUMNS, _attempt_values(attempt), strict=True))
-
-
-def _copy_attempt(attempt: Attempt) -> Attempt:
-    """A detached copy, to change without touching the one kept until the change is committed."""
-    return Attempt(**_attempt_row(attempt))
-
-
-def _keyed(attempts: dict[int, dict[int, Attempt]]) -> Iterator[tuple[AttemptKey, Attempt]]:
-    for job_id, numbered in attempts.items():
-        for number, attempt in numbered.items():
-            yield (job_id, number), attempt
-
-
-def _attempt_changes(
-    attempts: dict[int, dict[int, Attempt]], before: dict[AttemptKey, tuple[Any, ...]]
-) -> list[dict[str, Any]]:
-    """For ``update_by_key``: the columns each attempt changed since ``before``; one not in
-    ``before`` was placed in this step, and is inserted whole."""
-    changes = []
-    for key, attempt in _keyed(attempts):
-        if key not in before:
-            continue
-        now = _attempt_values(attempt)
-        changed = {
-            name: value
-            for name, value, was in zip(_ATTEMPT_COLUMNS, now, before[key], strict=True)
-            if value != was and name not in _ATTEMPT_KEY
-        }
-        if changed:
-            changes.append({"job_id": key[0], "number": key[1], **changed})
-    return changes
-
-
-def _is_news(attempt: Attempt, report: AttemptReport) -> bool:
-    """Whether ``report`` changes anything (``QuotaService._ingest`` takes only these): an end,
-    a backend that does not know the attempt, or a training that started since the attempt was
-    marked running. The rest (still running, still starting) is skipped before the instant's sort."""
-    status = report.status
-    if status.ended or status is AttemptStatus.UNKNOWN:
-        return True
-    return status is AttemptStatus.RUNNING and attempt.status != AttemptState.RUNNING.value
 
 
 def _rows_by_id(session: Session, ids: set[int]) -> dict[int, JobRow | None]:

@@ -16,7 +16,8 @@ from airflow_quota.service import leader as leader_module
 from airflow_quota.service.backends.fake import FakeBackend
 from airflow_quota.service.clock import ManualClock
 from airflow_quota.service.inbox import RequestListener
-from airflow_quota.service.scheduler import REQUESTS_PER_STEP, QuotaService
+from airflow_quota.service.intake import REQUESTS_PER_STEP
+from airflow_quota.service.scheduler import QuotaService
 from airflow_quota.store.engine import session_factory
 from airflow_quota.store.models import Request
 from airflow_quota.store.repository import QuotaStore

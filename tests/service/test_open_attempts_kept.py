@@ -1,5 +1,5 @@
 """The leader keeps the open attempts in memory, updated from its own commits
-(``QuotaService._committed_attempts``, ``_marked_done``) instead of reading them at every step:
+(``OpenAttempts.committed``, ``marked_done``) instead of reading them at every step:
 after every step of scenarios with placements, preemptions with and without grace, cancels and
 failures, what it keeps equals what the database holds, field for field and in the same order,
 and the backend actions pending (what ``_dispatch`` reads from it) are all on open attempts."""
@@ -24,9 +24,10 @@ _FIELDS = tuple(column.key for column in Attempt.__table__.columns)
 
 def _kept(service: QuotaService) -> list[tuple[Any, ...]]:
     """The open attempts as ``_track_open_attempts`` orders them, every column of each."""
-    assert service._open is not None
-    order = service._placement_order
-    ordered = sorted(service._open.values(), key=lambda a: (a.placed_at, order.get(a.job_id, 0), a.job_id, a.number))
+    kept = service.open_attempts
+    assert kept.loaded
+    order = kept.placement_order
+    ordered = sorted(kept.by_key.values(), key=lambda a: (a.placed_at, order.get(a.job_id, 0), a.job_id, a.number))
     return [tuple(getattr(attempt, name) for name in _FIELDS) for attempt in ordered]
 
 
@@ -50,20 +51,19 @@ def test_the_open_attempts_kept_are_the_stored_ones_after_every_step(path: Path,
                 )
             ).all()
         assert all(ended is None for _, _, ended, _ in stored), f"step {replay.steps}: an action on an ended attempt"
-        if service._open is None:  # read at its first use, as _dispatch does
-            service._load_open_attempts()
-        assert service._open is not None
-        kept = {(a.job_id, a.number, a.action) for a in service._open.values() if a.action is not None}
+        kept_attempts = service._open_attempts()  # read at its first use, as _dispatch does
+        kept = {(a.job_id, a.number, a.action) for a in kept_attempts.by_key.values() if a.action is not None}
         assert {(job, number, action) for job, number, _, action in stored} == kept, f"step {replay.steps}"
         actions.append(len(stored))
         dispatch()
 
     service._dispatch = _dispatch_checked  # type: ignore[method-assign]
     while replay.steps < 100_000 and replay.advance():
-        if service._open is None:
+        if not service.open_attempts.loaded:
             continue  # not loaded yet (no configuration taken in)
         kept = _kept(service)
-        service._load_open_attempts()  # what the database holds, read as recovery reads it
+        service.open_attempts.forget()
+        service._open_attempts()  # what the database holds, read as recovery reads it
         assert kept == _kept(service), f"step {replay.steps}"
         compared += len(kept)
     assert replay.steps < 100_000, "the replay did not end"

@@ -15,7 +15,8 @@ import pytest
 import yaml
 
 from airflow_quota.service.backends.base import AttemptReport
-from airflow_quota.service.scheduler import QuotaService, _is_news
+from airflow_quota.service.intake import is_news
+from airflow_quota.service.scheduler import QuotaService
 from airflow_quota.sim.scenario import LoadedScenario, load_scenario
 from airflow_quota.store.engine import make_engine, migrate
 from benchmarks import congested
@@ -46,9 +47,9 @@ def _walked(service: QuotaService) -> list[tuple[tuple[int, int], AttemptReport]
     """What the full walk finds now, without its side effects (telling the poller)."""
     reports = service.poller.reports()
     found = []
-    for attempt in service._open_in_order():
+    for attempt in service.open_attempts.in_order():
         report = reports.get(attempt.backend, {}).get((attempt.job_id, attempt.number))
-        if report is not None and _is_news(attempt, report):
+        if report is not None and is_news(attempt, report):
             found.append(((attempt.job_id, attempt.number), report))
     return found
 
@@ -90,11 +91,11 @@ def test_the_reports_looked_at_are_the_full_walks_news_after_every_step(
 
     def _checked(now: float) -> Any:
         found = incremental(now)
-        assert service._open is not None
+        assert service.open_attempts.loaded
         expected = _walked(service)
         assert sorted(((a.job_id, a.number), r) for a, r in found) == sorted(expected), f"step {replay.steps}"
         followed = set().union(*service.poller.tracking().values())
-        should = {(a.job_id, a.number) for a in service._open_in_order() if a.backend in service.backends}
+        should = {(a.job_id, a.number) for a in service.open_attempts.in_order() if a.backend in service.backends}
         assert followed == should, f"step {replay.steps}: the poller follows other attempts than the open ones"
         compared["steps"] += 1
         compared["news"] += len(found)
