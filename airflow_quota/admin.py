@@ -105,7 +105,7 @@ def add_commands(commands: Any) -> None:
         "--lease-seconds",
         type=float,
         default=10.0,
-        help="leader_lease_seconds: a leader that has not renewed its lease this long is replaced",
+        help="a leader that has not renewed its lease this long is replaced (default %(default)g)",
     )
     _retention_option(scheduler)
     scheduler.add_argument(

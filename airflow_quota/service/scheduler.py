@@ -42,6 +42,7 @@ import logging
 import os
 import socket
 import time
+import warnings
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -160,9 +161,10 @@ class QuotaService(LeaderLoop):
         Airflow's metrics as ``[metrics]`` configures them once ``run`` starts the process.
     :param alert_attempts: tries per alert and notifier before delivery gives up.
     :param alert_retry_seconds: the first retry's delay (doubling after each failure).
-    :param leader_lease_seconds: how long the leader's lease lasts without a heartbeat; a
-        standby takes over a leader that stopped beating this long (``--lease-seconds``).
-    :param lease_seconds: the same, under its older name (what the CLI passes).
+    :param lease_seconds: how long the leader's lease lasts without a heartbeat; a standby
+        takes over a leader that stopped beating this long (``--lease-seconds``).
+    :param leader_lease_seconds: deprecated: ``lease_seconds`` under an older name; it still
+        works, with a ``DeprecationWarning``, until 1.0.
     :param poll_workers: the cap on one backend's polls in flight at once (``--poll-workers``);
         how often each attempt is polled is its backend's ``poll_interval_seconds``.
     :param snapshot_every: a snapshot of the core every this many inputs, and at a clean stop,
@@ -194,13 +196,13 @@ class QuotaService(LeaderLoop):
         holder: str | None = None,
         cycle_seconds: float = 1.0,
         poll_seconds: float = 0.2,
-        lease_seconds: float | None = None,
+        lease_seconds: float = 10.0,
         capacity_backoff_seconds: float = 600.0,
         refresh_views_seconds: float = 5.0,
         metrics: QuotaMetrics | None = None,
         alert_attempts: int = 5,
         alert_retry_seconds: float = 5.0,
-        leader_lease_seconds: float = 10.0,
+        leader_lease_seconds: float | None = None,
         poll_workers: int = DEFAULT_POLL_WORKERS,
         retention_days: float = DEFAULT_RETENTION_DAYS,
         snapshot_every: int = snapshots.DEFAULT_SNAPSHOT_EVERY,
@@ -211,8 +213,12 @@ class QuotaService(LeaderLoop):
         """What readers see: the shares' view and the scheduler's columns of the job rows."""
         self.backends = dict(backends)
         holder = holder or f"{socket.gethostname()}:{os.getpid()}"
-        lease = leader_lease_seconds if lease_seconds is None else lease_seconds
-        lock = leader_lock(engine, holder, lease, backends=list(self.backends))
+        if leader_lease_seconds is not None:
+            warnings.warn(
+                "QuotaService(leader_lease_seconds=...) is deprecated: use lease_seconds", DeprecationWarning, stacklevel=2
+            )
+            lease_seconds = leader_lease_seconds
+        lock = leader_lock(engine, holder, lease_seconds, backends=list(self.backends))
         super().__init__(engine, holder, lock, poll_seconds, requests_announced)
         self.clock = clock or WallClock()
         self.wall_clock = isinstance(self.clock, WallClock)

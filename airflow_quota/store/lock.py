@@ -63,7 +63,7 @@ class LeaderLease:
 
     def __init__(self, engine: Engine, holder: str, lease_seconds: float = 10.0, backends: Sequence[str] = ()) -> None:
         if lease_seconds <= 0:
-            raise ValueError(f"leader_lease_seconds must be positive, got {lease_seconds}")
+            raise ValueError(f"lease_seconds must be positive, got {lease_seconds}")
         self.engine = engine
         self.holder = holder
         self.lease_seconds = float(lease_seconds)

@@ -5,7 +5,7 @@ with real ``airflow-quota scheduler`` processes on a real PostgreSQL:
   under load: leader and standby live on, decisions resume within 5 s;
 - the PostgreSQL server itself restarted (one this test starts): the same;
 - the leader frozen (SIGSTOP) for three lease periods, then resumed: the standby leads within
-  ``leader_lease_seconds`` + 2 s, and the old leader commits nothing afterwards (every decision
+  ``--lease-seconds`` + 2 s, and the old leader commits nothing afterwards (every decision
   row records the lease epoch it was committed under);
 - a seeded chaos run: two schedulers, 200 jobs, SIGKILLs and dropped connections: every job ends
   exactly once and the invariant holds in every sample.

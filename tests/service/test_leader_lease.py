@@ -74,3 +74,12 @@ def test_a_leader_within_its_lease_keeps_it_while_a_transaction_locks_the_row(en
     assert leader.still_leader() and standby.epoch is None
     with engine.connect() as c:
         assert c.scalar(select(Leader.holder)) == "leader"
+
+
+def test_the_lease_has_one_name_and_the_older_one_still_works_with_a_warning(engine: Engine) -> None:
+    from airflow_quota.service.scheduler import QuotaService
+
+    assert QuotaService(engine, {}, lease_seconds=3.0).lock.lease_seconds == 3.0
+    with pytest.warns(DeprecationWarning, match="use lease_seconds"):
+        older = QuotaService(engine, {}, leader_lease_seconds=4.0)
+    assert older.lock.lease_seconds == 4.0
