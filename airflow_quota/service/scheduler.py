@@ -215,7 +215,9 @@ class QuotaService(LeaderLoop):
         holder = holder or f"{socket.gethostname()}:{os.getpid()}"
         if leader_lease_seconds is not None:
             warnings.warn(
-                "QuotaService(leader_lease_seconds=...) is deprecated: use lease_seconds", DeprecationWarning, stacklevel=2
+                "QuotaService(leader_lease_seconds=...) is deprecated: use lease_seconds",
+                DeprecationWarning,
+                stacklevel=2,
             )
             lease_seconds = leader_lease_seconds
         lock = leader_lock(engine, holder, lease_seconds, backends=list(self.backends))
