@@ -46,6 +46,12 @@ the share, the type and the count (and, for a reservation, on a key every later 
 so they hold for every later job of a bucket until something improves the type."""
 KeysByShare = dict[str, SortedList]
 """Keys of queued jobs, share by share."""
+EntryKey = tuple[str, int, str | None]
+"""An entry as step 4's memos remember it: (type, count, training plan or None)."""
+
+
+def entry_key(entry: Entry) -> EntryKey:
+    return (entry.instance_type, entry.count, entry.training_plan)
 
 
 @dataclass(slots=True)
@@ -136,10 +142,12 @@ class _WithinQuota(WalkPolicy):
         return self.state.full()
 
     def look_again(self) -> Iterable[str]:
-        # a starving job placed lifts its reservation for the jobs behind it
-        fresh = (self.work.changes.improved & self.queue.counts.keys()) - self.active
-        self.active |= fresh
-        return fresh
+        # every improved type, not only new ones: a placement that lifts a reservation (a
+        # starving job placed, or the share's first starving job now another, reserving other
+        # types) lets buckets dropped as held back fit again, from this job on
+        improved = self.work.changes.improved & self.queue.counts.keys()
+        self.active |= improved
+        return improved
 
 
 # -- step 3 -------------------------------------------------------------------------------------
@@ -286,15 +294,19 @@ class _Preemption(WalkPolicy):
         """Preemptors and victims of the whole step: none is visited again in it."""
         self.preemptors = 0
         """Jobs that got capacity in this walk: with none, the walk changed nothing."""
-        self.no_victims: set[tuple[str, int]] = set()
-        """Entries (type, count) for which a job offered every candidate found no victim set
-        since the state last changed: a later job of the share asking the same has no higher
-        priority, so no more candidates, and fails too. Only without reservations, whose holds
-        depend on the job."""
-        self.no_reclaim: set[tuple[str, int]] = set()
+        self.over_cap: set[tuple[str, int]] = set()
+        """(type, count) that no later job of the walk could hold under the share's cap, even
+        with every candidate of the share gone (``keeps_waited``): its bucket is dropped."""
+        self.no_set: set[EntryKey] = set()
+        """Entries for which a job offered every candidate found no victim set since the state
+        last changed. A later job of the walk asking the same fails too: it has no higher
+        priority and a later key, so its candidates are a starting slice of that job's, and
+        every hold of the placement check binds it at least as much (``held_back`` grows with
+        the key, ``borrowing_held`` with the place in borrowing order). Keyed by the whole
+        entry: its source (on demand or a plan) is part of the check."""
+        self.no_reclaim: set[EntryKey] = set()
         """The same for jobs still waiting to preempt in the share, offered only the reclaim
         candidates, which are the same for every job of the share: every such job fails too."""
-        self.remembers = not self.queue.reserving and not self.state.reserving_shares
         self.bound = _Bound("", float("-inf"), None)
         """The share's last ``most``: the walk asks ``admits`` for that type's buckets right after,
         nothing changing in between."""
@@ -318,8 +330,11 @@ class _Preemption(WalkPolicy):
 
     def keeps(self, bucket: Bucket, job: Job) -> bool:
         # the jobs further down the bucket have no higher priority: none finds victims for the
-        # bucket's entry once one has not (``no_victims``); room and reclaim are the same for all
-        if (bucket.instance_type, bucket.instances) in self.no_victims:
+        # bucket's entry once one has not, when every entry of the type draws on one source
+        # (``no_set``); room and reclaim are the same for all
+        asked = (bucket.instance_type, bucket.instances)
+        on_demand = (*asked, None)
+        if asked in self.over_cap or (on_demand in self.no_set and not self._plans_of(bucket.instance_type)):
             return False
         if self.queue.held_back(job.key, bucket.instance_type):
             return False
@@ -340,7 +355,7 @@ class _Preemption(WalkPolicy):
         entry = Entry(tag.instance_type, tag.instances)
         if within_cap_with_victims(self.state, job, entry, self.now):
             return True
-        self.no_victims.add((tag.instance_type, tag.instances))  # no later job of the walk fits it either
+        self.over_cap.add((tag.instance_type, tag.instances))  # no later job of the walk fits it either
         return False
 
     def offer(self, job: Job) -> Candidate | None:
@@ -348,8 +363,9 @@ class _Preemption(WalkPolicy):
         entries = tuple(
             entry
             for entry in job.entries
-            if (entry.instance_type, entry.count) not in self.no_victims
-            and (entry.instance_type, entry.count) not in failed
+            if (entry.instance_type, entry.count) not in self.over_cap
+            and entry_key(entry) not in self.no_set
+            and entry_key(entry) not in failed
             and may_preempt(self.state, self.share, entry.instance_type, entry.count, job, self.now)
         )
         return Candidate(job, entries) if entries else None
@@ -358,13 +374,17 @@ class _Preemption(WalkPolicy):
         if isinstance(verdict, Preempt):
             self.seen.update(victim.seq for victim, _ in verdict.victims)
             self.preemptors += 1
-        elif self.remembers and candidate.entries is not None:
-            self._failed(candidate.job).update((entry.instance_type, entry.count) for entry in candidate.entries)
+        elif candidate.entries is not None:
+            self._failed(candidate.job).update(entry_key(entry) for entry in candidate.entries)
 
-    def _failed(self, job: Job) -> set[tuple[str, int]]:
+    def _failed(self, job: Job) -> set[EntryKey]:
         """The entries no later job of the walk offered as many candidates as ``job`` finds
-        victims for: ``no_victims`` for a job offered every candidate, else ``no_reclaim``."""
-        return self.no_victims if self._offered_every_candidate(job) else self.no_reclaim
+        victims for: ``no_set`` for a job offered every candidate, else ``no_reclaim``."""
+        return self.no_set if self._offered_every_candidate(job) else self.no_reclaim
+
+    def _plans_of(self, instance_type: str) -> bool:
+        """Whether a training plan offers the type: then its entries draw on two sources."""
+        return any(plan.instance_type == instance_type for plan in self.state.plans.values())
 
     def _offered_every_candidate(self, job: Job) -> bool:
         """Whether the job was offered every victim a later job of the share could be: not so
@@ -375,7 +395,8 @@ class _Preemption(WalkPolicy):
 
     def look_again(self) -> Iterable[str]:
         # buckets passed over before may fit now
-        self.no_victims.clear()
+        self.over_cap.clear()
+        self.no_set.clear()
         self.no_reclaim.clear()
         changes = self.work.changes
         self.work.improved |= changes.improved | changes.placed
