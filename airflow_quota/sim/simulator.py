@@ -10,8 +10,9 @@ moot) gets no cycle.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 from airflow_quota.core.config import QuotaConfig
 from airflow_quota.core.cycle import QuotaScheduler
@@ -34,11 +35,23 @@ from airflow_quota.core.model import Decision, Job, Placed, Preempted, Rejected
 from airflow_quota.sim.gc_tuning import fewer_collections
 from airflow_quota.sim.scenario import (
     Event,
+    FailureSpec,
     LoadedScenario,
-    SimJob,
     apply_pool_update,
     apply_share_update,
 )
+
+
+class Played(Protocol):
+    """What the simulated backend plays for a job (a scenario's ``SimJob``, or a forecast's draw)."""
+
+    @property
+    def duration(self) -> float: ...
+    @property
+    def startup_seconds(self) -> float: ...
+    @property
+    def failures(self) -> Sequence[FailureSpec]: ...
+
 
 # what the simulated backend does at a time, in this order within one instant
 _RUNNING, _FINISH, _FAIL, _STOPPED = 0, 1, 2, 3
@@ -61,16 +74,18 @@ class Simulator:
         until: float | None = None,
         progress: Callable[[float, int, int], None] | None = None,
         index: IndexName = "fast",
+        scheduler: QuotaScheduler | None = None,
     ) -> None:
         self.scenario = scenario
         self.until = until
-        self.scheduler = QuotaScheduler(scenario.config, origin=scenario.start)
+        self.scheduler = scheduler or QuotaScheduler(scenario.config, origin=scenario.start)
+        """The core it drives: a new one, or one taken over as it stands (``sim/forecast.py``)."""
         self.scheduler.index = index
         self.config: QuotaConfig = scenario.config
         self.decisions: list[Decision] = []
         self._happenings: list[tuple[float, int, int, int, int]] = []
         self._order = 0
-        self._sim_jobs: dict[int, SimJob] = {}
+        self._sim_jobs: dict[int, Played] = {}
         self._rejected: dict[str, str] = {}
         self._progress = progress
         self._cycle_watchers: list[Callable[[QuotaScheduler, float], None]] = []
@@ -84,10 +99,11 @@ class Simulator:
             self._handle(ProviderAvailability(name, count), 0.0)
 
     @fewer_collections()
-    def run(self) -> SimulationResult:
+    def run(self, start: float = 0.0, stop: Callable[[], bool] | None = None) -> SimulationResult:
+        """Play the scenario from ``start``; with ``stop``, end after the first cycle it is true."""
         events = self.scenario.events
         next_event = 0
-        now = 0.0
+        now = start
         scheduler = self.scheduler
         while True:
             self._drop_stale()
@@ -116,6 +132,8 @@ class Simulator:
                 self._progress(now, scheduler.cycles, len(state.jobs) - len(state.live_names))
             for watcher in self._cycle_watchers:
                 watcher(scheduler, now)
+            if stop is not None and stop():
+                break
             if not self._live_jobs() and next_event >= len(events) and not self._happenings:
                 break
         return SimulationResult(scheduler, self.decisions, now, scheduler.cycles)
@@ -126,6 +144,10 @@ class Simulator:
         simulator's internals."""
         self._cycle_watchers.append(watcher)
 
+    def played(self, job: Job) -> Played:
+        """What the simulated backend plays for the job: its duration, start-up and failures."""
+        return self._sim_jobs[job.seq]
+
     def _live_jobs(self) -> bool:
         return len(self.scheduler.state.live_names) > 0
 
@@ -134,8 +156,11 @@ class Simulator:
         heapq.heappush(self._happenings, (at, what, self._order, job.seq, attempt))
 
     def _stale(self, what: int, seq: int, attempt: int) -> bool:
-        """A happening of an attempt that was preempted or cancelled: nothing happens then."""
-        job = self.scheduler.state.jobs[seq]
+        """A happening of an attempt that was preempted or cancelled, or of a job the core has
+        forgotten (finished, ``QuotaScheduler.forget_finished``): nothing happens then."""
+        job = self.scheduler.state.jobs.get(seq)
+        if job is None:
+            return True
         return what != _STOPPED and (job.attempts != attempt or not job.state.holds_capacity or job.stopping)
 
     def _drop_stale(self) -> None:
@@ -153,12 +178,12 @@ class Simulator:
         scheduler = self.scheduler
         while self._happenings and self._happenings[0][0] <= now:
             _, what, _, seq, attempt = heapq.heappop(self._happenings)
+            if self._stale(what, seq, attempt):
+                continue
             job = scheduler.state.jobs[seq]
             assert job.ref is not None
             if what == _STOPPED:
                 self._record(self._handle(AttemptStopped(job.ref, attempt), now))
-                continue
-            if self._stale(what, seq, attempt):
                 continue
             if what == _RUNNING:
                 self._handle(AttemptRunning(job.ref, attempt, now), now)
