@@ -8,6 +8,7 @@ never with a traceback. The problems of an input file come under the file's name
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -175,6 +176,32 @@ def _compare(args: argparse.Namespace) -> int:
         from airflow_quota.sim.html_report import to_text
 
         sys.stdout.write(to_text(document))
+    return 0
+
+
+def _forecast_accuracy(args: argparse.Namespace) -> int:
+    from airflow_quota.core.config import load_config
+    from airflow_quota.sim.forecast_accuracy import measure, summary, summary_text
+    from airflow_quota.sim.traces import trace_scenario
+
+    if args.every < 1:
+        raise InvalidInput.single("--every", f"{args.every} must be ≥ 1")
+    if args.runs < 1:
+        raise InvalidInput.single("--runs", f"{args.runs} must be ≥ 1")
+    trace = _read_trace(args)
+    config = load_config(Path(args.quota))
+    jobs = trace_scenario(trace, config, skip_bad_rows=args.skip_bad_rows, checkpoint_interval=args.checkpoint_interval)
+    _report_skipped(jobs.skipped)
+    show_progress = args.progress or sys.stderr.isatty()
+
+    def progress(forecast: int, submitted: int) -> None:
+        print(f"\r{submitted:,} jobs submitted, {forecast:,} forecast", end="", file=sys.stderr, flush=True)
+
+    predictions = measure(jobs.scenario, every=args.every, runs=args.runs, progress=progress if show_progress else None)
+    if show_progress:
+        print(file=sys.stderr)
+    document = summary(predictions)
+    sys.stdout.write(json.dumps(document, indent=2) + "\n" if args.json else summary_text(document))
     return 0
 
 
@@ -350,6 +377,21 @@ def build_parser() -> argparse.ArgumentParser:
     compare.add_argument("--until", type=float, default=None, metavar="SECONDS", help="stop every run at this time")
     compare.add_argument("--progress", action="store_true", help="update progress every second (default on a terminal)")
     compare.set_defaults(run=_compare)
+
+    accuracy = commands.add_parser(
+        "forecast-accuracy",
+        help="replay a trace, forecast each job's start at its submission, and compare with its start",
+        description="Replay a job trace on a quota file; at each submission, forecast the job's start from what "
+        "was known then (the state, the runtimes of jobs finished by then), and compare with the start the "
+        "replay gave it, beside two naive predictors: errors by wait bucket, the share started within the "
+        "band, the share inside the 10-90%% range (docs/forecast.md).",
+    )
+    _trace_arguments(accuracy, required=True)
+    accuracy.add_argument("--every", type=int, default=1, metavar="N", help="forecast every Nth submission (default 1)")
+    accuracy.add_argument("--runs", type=int, default=8, metavar="N", help="forward runs a forecast (default 8)")
+    accuracy.add_argument("--json", action="store_true", help="print one JSON document")
+    accuracy.add_argument("--progress", action="store_true", help="show progress on stderr (default on a terminal)")
+    accuracy.set_defaults(run=_forecast_accuracy)
 
     from airflow_quota.admin import add_commands
 

@@ -11,9 +11,11 @@ within the horizon gets no time, with the reason.
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import pickle
 import random
+from collections import deque
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 
@@ -127,6 +129,43 @@ def forecast(
         else:
             result.ends[job.name] = ExpectedEnd(job.name, _at(known, 0.5), _at(known, 0.1), _at(known, 0.9), source)
     return result
+
+
+class Calibration:
+    """What the forecasts' own record says of them: the ratio of each started job's actual wait
+    to the wait forecast at its submission, the most recent ``keep``. A forward run sees no
+    arrival, so it is early when later jobs take capacity first (another share reclaiming what
+    it lent, a higher priority); once ``needed`` jobs have started, a forecast's wait is scaled
+    by the record's median ratio and its range by the 10% and 90% ratios. Only outcomes already
+    known are used."""
+
+    def __init__(self, keep: int = 500, needed: int = 30) -> None:
+        self._ratios: deque[float] = deque(maxlen=keep)
+        self.needed = needed
+
+    def learn(self, forecast_wait: float, actual_wait: float) -> None:
+        """A job forecast to wait ``forecast_wait`` seconds started after ``actual_wait``."""
+        if forecast_wait > 0:
+            self._ratios.append(actual_wait / forecast_wait)
+
+    @property
+    def ready(self) -> bool:
+        return len(self._ratios) >= self.needed
+
+    def apply(self, expected: ExpectedStart, now: float) -> ExpectedStart:
+        """The forecast scaled by the record, when it holds enough; as it was otherwise, or
+        when it gave no start."""
+        if not self.ready or expected.start is None:
+            return expected
+        ratios = sorted(self._ratios)
+        wait = expected.start - now
+        low, middle, high = (_at(ratios, q) for q in (0.1, 0.5, 0.9))
+        return dataclasses.replace(
+            expected,
+            start=now + wait * middle,
+            low=now + min(wait * low, (expected.low or expected.start) - now),
+            high=None if expected.high is None else now + max(wait * high, expected.high - now),
+        )
 
 
 def _expected_start(

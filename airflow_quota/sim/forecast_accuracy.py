@@ -23,7 +23,7 @@ from airflow_quota.core.cycle import QuotaScheduler
 from airflow_quota.core.estimates import RuntimeEstimate, RuntimeHistory
 from airflow_quota.core.lifecycle import queued
 from airflow_quota.core.model import Decision, Job, Placed, Submitted, Succeeded
-from airflow_quota.sim.forecast import RUNS, forecast
+from airflow_quota.sim.forecast import RUNS, Calibration, forecast
 from airflow_quota.sim.scenario import LoadedScenario
 from airflow_quota.sim.simulator import Simulator
 
@@ -82,6 +82,9 @@ def measure(
     with 1); the predictions, each with the start the replay gave it."""
     simulator = Simulator(loaded)
     history = RuntimeHistory()
+    calibration = Calibration()
+    raw: dict[str, float] = {}
+    """Each forecast job's forecast wait before calibration, learned from once it starts."""
     predictions: dict[str, Prediction] = {}
     submitted: list[str] = []
     submissions = 0
@@ -96,6 +99,8 @@ def measure(
             prediction = predictions.get(decision.job)
             if prediction is not None and prediction.started is None:
                 prediction.started = decision.at
+                if decision.job in raw:
+                    calibration.learn(raw.pop(decision.job), decision.at - prediction.submitted)
         elif isinstance(decision, Succeeded):
             job = simulator.scheduler.job(decision.job)
             history.add(job.share, simulator.played(job).duration, task_of(job))
@@ -112,7 +117,7 @@ def measure(
                 predictions[job.name] = _known_at_once(job, now)
         if waiting:
             scheduler.forget_finished()  # as the quota service does: the forecast copies live jobs only
-            _forecast_each(scheduler, now, waiting, history, runs, predictions)
+            _forecast_each(scheduler, now, waiting, history, runs, calibration, predictions, raw)
         if progress is not None:
             progress(len(predictions), submissions)
 
@@ -132,14 +137,20 @@ def _forecast_each(
     waiting: list[Job],
     history: RuntimeHistory,
     runs: int,
+    calibration: Calibration,
     predictions: dict[str, Prediction],
+    raw: dict[str, float],
 ) -> None:
-    """Forecast the jobs just submitted and still waiting, and the naive predictors for them."""
+    """Forecast the jobs just submitted and still waiting (calibrated by the forecasts' record
+    so far), and the naive predictors for them."""
     estimates = _estimates(scheduler, now, history)
     result = forecast(scheduler, now, estimates, runs=runs, jobs={job.seq for job in waiting})
     mean_runtime = history.pool_mean()
     for job in waiting:
-        expected = result.starts[job.name]
+        uncalibrated = result.starts[job.name]
+        if uncalibrated.start is not None:
+            raw[job.name] = uncalibrated.start - now
+        expected = calibration.apply(uncalibrated, now)
         predictions[job.name] = Prediction(
             job.name,
             job.share,
@@ -254,3 +265,35 @@ def _rounded(value: float | None, digits: int = 1) -> float | None:
     if value is None or value == float("inf"):
         return None
     return round(value, digits)
+
+
+def summary_text(document: dict[str, Any]) -> str:
+    """The summary as a table a person reads: one row per wait bucket and predictor."""
+    lines = [f"{document['jobs']:,} jobs forecast at their submission", ""]
+    header = f"{'wait':<16}{'jobs':>7}  {'predictor':<18}{'median error':>14}{'p90 error':>12}{'median rel':>12}"
+    lines += [header, "-" * len(header)]
+    groups = [("waited 1 h+", document["waited_1h_plus"]), *document["buckets"].items()]
+    for name, group in groups:
+        for i, predictor in enumerate(PREDICTORS):
+            figures = group[predictor]
+            lines.append(
+                f"{name if i == 0 else '':<16}{group['jobs'] if i == 0 else '':>7}  {predictor:<18}"
+                f"{_duration(figures['median_abs_error_s']):>14}{_duration(figures['p90_abs_error_s']):>12}"
+                f"{_ratio(figures['median_rel_error']):>12}"
+            )
+        if group["within_band"] is not None:
+            lines.append(
+                f"{'':<25}within ±max(10 min, 25%): {group['within_band']:.0%}; "
+                f"inside the 10-90% range: {group['range_coverage']:.0%}"
+            )
+    return "\n".join(lines) + "\n"
+
+
+def _duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    return f"{seconds / 3600:.2f} h" if seconds >= 3600 else f"{seconds / 60:.1f} min"
+
+
+def _ratio(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}"
