@@ -25,7 +25,9 @@ def state_at(now: float, *events: dict[str, Any], protection: float = 0) -> Quot
     """The scheduler after a simulation of ``events`` up to ``now``: three ml.g5.xlarge, share A
     lending and not borrowing with a limit of two, share B borrowing with a limit of one."""
     loaded = scenario(
-        quota({G5: 3}, share("A", {G5: 2}, strategy="LEND"), share("B", {G5: 1}, preemption_protection_seconds=protection)),
+        quota(
+            {G5: 3}, share("A", {G5: 2}, strategy="LEND"), share("B", {G5: 1}, preemption_protection_seconds=protection)
+        ),
         *events,
     )
     simulator = Simulator(loaded, until=now)

@@ -1,0 +1,74 @@
+"""``airflow-quota forecast-accuracy`` (issue 41): forecasts made at submission from what was
+known then, compared with the replay's starts; the JSON document's contract; bad input; and
+the calibration by the forecasts' own record."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from airflow_quota.core.estimates import EstimateSource
+from airflow_quota.core.model import Entry
+from airflow_quota.sim.forecast import Calibration, ExpectedStart
+from airflow_quota.sim.forecast_accuracy import BUCKETS, PREDICTORS, measure
+from tests.builders import job, quota, scenario, share
+from tests.conftest import cli
+
+DATA = Path(__file__).resolve().parent / "data"
+G5 = "ml.g5.xlarge"
+
+
+def test_a_forecast_uses_only_what_was_known_at_submission() -> None:
+    """j1 runs 0-100 and j2 100-200 in a share of one; j2, submitted at 0, gets no forecast (no
+    run had finished: j1's end is unknown); j3, submitted at 150, once j1's 100 s are known, is
+    forecast to start when j2 ends, at 200, and does."""
+    loaded = scenario(
+        quota({G5: 1}, share("A", {G5: 1})),
+        job("j1", "A", (G5, 1), duration=100),
+        job("j2", "A", (G5, 1), duration=100),
+        job("j3", "A", (G5, 1), duration=100, at=150),
+    )
+    by_name = {p.job: p for p in measure(loaded, runs=3)}
+    assert by_name["j1"].forecast == 0 and by_name["j1"].started == 0
+    assert by_name["j2"].forecast is None and by_name["j2"].started == 100
+    assert by_name["j3"].forecast == 200 and by_name["j3"].started == 200
+    assert by_name["j3"].naive_share_wait == 150, "nobody waits ahead of it: the naive guess is now"
+
+
+def test_the_json_document_holds_the_contracts_fields(tmp_path: Path) -> None:
+    run = cli("forecast-accuracy", "--trace", f"itp:{DATA / 'itp'}", "--quota", str(DATA / "itp-quota.yaml"), "--json")
+    assert run.code == 0, run.stderr
+    document = run.json()
+    assert set(document["buckets"]) == {name for name, _, _ in BUCKETS}
+    assert sum(group["jobs"] for group in document["buckets"].values()) == document["jobs"] > 0
+    for group in [document["waited_1h_plus"], *document["buckets"].values()]:
+        for predictor in PREDICTORS:
+            assert set(group[predictor]) == {"median_abs_error_s", "p90_abs_error_s", "median_rel_error"}
+        assert {"within_band", "range_coverage", "without_forecast"} <= set(group)
+    text = cli("forecast-accuracy", "--trace", f"itp:{DATA / 'itp'}", "--quota", str(DATA / "itp-quota.yaml"))
+    assert text.code == 0 and "waited 1 h+" in text.stdout and "naive_position" in text.stdout
+
+
+def test_bad_input_names_the_flag_and_exits_2() -> None:
+    for flag, value in (("--every", "0"), ("--runs", "-1")):
+        run = cli(
+            "forecast-accuracy", "--trace", f"itp:{DATA / 'itp'}", "--quota", str(DATA / "itp-quota.yaml"), flag, value
+        )
+        assert run.code == 2 and flag in run.stderr and "Traceback" not in run.stderr
+    missing = cli("forecast-accuracy", "--trace", f"itp:{DATA / 'itp'}", "--quota", "/nonexistent.yaml")
+    assert missing.code == 2 and "Traceback" not in missing.stderr
+
+
+def expected(start: float, low: float, high: float | None) -> ExpectedStart:
+    return ExpectedStart("j", "A", start, low, high, Entry(G5, 1), 0, False, 0, EstimateSource.TASK)
+
+
+def test_the_calibration_scales_by_the_record_once_it_holds_enough() -> None:
+    calibration = Calibration(needed=30)
+    raw = expected(1_100.0, 1_050.0, 1_200.0)
+    for _ in range(29):
+        calibration.learn(100.0, 200.0)
+    assert calibration.apply(raw, 1_000.0) == raw, "too few outcomes: left as it was"
+    calibration.learn(100.0, 200.0)
+    calibrated = calibration.apply(raw, 1_000.0)
+    assert (calibrated.start, calibrated.low, calibrated.high) == (1_200.0, 1_050.0, 1_200.0)
+    assert calibration.apply(expected(1_100.0, 1_050.0, None), 1_000.0).high is None, "no end stays no end"
