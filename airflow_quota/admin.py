@@ -24,7 +24,7 @@ from airflow_quota.store.backend_names import enabled_backends
 from airflow_quota.store.settings import DEFAULT_SNAPSHOT_EVERY, airflow_home, database_url, redacted, retention_days
 
 if TYPE_CHECKING:  # the store (SQLAlchemy, alembic) loads only for the commands that use it
-    from airflow_quota.store.models import JobRow
+    from airflow_quota.store.models import ForecastRow, JobRow
     from airflow_quota.store.repository import QuotaStore
     from airflow_quota.store.views import LatestConfiguration, ShareView
 
@@ -106,6 +106,14 @@ def add_commands(commands: Any) -> None:
         type=float,
         default=10.0,
         help="a leader that has not renewed its lease this long is replaced (default %(default)g)",
+    )
+    scheduler.add_argument(
+        "--forecast-interval",
+        type=_at_least(0),
+        default=30.0,
+        metavar="SECONDS",
+        help="refresh every live job's forecast after changes, at most this often, in a process of its own; "
+        "0: never (default %(default)g)",
     )
     _retention_option(scheduler)
     scheduler.add_argument(
@@ -345,6 +353,7 @@ def run_scheduler(args: argparse.Namespace) -> int:
         cycle_seconds=args.cycle_seconds,
         poll_seconds=args.poll_seconds,
         lease_seconds=args.lease_seconds,
+        forecast_interval=args.forecast_interval or None,
         poll_workers=int(args.poll_workers),
         retention_days=days,
         snapshot_every=int(args.snapshot_every),
@@ -450,11 +459,15 @@ def _share_record(share: ShareView, now: float) -> dict[str, Any]:
     }
 
 
-def _job_record(job: JobRow, borrowed_now: int) -> dict[str, Any]:
+def _job_record(job: JobRow, borrowed_now: int, forecast: ForecastRow | None = None) -> dict[str, Any]:
     """A job as ``--json`` prints it. ``borrowed`` is how many of its instances are above its
     share's limit now (``dashboard.current_borrowing``, as the Quotas page and its API say it);
     ``borrowed_when_placed`` the count at its last placement, which jobs of the share placed
-    before it may since have made smaller."""
+    before it may since have made smaller; ``forecast`` its latest forecast, if any
+    (``store/forecast_words.py``)."""
+    from airflow_quota.core.model import LIVE_STATES
+    from airflow_quota.store.forecast_words import forecast_record
+
     return {
         "id": job.id,
         "name": job.name,
@@ -483,21 +496,37 @@ def _job_record(job: JobRow, borrowed_now: int) -> dict[str, Any]:
         "task_id": job.task_id,
         "run_id": job.run_id,
         "submitted_at": job.submitted_at,
+        "forecast": forecast_record(forecast) if job.state in LIVE_STATES else None,
     }
 
 
 def list_jobs(args: argparse.Namespace) -> int:
+    from airflow_quota.core.model import LIVE_STATES
     from airflow_quota.store.dashboard import current_borrowing
 
     store = _store(args)
     jobs = store.jobs(share=args.share, states=args.state, dag_id=args.dag)
     borrowing = current_borrowing(store, jobs)
+    forecasts = store.forecasts([j.id for j in jobs if j.state in LIVE_STATES])
     if args.json:
-        _print_json({"jobs": [_job_record(j, borrowing.get(j.id, 0)) for j in jobs]})
+        _print_json({"jobs": [_job_record(j, borrowing.get(j.id, 0), forecasts.get(j.id)) for j in jobs]})
         return 0
+    now = store.clock()
     print(
         _table(
-            ["id", "name", "share", "prio", "state", "reason / pending", "placed on", "pos", "attempts", "preempted"],
+            [
+                "id",
+                "name",
+                "share",
+                "prio",
+                "state",
+                "reason / pending",
+                "placed on",
+                "pos",
+                "attempts",
+                "preempted",
+                "expected",
+            ],
             [
                 [
                     j.id,
@@ -510,12 +539,23 @@ def list_jobs(args: argparse.Namespace) -> int:
                     j.position_in_share,
                     j.attempts,
                     j.preemptions,
+                    _expected(forecasts.get(j.id), now),
                 ]
                 for j in jobs
             ],
         )
     )
     return 0
+
+
+def _expected(forecast: ForecastRow | None, now: float) -> str | None:
+    """The list's short form of a forecast: a waiting job's expected start, a running job's end."""
+    if forecast is None:
+        return None
+    at = forecast.end if forecast.end is not None else forecast.start
+    if at is None:
+        return "unknown"
+    return f"{'ends' if forecast.end is not None else 'starts'} ~{clock_time(at, now)}"
 
 
 def _placed_on(job: JobRow, borrowed_now: int) -> str | None:
@@ -554,11 +594,14 @@ def job_id_of(key: str) -> int | None:
 
 
 def show_job(args: argparse.Namespace) -> int:
+    from airflow_quota.core.model import LIVE_STATES
     from airflow_quota.store.dashboard import current_borrowing
+    from airflow_quota.store.forecast_words import forecast_words
 
     store = _store(args)
     job = _find(store, args.job)
-    record = _job_record(job, current_borrowing(store, [job]).get(job.id, 0))
+    forecast = store.forecasts([job.id]).get(job.id)
+    record = _job_record(job, current_borrowing(store, [job]).get(job.id, 0), forecast)
     record["attempts_detail"] = [
         {
             "number": a.number,
@@ -608,6 +651,8 @@ def show_job(args: argparse.Namespace) -> int:
     now = store.clock()
     submitted = clock_time(record["submitted_at"], now)
     print(f"{'submitted':>18}: {submitted}, waited {duration_words(record['wait_seconds'])}")
+    if forecast is not None and job.state in LIVE_STATES:
+        print(f"{'forecast':>18}: {forecast_words(forecast, now)}")
     if record["attempts_detail"]:
         print("\nattempts")
         print(

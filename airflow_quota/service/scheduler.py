@@ -72,6 +72,7 @@ from airflow_quota.service.backends.base import (
     Backend,
 )
 from airflow_quota.service.clock import Clock, WallClock
+from airflow_quota.service.forecasts import ForecastRefresh
 from airflow_quota.service.inputs import apply, from_row, refusal, to_row
 from airflow_quota.service.intake import (
     INBOX,
@@ -176,6 +177,10 @@ class QuotaService(LeaderLoop):
         nothing to do when it is behind; 0 (the default here, what tests drive): in every commit
         that changes it. The scheduler process runs with ``VIEW_SECONDS``: readers poll every few
         seconds, and computing the view in every commit was a quarter of a busy leader's step.
+    :param forecast_interval: refresh every live job's forecast (``quota_forecasts``) after
+        changes, at most this often in seconds, in a process of its own (``--forecast-interval``);
+        None (the default here): no forecast. ``forecast_inline`` runs it in this process, for
+        tests that step a manual clock.
     :param requests_announced: every client says when it has added a request
         (``request_added``: the replays, whose client runs in this process), so ``step`` reads
         the inbox only then and every ``INBOX_SAFETY_SECONDS``, as ``run`` does on PostgreSQL
@@ -208,6 +213,8 @@ class QuotaService(LeaderLoop):
         snapshot_every: int = snapshots.DEFAULT_SNAPSHOT_EVERY,
         view_seconds: float = 0.0,
         requests_announced: bool = False,
+        forecast_interval: float | None = None,
+        forecast_inline: bool = False,
     ) -> None:
         self.read_model = ReadModel(view_seconds, refresh_views_seconds)
         """What readers see: the shares' view and the scheduler's columns of the job rows."""
@@ -248,6 +255,14 @@ class QuotaService(LeaderLoop):
         """Retention: a short batch in a step that had nothing else to do."""
         self.open_attempts = OpenAttempts()
         """The attempts not ended, as this leader last committed them (``service/open_attempts.py``)."""
+        self.forecasts = (
+            None
+            if forecast_interval is None
+            else ForecastRefresh(
+                engine.url.render_as_string(hide_password=False), forecast_interval, inline=forecast_inline
+            )
+        )
+        """Every live job's forecast, refreshed after changes (``service/forecasts.py``); None: off."""
         self._submitted: dict[int, JobRow] = {}
         """Job rows as read by this leader, for what their submission fixed and nothing changes
         (``_submitted_rows``)."""
@@ -263,6 +278,8 @@ class QuotaService(LeaderLoop):
 
     def _stopping(self, leading: bool) -> None:
         self.alerts.close()
+        if self.forecasts is not None:
+            self.forecasts.close()
         self.poller.stop()
         if leading and self._inputs_since_snapshot:  # the next leader replays nothing
             try:
@@ -376,6 +393,8 @@ class QuotaService(LeaderLoop):
             self._report(gathered, now)
         # a start marked done opens an attempt the next step hands to the poller at once
         worked = bool(gathered.decisions or gathered.handled or acted)
+        if self.forecasts is not None:
+            self.forecasts.after_step(self.scheduler, now, bool(gathered.decisions or gathered.ended))
         if not worked:
             with reachable(str(self.engine.url)):
                 if self.read_model.behind:  # the burst is over: readers see where it left the shares

@@ -300,6 +300,35 @@ class Snapshot(Base):
     leader_epoch: Mapped[int | None] = mapped_column(Integer, nullable=True)
 
 
+class ForecastRow(Base):
+    """A live job's forecast (``sim/forecast.py``): for a waiting job, when it is expected to
+    start and how; for a job holding capacity, when it is expected to end. Rewritten whole by
+    the quota scheduler's forecast refresh (``service/forecasts.py``) after changes, off the
+    scheduling path; advisory, so no foreign key holds a job's row back from retention.
+    Instants are the core's seconds, as ``quota_jobs.submitted_at``."""
+
+    __tablename__ = "quota_forecasts"
+
+    job_id: Mapped[int] = mapped_column(Id, primary_key=True, autoincrement=False)
+    made_at: Mapped[float] = mapped_column(Float)
+    start: Mapped[float | None] = mapped_column(Float)
+    """The median expected start; None when none can be given (``reason`` says why)."""
+    low: Mapped[float | None] = mapped_column(Float)
+    high: Mapped[float | None] = mapped_column(Float)
+    """The 10-90% range of the start; ``high`` None: beyond the forecast's horizon."""
+    end: Mapped[float | None] = mapped_column(Float)
+    """For a job holding capacity: its expected end (``low`` and ``high`` its range)."""
+    instance_type: Mapped[str | None] = mapped_column(String(64))
+    count: Mapped[int | None] = mapped_column(Integer)
+    borrowed: Mapped[int] = mapped_column(Integer, default=0)
+    preempts: Mapped[bool] = mapped_column(Boolean, default=False)
+    must_borrow: Mapped[int] = mapped_column(Integer, default=0)
+    """Instances its expected entry asks above its share's limit, all lent at once."""
+    source: Mapped[str] = mapped_column(String(32))
+    """Where the job's own runtime estimate came from (``EstimateSource``)."""
+    reason: Mapped[str | None] = mapped_column(Text)
+
+
 class ShareViewRow(Base):
     """The read model of one share (``core.visibility.share_view``), written by the leader in
     the transaction of each commit that changed it (``store/views.py``)."""

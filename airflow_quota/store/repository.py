@@ -31,6 +31,7 @@ from airflow_quota.store.models import (
     Attempt,
     ConfigVersion,
     EventRow,
+    ForecastRow,
     JobRow,
     Preemption,
     Request,
@@ -260,6 +261,18 @@ class QuotaStore:
             if dag_id:
                 query = query.where(JobRow.dag_id == dag_id)
             return list(session.scalars(query))
+
+    def forecasts(self, ids: Collection[int]) -> dict[int, ForecastRow]:
+        """The latest forecast of each of these jobs that has one (``service/forecasts.py``)."""
+        wanted = sorted(set(ids))
+        with self._session() as session:
+            return {
+                row.job_id: row
+                for start in range(0, len(wanted), IN_CHUNK)
+                for row in session.scalars(
+                    select(ForecastRow).where(ForecastRow.job_id.in_(wanted[start : start + IN_CHUNK]))
+                )
+            }
 
     def jobs_by_ids(self, ids: Collection[int]) -> list[JobRow]:
         """The jobs with these ids that exist, in id order: one query per ``IN_CHUNK`` ids, so a

@@ -1,0 +1,249 @@
+"""The forecast of every live job (``sim/forecast.py``), kept fresh by the quota scheduler's
+leader off its scheduling path: ``ForecastRefresh``.
+
+After a step that changed something, once ``interval`` seconds have passed since the last
+refresh began and none is in flight, the leader hands a copy of the core (a snapshot's bytes)
+to a process of its own; that process reads the runtime history from the quota database
+(finished attempts: the same Airflow task's runs, the share's, the pool's), forecasts, and
+rewrites ``quota_forecasts``. The leader only encodes the copy; the forward runs take no time
+from its cycles, nor its interpreter's lock. A refresh that fails is logged and the next one
+tries again: a forecast is advice, never a decision.
+"""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing
+from collections.abc import Mapping
+from concurrent.futures import Future, ProcessPoolExecutor
+from typing import Any
+
+from sqlalchemy import Engine, delete, func, select
+
+from airflow_quota.core import snapshot
+from airflow_quota.core.cycle import QuotaScheduler
+from airflow_quota.core.estimates import RuntimeEstimate, RuntimeHistory
+from airflow_quota.sim.forecast import RUNS, Calibration, Forecast, forecast
+from airflow_quota.store.bulk import insert_rows
+from airflow_quota.store.engine import make_engine, session_factory
+from airflow_quota.store.models import Attempt, AttemptState, ForecastRow, JobRow
+
+log = logging.getLogger("airflow_quota.scheduler")
+
+FORECAST_INTERVAL = 30.0
+"""Seconds between two refreshes at most (``airflow-quota scheduler --forecast-interval``)."""
+HISTORY_RUNS = 5_000
+"""The most recent finished runs a refresh reads for its runtime estimates."""
+
+
+class ForecastRefresh:
+    """Refreshes ``quota_forecasts`` after changes, at most every ``interval`` seconds of the
+    scheduler's clock, in a worker process (``inline``: in this one, for tests that step a
+    manual clock and read the forecast at once)."""
+
+    def __init__(self, url: str, interval: float = FORECAST_INTERVAL, runs: int = RUNS, inline: bool = False) -> None:
+        self.url = url
+        self.interval = interval
+        self.runs = runs
+        self.inline = inline
+        self._pool: ProcessPoolExecutor | None = None
+        self._running: Future[int] | None = None
+        self._last: float | None = None
+        self._changed = False
+        self.refreshed = 0
+        """Refreshes written so far."""
+
+    def after_step(self, scheduler: QuotaScheduler | None, now: float, changed: bool) -> None:
+        """Take in a refresh that ended; start one when something changed since the last
+        began, ``interval`` has passed, and none is in flight."""
+        self._changed = self._changed or changed
+        self._collect()
+        if scheduler is None or not self._changed or self._running is not None:
+            return
+        if self._last is not None and now - self._last < self.interval:
+            return
+        self._last, self._changed = now, False
+        payload = snapshot.encode(scheduler)
+        if self.inline:
+            refresh(self.url, payload, now, self.runs)
+            self.refreshed += 1
+            return
+        if self._pool is None:
+            self._pool = ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn"))
+        self._running = self._pool.submit(refresh, self.url, payload, now, self.runs)
+
+    def _collect(self) -> None:
+        running = self._running
+        if running is None or not running.done():
+            return
+        self._running = None
+        try:
+            running.result()
+            self.refreshed += 1
+        except Exception as exc:
+            log.warning("the forecast refresh failed (%s: %s); the next one tries again", type(exc).__name__, exc)
+
+    def close(self) -> None:
+        """Stop the worker process (a refresh in flight is abandoned)."""
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
+            self._pool = None
+        self._running = None
+
+
+# -- in the worker process ----------------------------------------------------------------------
+
+_ENGINES: dict[str, Engine] = {}
+_CALIBRATION = Calibration()
+_FIRST: dict[int, tuple[float, float]] = {}
+"""Each waiting job's first forecast: (made at, forecast wait), learned from once it starts."""
+
+
+def refresh(url: str, payload: bytes, now: float, runs: int = RUNS) -> int:
+    """Forecast from the snapshot ``payload`` (the core at ``now``) and rewrite the forecasts;
+    how many rows were written."""
+    engine = _ENGINES.get(url)
+    if engine is None:
+        engine = _ENGINES[url] = make_engine(url)
+    scheduler = snapshot.decode(payload)
+    scheduler.forget_finished()
+    sessions = session_factory(engine)
+    with sessions() as session, session.begin():
+        history, tasks, limits = _history(session, scheduler)
+    estimates = _estimates(scheduler, now, history, tasks, limits)
+    result = forecast(scheduler, now, estimates, runs=runs)
+    rows = _rows(scheduler, result, now)
+    with sessions() as session, session.begin():
+        session.execute(delete(ForecastRow))
+        insert_rows(session, ForecastRow, rows)
+    return len(rows)
+
+
+def _history(
+    session: Any, scheduler: QuotaScheduler
+) -> tuple[RuntimeHistory, dict[int, str | None], dict[int, float | None]]:
+    """The runtime history (the most recent finished runs, oldest first: from the training's
+    start, or its placement when no start was reported before its end), and each live job's
+    task (``dag_id.task_id``) and maximum runtime, by job id."""
+    finished = session.execute(
+        select(
+            JobRow.share,
+            JobRow.dag_id,
+            JobRow.task_id,
+            func.coalesce(Attempt.running_since, Attempt.placed_at),
+            Attempt.ended_at,
+        )
+        .join(JobRow, JobRow.id == Attempt.job_id)
+        .where(Attempt.status == AttemptState.SUCCEEDED.value, Attempt.ended_at.is_not(None))
+        .order_by(Attempt.ended_at.desc())
+        .limit(HISTORY_RUNS)
+    ).all()
+    history = RuntimeHistory()
+    for share, dag_id, task_id, started, ended in reversed(finished):
+        history.add(share, max(0.0, ended - started), _task(dag_id, task_id))
+    refs = [job.ref for job in scheduler.state.jobs.values() if job.ref is not None]
+    tasks: dict[int, str | None] = {}
+    limits: dict[int, float | None] = {}
+    for job_id, dag_id, task_id, training in session.execute(
+        select(JobRow.id, JobRow.dag_id, JobRow.task_id, JobRow.training).where(JobRow.id.in_(refs))
+    ):
+        tasks[job_id] = _task(dag_id, task_id)
+        limits[job_id] = _max_runtime(training)
+    return history, tasks, limits
+
+
+def _task(dag_id: str | None, task_id: str | None) -> str | None:
+    return f"{dag_id}.{task_id}" if dag_id and task_id else None
+
+
+def _max_runtime(training: Mapping[str, Any] | None) -> float | None:
+    """SageMaker's ``StoppingCondition.MaxRuntimeInSeconds`` of the job's training request."""
+    condition = (training or {}).get("StoppingCondition") or {}
+    seconds = condition.get("MaxRuntimeInSeconds") if isinstance(condition, Mapping) else None
+    return float(seconds) if isinstance(seconds, (int, float)) else None
+
+
+def _estimates(
+    scheduler: QuotaScheduler,
+    now: float,
+    history: RuntimeHistory,
+    tasks: Mapping[int, str | None],
+    limits: Mapping[int, float | None],
+) -> dict[int, RuntimeEstimate]:
+    estimates: dict[int, RuntimeEstimate] = {}
+    for seq, job in scheduler.state.jobs.items():
+        if job.state.is_final or job.ref is None:
+            continue
+        elapsed = job.progress + (now - job.running_since if job.running_since is not None else 0.0)
+        estimates[seq] = history.estimate(
+            job.share, tasks.get(job.ref), max_runtime=limits.get(job.ref), elapsed=elapsed
+        )
+    return estimates
+
+
+def _rows(scheduler: QuotaScheduler, result: Forecast, now: float) -> list[dict[str, Any]]:
+    """The rows of the forecast, a waiting job's calibrated by the record of earlier forecasts."""
+    state = scheduler.state
+    by_name = {job.name: job for job in state.jobs.values() if not job.state.is_final}
+    _learn_from_started(scheduler)
+    rows: list[dict[str, Any]] = []
+    for name, expected in result.starts.items():
+        job = by_name[name]
+        assert job.ref is not None
+        if expected.start is not None and job.ref not in _FIRST:
+            _FIRST[job.ref] = (now, expected.start - now)
+        shown = _CALIBRATION.apply(expected, now)
+        entry = shown.entry
+        rows.append(
+            {
+                "job_id": job.ref,
+                "made_at": now,
+                "start": shown.start,
+                "low": shown.low,
+                "high": shown.high,
+                "end": None,
+                "instance_type": entry.instance_type if entry else None,
+                "count": entry.count if entry else None,
+                "borrowed": shown.borrowed,
+                "preempts": shown.preempts,
+                "must_borrow": shown.must_borrow,
+                "source": shown.runtime.value,
+                "reason": shown.reason,
+            }
+        )
+    for name, ending in result.ends.items():
+        job = by_name[name]
+        assert job.ref is not None
+        rows.append(
+            {
+                "job_id": job.ref,
+                "made_at": now,
+                "start": None,
+                "low": ending.low,
+                "high": ending.high,
+                "end": ending.end,
+                "instance_type": None,
+                "count": None,
+                "borrowed": 0,
+                "preempts": False,
+                "must_borrow": 0,
+                "source": ending.runtime.value,
+                "reason": None if ending.end is not None else "no runtime estimate for this job",
+            }
+        )
+    return rows
+
+
+def _learn_from_started(scheduler: QuotaScheduler) -> None:
+    """The jobs first forecast while waiting that have started since: their actual wait against
+    the forecast's, for the calibration."""
+    state = scheduler.state
+    for ref in list(_FIRST):
+        seq = state.refs.get(ref)
+        job = state.jobs.get(seq) if seq is not None else None
+        if job is None:
+            del _FIRST[ref]
+            continue
+        if job.placement is not None:
+            made_at, wait = _FIRST.pop(ref)
+            _CALIBRATION.learn(wait, job.placement.placed_at - made_at)

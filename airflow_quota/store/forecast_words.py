@@ -1,0 +1,53 @@
+"""A job's forecast (``quota_forecasts``) as people read it, the one wording for the command
+line, the Quotas page's API and a waiting task's log: "around 14:20 UTC, likely 13:40-16:00,
+on 2x ml.g5.xlarge borrowing 1 (it may be reclaimed); runtime estimate: task history"."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from airflow_quota.core.human_time import clock_time
+from airflow_quota.store.models import ForecastRow
+
+
+def forecast_record(row: ForecastRow | None) -> dict[str, Any] | None:
+    """The forecast as ``--json`` and the API give it (instants in the core's seconds)."""
+    if row is None:
+        return None
+    return {
+        "made_at": row.made_at,
+        "start": row.start,
+        "low": row.low,
+        "high": row.high,
+        "end": row.end,
+        "instance_type": row.instance_type,
+        "count": row.count,
+        "borrowed": row.borrowed,
+        "preempts": row.preempts,
+        "must_borrow": row.must_borrow,
+        "estimate_source": row.source,
+        "reason": row.reason,
+    }
+
+
+def forecast_words(row: ForecastRow, now: float) -> str:
+    """One line: when a waiting job is expected to start (and how), or a running job to end."""
+    if row.end is not None:
+        return f"expected to end around {clock_time(row.end, now)}{_range(row, now)}; runtime estimate: {row.source}"
+    if row.start is None:
+        return f"no expected start: {row.reason}"
+    how = f" on {row.count}x {row.instance_type}" if row.instance_type else ""
+    if row.borrowed:
+        how += f" borrowing {row.borrowed} (which its lenders may reclaim)"
+    if row.preempts:
+        how += " after preempting"
+    if row.must_borrow:
+        how += f"; it must borrow {row.must_borrow} at once, above its share's limit"
+    return f"expected to start around {clock_time(row.start, now)}{_range(row, now)}{how}"
+
+
+def _range(row: ForecastRow, now: float) -> str:
+    if row.low is None:
+        return ""
+    high = clock_time(row.high, now) if row.high is not None else "later"
+    return f", likely {clock_time(row.low, now)} to {high}"

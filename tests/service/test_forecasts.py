@@ -1,0 +1,75 @@
+"""The quota scheduler keeps every live job's forecast (``service/forecasts.py``) in
+``quota_forecasts``, and ``airflow-quota jobs list/show`` say it: on SQLite and PostgreSQL, a
+replay whose answer is known (a share of one instance; j1 and j2 run 100 s each, j3 and j4 come
+at 150 s, once j1's runtime is known) and a refresh in the worker process."""
+
+from __future__ import annotations
+
+import time
+
+from sqlalchemy import Engine, select
+from sqlalchemy.orm import Session
+
+from airflow_quota.core.estimates import EstimateSource
+from airflow_quota.service.forecasts import ForecastRefresh
+from airflow_quota.store.models import ForecastRow, JobRow
+from benchmarks.service_replay import ServiceReplay
+from tests.builders import job, quota, scenario, share
+from tests.conftest import cli
+from tests.waiting import wait_for
+
+G5 = "ml.g5.xlarge"
+WORKLOAD = scenario(
+    quota({G5: 1}, share("A", {G5: 1})),
+    job("j1", "A", (G5, 1), duration=100),
+    job("j2", "A", (G5, 1), duration=100),
+    job("j3", "A", (G5, 1), duration=100, at=150),
+    job("j4", "A", (G5, 1), duration=100, at=150),
+)
+
+
+def forecasts(engine: Engine) -> dict[str, ForecastRow]:
+    with Session(engine, expire_on_commit=False) as session:
+        rows = session.execute(select(JobRow.name, ForecastRow).join(JobRow, JobRow.id == ForecastRow.job_id)).all()
+    return {name: row for name, row in rows}
+
+
+def test_the_forecast_is_kept_and_shown(engine: Engine) -> None:
+    replay = ServiceReplay(WORKLOAD, engine, service_options={"forecast_interval": 0.0, "forecast_inline": True})
+    origin = replay.origin
+    while replay.now < origin + 150:
+        assert replay.advance()
+    kept = forecasts(engine)
+    assert set(kept) == {"j2", "j3", "j4"}, "j1 has ended; the others are live"
+    assert kept["j2"].end == origin + 200 and kept["j2"].source == EstimateSource.POOL.value
+    assert kept["j3"].start == origin + 200 and kept["j3"].instance_type == G5 and not kept["j3"].preempts
+    assert kept["j4"].start == origin + 300
+    url = engine.url.render_as_string(hide_password=False)
+    shown = cli("jobs", "show", "j3", "--db", url, "--json")
+    assert shown.code == 0, shown.stderr
+    assert shown.json()["forecast"]["start"] == origin + 200
+    text = cli("jobs", "show", "j3", "--db", url)
+    assert "expected to start around" in text.stdout and "on 1x ml.g5.xlarge" in text.stdout
+    listed = cli("jobs", "list", "--db", url)
+    assert "starts ~" in listed.stdout and "ends ~" in listed.stdout
+    assert replay.run(max_steps=1000)
+    assert forecasts(engine) == {}, "nothing is live at the end: no forecast is left"
+
+
+def test_a_refresh_runs_in_a_process_of_its_own(sqlite_url: str) -> None:
+    from airflow_quota.store.engine import make_engine, migrate
+
+    engine = make_engine(sqlite_url)
+    migrate(engine)
+    replay = ServiceReplay(WORKLOAD, engine)
+    while replay.now < replay.origin + 150:
+        assert replay.advance()
+    assert replay.service.scheduler is not None
+    refresh = ForecastRefresh(sqlite_url, interval=0.0)
+    try:
+        refresh.after_step(replay.service.scheduler, replay.now, changed=True)
+        assert refresh._running is not None, "the refresh was handed to the worker"
+        wait_for(lambda: (refresh.after_step(None, replay.now, False), refresh.refreshed)[1] == 1, timeout=60)
+    finally:
+        refresh.close()
+    assert forecasts(engine)["j3"].start == replay.origin + 200
