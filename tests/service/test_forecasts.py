@@ -5,8 +5,6 @@ at 150 s, once j1's runtime is known) and a refresh in the worker process."""
 
 from __future__ import annotations
 
-import time
-
 from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session
 
