@@ -549,13 +549,10 @@ def list_jobs(args: argparse.Namespace) -> int:
 
 
 def _expected(forecast: ForecastRow | None, now: float) -> str | None:
-    """The list's short form of a forecast: a waiting job's expected start, a running job's end."""
-    if forecast is None:
-        return None
-    at = forecast.end if forecast.end is not None else forecast.start
-    if at is None:
-        return "unknown"
-    return f"{'ends' if forecast.end is not None else 'starts'} ~{clock_time(at, now)}"
+    """The list's short form of a forecast (``forecast_words.forecast_short``)."""
+    from airflow_quota.store.forecast_words import forecast_short
+
+    return None if forecast is None else forecast_short(forecast, now)
 
 
 def _placed_on(job: JobRow, borrowed_now: int) -> str | None:

@@ -48,7 +48,8 @@ from airflow_quota.exceptions import ChangeRefused, PriorityChangeDenied
 from airflow_quota.plugins import URL_PREFIX
 from airflow_quota.plugins.security import ANOTHER_JOB, DagAccess, DagAccessDep, SameOriginJson, no_such_job
 from airflow_quota.store import dashboard
-from airflow_quota.store.models import JobRow
+from airflow_quota.store.forecast_words import forecast_record, forecast_short, forecast_words
+from airflow_quota.store.models import ForecastRow, JobRow
 from airflow_quota.store.repository import QuotaStore
 
 MAX_HISTORY_HOURS = 24 * 31
@@ -161,6 +162,32 @@ class JobModel(_Model):
     )
     page_url: str = Field(description="the job's page")
     task_url: str | None = Field(description="the Airflow task instance that submitted it")
+    forecast: ForecastModel | None = Field(
+        default=None, description="a live job's latest forecast (docs/forecast.md); null when none was made yet"
+    )
+    forecast_text: str | None = Field(
+        default=None, description="the forecast in words: 'expected to start around 14:20 UTC, likely ...'"
+    )
+    forecast_short: str | None = Field(
+        default=None, description="the forecast as the queue shows it: 'around 14:20 UTC (...)'"
+    )
+
+
+class ForecastModel(_Model):
+    """When a waiting job is expected to start, or a running job to end (``quota_forecasts``)."""
+
+    made_at: float
+    start: float | None = Field(description="the median expected start; null: none can be given (see reason)")
+    low: float | None = Field(description="the early end of the 10-90% range (of the start, or of the end)")
+    high: float | None = Field(description="the late end of the 10-90% range; null: beyond the forecast's horizon")
+    end: float | None = Field(description="a job holding capacity: its expected end")
+    instance_type: str | None = Field(description="the entry it is expected to start on")
+    count: int | None
+    borrowed: int = Field(description="instances above its share's limit it is expected to start with")
+    preempts: bool = Field(description="whether it is expected to preempt to start")
+    must_borrow: int = Field(description="instances its expected entry asks above its share's limit, lent at once")
+    estimate_source: str = Field(description="where its runtime estimate came from")
+    reason: str | None
 
 
 class JobsResponse(BaseModel):
@@ -299,10 +326,14 @@ def get_jobs(
     readable = access.readable(jobs, lambda job: job.dag_id)
     charges = dashboard.running_charges(store, readable)
     borrowing = dashboard.current_borrowing(store, readable)
+    forecasts = store.forecasts([job.id for job in readable if job.state in LIVE_STATES])
     now = store.clock()
     return JobsResponse(
         now=now,
-        jobs=[job_model(request, job, access, now, charges.get(job.id), borrowing.get(job.id, 0)) for job in readable],
+        jobs=[
+            job_model(request, job, access, now, charges.get(job.id), borrowing.get(job.id, 0), forecasts.get(job.id))
+            for job in readable
+        ],
     )
 
 
@@ -328,6 +359,7 @@ def get_job(request: Request, job_id: int, store: StoreDep, access: DagAccessDep
             now,
             dashboard.running_charges(store, [detail.job]).get(job_id),
             dashboard.current_borrowing(store, [detail.job]).get(job_id, 0),
+            store.forecasts([detail.job.id]).get(detail.job.id),
         ),
         attempts=[
             AttemptModel.of(a, now, preempted=a.number in preempted, cancelled=cancelled and a.number == last)
@@ -537,6 +569,9 @@ COMPUTED_COLUMNS = (
     "borrowed",
     "borrowed_when_placed",
     "submitted_at_text",
+    "forecast",
+    "forecast_text",
+    "forecast_short",
 )
 """``JobModel`` fields that ``job_model`` computes rather than copies from the row."""
 
@@ -548,6 +583,7 @@ def job_model(
     now: float,
     running: dashboard.Charge | None = None,
     borrowed: int = 0,
+    forecast: ForecastRow | None = None,
 ) -> JobModel:
     """A job row with its links, what its running attempt has cost so far, how many of its
     instances are above its share's limit now (``borrowed``, ``dashboard.current_borrowing``),
@@ -585,6 +621,12 @@ def job_model(
         page_url=f"{root}/jobs/{job.id}",
         task_url=task_url,
     )
+    if forecast is not None and job.state in LIVE_STATES:
+        values.update(
+            forecast=forecast_record(forecast),
+            forecast_text=forecast_words(forecast, now),
+            forecast_short=forecast_short(forecast, now),
+        )
     return JobModel(**values)
 
 

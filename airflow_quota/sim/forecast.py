@@ -99,14 +99,13 @@ def forecast(
     by sequence number; a job without one holds its capacity to the horizon."""
     state = scheduler.state
     targets = sorted(seq for seq, job in state.jobs.items() if queued(job) and (jobs is None or seq in jobs))
-    base = _Copies(scheduler).copy()
-    base.forget_finished()  # each run's copy holds the live jobs, not the history
-    copies = _Copies(base)
+    copies = _Copies(scheduler)
     starts: dict[int, list[tuple[float, Placed, bool]]] = {seq: [] for seq in targets}
     ends: dict[int, list[float]] = {}
     for run in range(runs):
         rng = random.Random(f"{seed}:{run}")
         copy = copies.copy()
+        copy.forget_finished()  # the run plays the live jobs, not the history
         played = _Forward(copy, now, estimates, rng, now + horizon)
         for seq, end in played.ends.items():
             ends.setdefault(seq, []).append(end)

@@ -46,6 +46,17 @@ def forecast_words(row: ForecastRow, now: float) -> str:
     return f"expected to start around {clock_time(row.start, now)}{_range(row, now)}{how}"
 
 
+def forecast_short(row: ForecastRow, now: float) -> str:
+    """A queue's column: "around 14:20 UTC (13:40 UTC to 16:00 UTC)", "ends around ...", or
+    "unknown" when none can be given."""
+    at = row.end if row.end is not None else row.start
+    if at is None:
+        return "unknown"
+    high = clock_time(row.high, now) if row.high is not None else "later"
+    spread = f" ({clock_time(row.low, now)} to {high})" if row.low is not None else ""
+    return f"{'ends around' if row.end is not None else 'around'} {clock_time(at, now)}{spread}"
+
+
 def _range(row: ForecastRow, now: float) -> str:
     if row.low is None:
         return ""

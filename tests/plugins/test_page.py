@@ -32,6 +32,7 @@ from selenium.webdriver.remote.webelement import WebElement
 from selenium.webdriver.support.ui import WebDriverWait
 
 from airflow_quota.core.human_time import clock_time, duration_words
+from airflow_quota.store.forecast_words import forecast_short, forecast_words
 from tests.conftest import missing
 from tests.plugins.conftest import Served, serve
 
@@ -309,6 +310,31 @@ def test_the_queue_shows_positions_and_pending_reasons(walkthrough: Served, quot
     assert re.fullmatch(r"1 waiting, oldest 2 hours( \d+ minutes?)?", oldest), oldest
     assert priority_of(browser, med) == "2"
     assert rows(browser, "qs2", "queue") == [] and "Nobody waits." in card(browser, "qs2").text
+
+
+def test_the_queue_and_the_job_page_show_the_forecast(walkthrough: Served, quotas: WebDriver) -> None:
+    """Issue 41: the quota scheduler's forecast of qs1-med (``quota_forecasts``), in the queue's
+    "expected start" column and on its page, in the words of ``store/forecast_words.py``."""
+    browser = quotas
+    med = walkthrough.world.ids["qs1-med"]
+    forecast = walkthrough.world.store.forecasts([med]).get(med)
+    assert forecast is not None, "the quota scheduler wrote no forecast for the waiting job"
+    now = walkthrough.world.store.clock()
+    cells = steady(
+        browser,
+        lambda d: [
+            cell.text
+            for cell in card(d, "qs1").find_elements(By.CSS_SELECTOR, '[data-role="queue"] td[data-role="forecast"]')
+        ],
+    )
+    assert cells == [forecast_short(forecast, now)], cells
+    browser.get(f"{walkthrough.url}/quota/jobs/{med}")
+    loaded(browser)
+    field = {
+        dt.text: dd.text
+        for dt, dd in zip(*(browser.find_elements(By.CSS_SELECTOR, f"#summary {t}") for t in ("dt", "dd")), strict=True)
+    }
+    assert field["forecast"] == forecast_words(forecast, now), field
 
 
 def test_running_jobs_show_their_instances_and_a_borrowing_badge(quotas: WebDriver) -> None:

@@ -90,7 +90,15 @@ def play(url: str, until: float, quota: dict[str, Any] | None = None, state_dir:
         return durations[spec.job_name] - service.scheduler.by_ref(spec.job_id).progress
 
     fake = FakeBackend(clock.now, state_dir=state_dir, remaining=remaining)
-    service = QuotaService(engine, {"fake": fake}, clock=clock, cycle_seconds=float("inf"), refresh_views_seconds=0.0)
+    service = QuotaService(
+        engine,
+        {"fake": fake},
+        clock=clock,
+        cycle_seconds=float("inf"),
+        refresh_views_seconds=0.0,
+        forecast_interval=0.0,
+        forecast_inline=True,
+    )
     service.wall_clock = True  # the manual clock runs on wall time: log instants as ISO, as a real service does
     store.apply_config(quota if quota is not None else starving_in_an_hour(read_yaml(QUOTA)), source=str(QUOTA))
     world = World(store, service, clock, fake, origin)
