@@ -165,7 +165,7 @@ class JobModel(_Model):
     forecast: ForecastModel | None = Field(
         default=None, description="a live job's latest forecast (docs/forecast.md); null when none was made yet"
     )
-    forecast_text: str | None = Field(
+    forecast_words: str | None = Field(
         default=None, description="the forecast in words: 'expected to start around 14:20 UTC, likely ...'"
     )
     forecast_short: str | None = Field(
@@ -570,7 +570,7 @@ COMPUTED_COLUMNS = (
     "borrowed_when_placed",
     "submitted_at_text",
     "forecast",
-    "forecast_text",
+    "forecast_words",
     "forecast_short",
 )
 """``JobModel`` fields that ``job_model`` computes rather than copies from the row."""
@@ -624,7 +624,7 @@ def job_model(
     if forecast is not None and job.state in LIVE_STATES:
         values.update(
             forecast=forecast_record(forecast),
-            forecast_text=forecast_words(forecast, now),
+            forecast_words=forecast_words(forecast, now),
             forecast_short=forecast_short(forecast, now),
         )
     return JobModel(**values)

@@ -261,6 +261,8 @@ class Simulator:
             self._keep(decision)
             if isinstance(decision, Placed):
                 job = scheduler.job(decision.job)
+                if decision.attempt != job.attempts:
+                    continue  # placed, preempted and placed again in this one cycle: only the last starts
                 sim = self._sim_jobs[job.seq]
                 if sim.startup_seconds > 0:
                     self._at(now + sim.startup_seconds, _RUNNING, job, job.attempts)

@@ -112,3 +112,14 @@ def test_a_reservation_that_moves_mid_step_under_any_set_order(hash_seed: str) -
     environment = {**os.environ, "PYTHONHASHSEED": hash_seed, "PYTHONPATH": str(root)}
     run = subprocess.run([sys.executable, "-c", check], cwd=root, env=environment, capture_output=True, text=True)
     assert run.returncode == 0, run.stderr[-3000:]
+
+
+@pytest.mark.parametrize(("seed", "limited"), [(95, True), (110, False)], ids=["seed95-max-running", "seed110"])
+def test_a_job_placed_preempted_and_placed_again_in_one_cycle(seed: int, limited: bool) -> None:
+    """Found by a search of 150 congested seeds: a job placed in step 2, preempted in step 4 with
+    no grace and placed again in step 4b was started twice by the simulator (the first
+    placement's start is moot: only the last attempt of a cycle starts)."""
+    loaded = congested_workload(300, seed)
+    if limited:
+        loaded = with_max_running_jobs(loaded, lambda i: [2, None, 4, 1, 3, None][i % 6])
+    assert_same_decisions(loaded)

@@ -742,3 +742,19 @@ def test_any_json_body_path_id_and_query_gets_2xx_or_4xx_never_500(served: Serve
 
     probe()
     assert served.world.store.pending_requests() == 0
+
+
+def test_a_waiting_job_carries_its_forecast(served: Served, viewer: Any) -> None:
+    """Issue 41: a live job's forecast as the quota scheduler stored it, in the API's words."""
+    from airflow_quota.store.forecast_words import forecast_short, forecast_words
+
+    served.replay()  # the walkthrough at its end again, whatever the tests before changed
+    answer = viewer.get("/quota/api/jobs", params={"state": "RUNNABLE"}).json()
+    job = answer["jobs"][0]
+    stored = served.world.store.forecasts([job["id"]]).get(job["id"])
+    assert stored is not None, "the quota scheduler stored no forecast for the waiting job"
+    assert job["forecast"]["start"] == stored.start and job["forecast"]["estimate_source"] == stored.source
+    assert job["forecast_words"] == forecast_words(stored, answer["now"])
+    assert job["forecast_short"] == forecast_short(stored, answer["now"])
+    finished = viewer.get("/quota/api/jobs", params={"state": "SUCCEEDED"}).json()["jobs"]
+    assert finished and all(j["forecast"] is None for j in finished), "a finished job has no forecast"

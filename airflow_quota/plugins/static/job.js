@@ -56,7 +56,7 @@
       ["waiting for", waiting ? job.waiting_for : null],
       ["position", waiting && job.position_in_share !== null ? job.position_in_share + " in its share, " + job.position_in_queue + " in the queue" : null],
       ["waiting since", waiting && job.waiting_since !== null ? job.waiting_since_text + " (" + job.pending_text + ")" : null],
-      ["forecast", job.forecast_text],
+      ["forecast", job.forecast_words],
       [waiting ? "last placed on" : "placed on", job.instance_type ? job.count + "× " + job.instance_type + (job.training_plan ? " (plan " + job.training_plan + ")" : "") : null],
       ["preferences", job.preferences.map((p) => p.count + "× " + p.instance_type + (p.training_plan ? " (plan " + p.training_plan + ")" : "")).join(" → ")],
       ["attempts", String(job.attempts)],

@@ -64,7 +64,7 @@
       h("td", {class: "wrap-words"}, job.waiting_for || ""),
       h("td", {class: "num", dataset: job.pending_seconds === null ? {role: "waited"} : {role: "waited", seconds: job.pending_seconds}},
         job.pending_text || ""),
-      h("td", {class: "wrap-words", dataset: {role: "forecast"}, title: job.forecast_text || ""}, job.forecast_short || "")));
+      h("td", {class: "wrap-words", dataset: {role: "forecast"}, title: job.forecast_words || ""}, job.forecast_short || "")));
     return table([["#", {class: "num", title: "position in the share / in the whole queue"}], "job", "priority", "pending reason", "waiting for", ["waited", {class: "num"}], "expected start"], rows, "Nobody waits.");
   }
 
