@@ -57,6 +57,22 @@ def forecast_short(row: ForecastRow, now: float) -> str:
     return f"{'ends around' if row.end is not None else 'around'} {clock_time(at, now)}{spread}"
 
 
+MOVED = 0.10
+"""How far a forecast must move, as a share of the wait it said was left, before a waiting
+task's log says it again."""
+
+
+def forecast_moved(said: ForecastRow | None, new: ForecastRow, now: float) -> bool:
+    """Whether ``new`` is worth a log line after ``said``: the first one, a start given or lost,
+    or a start that moved by more than ``MOVED`` of the wait ``said`` had left (a minute at least)."""
+    if said is None or (said.start is None) != (new.start is None):
+        return True
+    if said.start is None or new.start is None:
+        return said.reason != new.reason
+    left = max(said.start - now, 60.0)
+    return abs(new.start - said.start) > MOVED * left
+
+
 def _range(row: ForecastRow, now: float) -> str:
     if row.low is None:
         return ""

@@ -22,8 +22,9 @@ from airflow.triggers.base import BaseTrigger, TriggerEvent
 from airflow_quota.core.human_time import about, clock_time
 from airflow_quota.core.model import FINAL_STATES, JobState
 from airflow_quota.hooks.quota import QuotaHook, describe_alert, describe_job, describe_pending_deadline, state_key
+from airflow_quota.store.forecast_words import forecast_moved, forecast_words
 from airflow_quota.store.lock import SchedulerHealth
-from airflow_quota.store.models import JobRow
+from airflow_quota.store.models import ForecastRow, JobRow
 from airflow_quota.triggers.training_log import LogTail, training_log
 from airflow_quota.triggers.watch import JobWatch, Reading, Subscription
 
@@ -206,6 +207,7 @@ class QuotaJobTrigger(BaseTrigger):
         last: tuple[Any, ...] | None = None
         alerted: set[int] = set()
         announced: float | None = None  # the max_pending deadline last said in the log
+        foreseen: ForecastRow | None = None  # the forecast last said in the log
         warned_down = False
         tail = LogTail()
         while True:
@@ -247,6 +249,9 @@ class QuotaJobTrigger(BaseTrigger):
             if job.pending_deadline != announced and (due := describe_pending_deadline(job, time.time())):
                 self.log.info("%s", due)  # once per wait: a new wait has a new deadline
                 announced = job.pending_deadline
+            if reading.forecast is not None and forecast_moved(foreseen, reading.forecast, time.time()):
+                self.log.info("quota job %s: %s", job.id, forecast_words(reading.forecast, time.time()))
+                foreseen = reading.forecast
             for alert in reading.alerts:
                 if alert.id not in alerted:
                     self.log.warning("%s", describe_alert(alert))

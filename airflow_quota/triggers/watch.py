@@ -24,11 +24,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from airflow_quota.core.model import HOLDING_STATES
+from airflow_quota.core.model import HOLDING_STATES, JobState
 from airflow_quota.hooks.quota import state_key, store_for
 from airflow_quota.store.dashboard import current_borrowing
 from airflow_quota.store.lock import SchedulerHealth
-from airflow_quota.store.models import AlertRow, JobRow
+from airflow_quota.store.models import AlertRow, ForecastRow, JobRow
 from airflow_quota.store.repository import QuotaStore
 
 __all__ = ["JobWatch", "Reading", "Subscription"]
@@ -49,6 +49,8 @@ class Reading:
     borrowed: int | None = None
     """Of the instances the job holds, how many are above its share's limit as of this read
     (``dashboard.current_borrowing``, as the Quotas page says it); None when not read."""
+    forecast: ForecastRow | None = None
+    """A waiting job's latest forecast (``quota_forecasts``); None when it has none."""
 
 
 _UNSEEN: tuple[Any, ...] = ("unseen",)
@@ -82,6 +84,7 @@ class Subscription:
         alerts: dict[int, AlertRow],
         scheduler: SchedulerHealth | None,
         borrowed: int | None = None,
+        forecast: ForecastRow | None = None,
     ) -> None:
         """Hand over a successful read if it says something new to this subscription: the first
         read, a changed row, a new alert, the quota scheduler stopped or back, or a job still
@@ -93,7 +96,13 @@ class Subscription:
         self._fingerprint = fingerprint
         self._alerts_handed = len(alerts)
         self._readings.put_nowait(
-            Reading(job, tuple(alerts[key] for key in sorted(alerts)), scheduler=scheduler, borrowed=borrowed)
+            Reading(
+                job,
+                tuple(alerts[key] for key in sorted(alerts)),
+                scheduler=scheduler,
+                borrowed=borrowed,
+                forecast=forecast,
+            )
         )
 
     def _fail(self, error: Exception) -> None:
@@ -239,8 +248,8 @@ class JobWatch:
         present = {s for job_id in ids for s in self._subscriptions.get(job_id, ())}
         self.rounds += 1
         try:
-            jobs, alerts, health, borrowing = await asyncio.to_thread(self._fetch, ids, after)
-            self._hand_over(ids, jobs, alerts, after, present, health, borrowing)
+            jobs, alerts, health, borrowing, forecasts = await asyncio.to_thread(self._fetch, ids, after)
+            self._hand_over(ids, jobs, alerts, after, present, health, borrowing, forecasts)
         except Exception as exc:  # a broken database: every follower counts a failed read
             for job_id in ids:
                 for subscription in self._subscriptions.get(job_id, []):
@@ -250,13 +259,16 @@ class JobWatch:
 
     def _fetch(
         self, ids: Sequence[int], after: int
-    ) -> tuple[list[JobRow], list[AlertRow], SchedulerHealth, dict[int, int]]:
+    ) -> tuple[list[JobRow], list[AlertRow], SchedulerHealth, dict[int, int], dict[int, ForecastRow]]:
         """The blocking part, in a thread: the jobs, the alerts above ``after`` of those found,
-        the quota scheduler's heartbeat, and what the jobs holding instances borrow now (a few
-        queries each, whatever the number of jobs; the last only while one holds instances)."""
+        the quota scheduler's heartbeat, what the jobs holding instances borrow now, and the
+        waiting jobs' forecasts (a few queries each, whatever the number of jobs; the last two
+        only while one holds instances, or waits)."""
         jobs = self.store.jobs_by_ids(ids)
         alerts = self.store.alerts_for([job.id for job in jobs], after) if jobs else []
-        return jobs, alerts, self.store.scheduler_health(), current_borrowing(self.store, jobs)
+        waiting = [job.id for job in jobs if job.state == JobState.RUNNABLE.value]
+        forecasts = self.store.forecasts(waiting) if waiting else {}
+        return jobs, alerts, self.store.scheduler_health(), current_borrowing(self.store, jobs), forecasts
 
     def _hand_over(
         self,
@@ -267,6 +279,7 @@ class JobWatch:
         present: set[Subscription],
         health: SchedulerHealth,
         borrowing: dict[int, int],
+        forecasts: dict[int, ForecastRow] | None = None,
     ) -> None:
         # Alert ids grow with time (one quota scheduler writes them) and reads run one after the
         # other: an alert written after this read has an id above every id read so far, so a job
@@ -288,10 +301,11 @@ class JobWatch:
             if job is not None:
                 if self._alerts_read_to.get(job_id, 0) >= after:
                     self._alerts_read_to[job_id] = self._alerts_top
-                fingerprint = (job.updated_at, *state_key(job))
+                forecast = (forecasts or {}).get(job_id)
+                fingerprint = (job.updated_at, *state_key(job), forecast.start if forecast else None)
                 known = self._alerts.get(job_id, {})
             for subscription in followers:
                 if subscription in present:
                     self._newcomers.discard(subscription)
                     borrowed = borrowing.get(job_id, 0) if job is not None and job.state in HOLDING_STATES else None
-                    subscription._offer(job, fingerprint, known, health, borrowed)
+                    subscription._offer(job, fingerprint, known, health, borrowed, (forecasts or {}).get(job_id))

@@ -18,11 +18,12 @@ import pytest
 import structlog.testing
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 from sqlalchemy import Engine, select
+from sqlalchemy.orm import Session
 
 from airflow_quota.exceptions import DatabaseUnavailable
 from airflow_quota.hooks.quota import describe_pending_deadline, pending_deadline_line, store_for
 from airflow_quota.store.engine import make_engine, migrate
-from airflow_quota.store.models import AlertRow, JobRow, Request
+from airflow_quota.store.models import AlertRow, ForecastRow, JobRow, Request
 from airflow_quota.store.repository import QuotaStore
 from airflow_quota.triggers import quota as trigger_module
 from airflow_quota.triggers.quota import QuotaCapacityTrigger, QuotaJobEvent, QuotaJobTrigger, scheduler_silence
@@ -411,6 +412,60 @@ def test_a_waiting_task_logs_once_when_its_max_pending_time_falls_due(
     events = asyncio.run(scenario())
     assert payload_of(events[0])["status"] == "success"
     assert said(due) == 1 and said("max_pending_time") == 1
+
+
+def test_a_waiting_task_logs_its_forecast_and_again_only_when_it_moves(
+    world: QuotaWorld, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 41: the task log says when its job is expected to start (``quota_forecasts``, as the
+    quota scheduler writes it), and again when the forecast moves by more than 10% of the wait
+    it had left, not for a smaller move. The rows are written here by hand, so the moves are known."""
+    monkeypatch.setattr(trigger_module, "time", SimpleNamespace(time=world.clock.now))
+    world.submit("hog1", {"duration": 5000})
+    world.submit("hog2", {"duration": 5000}, share="prod")
+    world.step()
+    late = world.submit("late", {"duration": 10})
+    trigger = QuotaJobTrigger(job_id=late.id, quota_conn_id="quota_default", poll_interval=0.01)
+    lines: list[str] = []
+    said = trigger_lines(capsys, lines)
+
+    def forecast(start: float) -> None:
+        with Session(world.engine) as session, session.begin():
+            session.merge(
+                ForecastRow(
+                    job_id=late.id,
+                    made_at=world.clock.now(),
+                    start=start,
+                    low=start - 600,
+                    high=start + 600,
+                    end=None,
+                    instance_type="ml.g5.xlarge",
+                    count=1,
+                    borrowed=0,
+                    preempts=False,
+                    must_borrow=0,
+                    source="task history",
+                    reason=None,
+                )
+            )
+
+    async def scenario() -> list[TriggerEvent]:
+        task = asyncio.create_task(events_of(trigger.run(), timeout=60))
+        await asyncio.to_thread(world.step, 1001.0)  # taken in: RUNNABLE behind hog1
+        forecast(1001.0 + 3600)
+        await wait_for_async(lambda: said("expected to start around") == 1, what="the forecast's first line")
+        forecast(1001.0 + 3600 + 120)  # moved by 2 minutes of an hour: not worth a line
+        forecast(1001.0 + 3600 + 1800)  # moved by half an hour: a line
+        await wait_for_async(lambda: said("expected to start around") == 2, what="the moved forecast's line")
+        for at in (6001.0, 6011.0):  # the hogs end, late runs and ends
+            await asyncio.to_thread(world.step, at)
+        return await task
+
+    events = asyncio.run(scenario())
+    assert payload_of(events[0])["status"] == "success"
+    assert said("expected to start around") == 2
+    assert said("expected to start around 01:16 UTC, likely 01:06 UTC to 01:26 UTC on 1x ml.g5.xlarge") == 1
+    assert said("expected to start around 01:46 UTC, likely 01:36 UTC to 01:56 UTC on 1x ml.g5.xlarge") == 1
 
 
 # -- one reader per triggerer: JobWatch -------------------------------------------------------
