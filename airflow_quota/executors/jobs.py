@@ -28,7 +28,7 @@ from airflow_quota.operators.arguments import job_request
 from airflow_quota.operators.training import client_token, derived_job_name
 from airflow_quota.store.backend_names import EXECUTOR_BACKEND
 from airflow_quota.store.engine import reachable
-from airflow_quota.store.models import JobRow, TaskReport
+from airflow_quota.store.models import ForecastRow, JobRow, TaskReport
 from airflow_quota.store.repository import IN_CHUNK
 from airflow_quota.store.task_reports import OpenAttempt, latest_attempts, read_reports, write_report
 
@@ -141,6 +141,12 @@ class ExecutorJobs:
                 ).where(JobRow.id.in_(wanted[start : start + IN_CHUNK]))
                 found.update((row.id, JobProgress(*row[1:])) for row in session.execute(query))
         return found
+
+    def forecasts(self, job_ids: Collection[int]) -> dict[int, ForecastRow]:
+        """The waiting jobs' latest forecasts (``quota_forecasts``), one query."""
+        store = self.hook.store
+        with reachable(str(store.engine.url)):
+            return store.forecasts(job_ids)
 
     def attempts(self, job_ids: Collection[int]) -> dict[int, OpenAttempt]:
         """Each job's latest attempt, as the quota scheduler last wrote it."""

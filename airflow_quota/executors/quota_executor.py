@@ -78,7 +78,8 @@ from airflow_quota.hooks.quota import describe_job, pending_deadline_line
 from airflow_quota.operators.arguments import seconds
 from airflow_quota.operators.priority import priority_override
 from airflow_quota.service.backends.base import STOPPED_BEFORE_START
-from airflow_quota.store.models import AttemptState, JobRow
+from airflow_quota.store.forecast_words import forecast_moved, forecast_words
+from airflow_quota.store.models import AttemptState, ForecastRow, JobRow
 
 if TYPE_CHECKING:
     from airflow.models.taskinstancekey import TaskInstanceKey
@@ -135,6 +136,8 @@ class Held:
     waits: WaitLog = field(default_factory=WaitLog)
     """Why its job waited, each change once: the try's log tells it (``executors/story.py``)."""
     wait_read: tuple[Any, ...] | None = None
+    foreseen: ForecastRow | None = None
+    """The forecast last kept in ``waits`` (a line again only when it moves, ``forecast_moved``)."""
     """What the narrow read last said of the wait: a line is worded only when that changes."""
 
 
@@ -375,6 +378,8 @@ class QuotaExecutor(LocalExecutor):
         keys = {(r.job_id, r.attempt) for r in self.released.values()}
         keys |= {(a.job_id, a.number) for a in attempts.values() if not a.ended}
         reports = self.jobs.reports(keys)
+        waiting = [job_id for job_id, job in states.items() if job.state == JobState.RUNNABLE.value]
+        forecasts = self.jobs.forecasts(waiting) if waiting else {}
         for key, held in list(self.held.items()):
             if held.job_id is None:
                 continue
@@ -384,6 +389,7 @@ class QuotaExecutor(LocalExecutor):
             self._announce_deadline(key, held, states[held.job_id].pending_deadline, now)
             job = jobs.get(held.job_id)
             self._note_wait(held, states[held.job_id], job, now)
+            self._note_forecast(held, forecasts.get(held.job_id), now)
             if job is None:  # still waiting, never placed (or gone since: the next sync sees it)
                 continue
             attempt = attempts.get(job.id)
@@ -431,6 +437,15 @@ class QuotaExecutor(LocalExecutor):
                 progress.position_in_queue,
             )
         held.waits.note(now, line)
+
+    @staticmethod
+    def _note_forecast(held: Held, forecast: ForecastRow | None, now: float) -> None:
+        """Keep the job's forecast among its wait's lines when it first comes and when it moves
+        by more than 10% of the wait it had left (the try's log shows them when it starts)."""
+        if forecast is None or held.job_id is None or not forecast_moved(held.foreseen, forecast, now):
+            return
+        held.foreseen = forecast
+        held.waits.note(now, f"quota job {held.job_id}: {forecast_words(forecast, now)}")
 
     def _announce_deadline(self, key: TaskInstanceKey, held: Held, deadline: float | None, now: float) -> None:
         """Say once per wait when a held task's ``max_pending_time`` falls due, in the

@@ -319,3 +319,56 @@ def test_a_preempted_job_s_second_try_tells_its_story_in_time_order(world: World
     found = [next((i for i, line in enumerate(lines) if phrase in line), None) for phrase in expected]
     assert None not in found and found == sorted(found), "\n".join(lines)
     assert lines[found[1]].endswith("borrowing 1"), lines[found[1]]  # the placement's own words
+
+
+def test_a_held_task_keeps_its_forecast_and_a_line_again_only_when_it_moves(world: World) -> None:
+    """Issue 41: a held task's wait lines (its try's log when it starts) hold its job's forecast
+    when it first comes and again when it moves by more than 10% of the wait it had left. The
+    rows are written by hand here, so the moves are known."""
+    from airflow.models.taskinstancekey import TaskInstanceKey
+    from sqlalchemy.orm import Session
+
+    from airflow_quota.executors.quota_executor import Held, QuotaExecutor
+    from airflow_quota.store.models import ForecastRow
+
+    for name in ("a", "b"):  # research's g5 and the one it borrows from prod
+        world.jobs.job_for(task(name), arguments(), None, DAG)
+    job = world.jobs.job_for(task("c"), arguments(), None, DAG)
+    executor = QuotaExecutor(parallelism=1)
+    key = TaskInstanceKey("dag", "c", "run1", 1, -1)
+    executor.held[key] = Held(
+        held_workload("c"), arguments(), None, since=1000.0, job_id=job.id, job_name=job.name, share="research"
+    )
+    world.step()
+    assert world.job(job.id).state == "RUNNABLE"
+
+    def forecast_in(seconds: float) -> None:
+        start = world.clock.now() + seconds
+        with Session(world.service.engine) as session, session.begin():
+            session.merge(
+                ForecastRow(
+                    job_id=job.id,
+                    made_at=world.clock.now(),
+                    start=start,
+                    low=start - 60,
+                    high=start + 60,
+                    end=None,
+                    instance_type="ml.g5.xlarge",
+                    count=1,
+                    borrowed=0,
+                    preempts=False,
+                    must_borrow=0,
+                    source="share history",
+                    reason=None,
+                )
+            )
+        executor._follow(world.clock.now())
+
+    def forecast_lines() -> list[str]:
+        return [line for _, line in executor.held[key].waits.lines if "expected to start around" in line]
+
+    forecast_in(3600)
+    forecast_in(3600 + 60)  # a minute of an hour: no new line
+    assert len(forecast_lines()) == 1 and forecast_lines()[0].startswith(f"quota job {job.id}: expected to start")
+    forecast_in(2 * 3600)
+    assert len(forecast_lines()) == 2, forecast_lines()
