@@ -177,6 +177,10 @@ def pruned_size(replay: ServiceReplay, engine: Any, retention_days: float, optio
     }
 
 
+FORECAST_INTERVAL: float | None = None
+"""``--forecast-interval``: the replay's ``QuotaService(forecast_interval=...)``, or none."""
+
+
 def _options(snapshot_every: int | None, view_seconds: float | None = None) -> dict[str, Any]:
     """Keyword arguments for ``QuotaService`` beyond the replay's: ``snapshot_every`` when
     given (refused when this version of the service has no such parameter); ``view_seconds``,
@@ -246,6 +250,8 @@ def clean_run(
     engine = make_engine(normalize(url))
     migrate(engine)
     options = _options(snapshot_every, view_seconds)
+    if FORECAST_INTERVAL is not None:
+        options["forecast_interval"] = FORECAST_INTERVAL
     replay = ServiceReplay(loaded, engine, poll_workers=POLL_WORKERS, service_options=options, listing=True)
     timer = StepPhases.timing(replay) if phases else None
     total = len(loaded.events)
@@ -339,6 +345,12 @@ def main() -> int:
         "--phases", action="store_true", help="time each phase of the step and the submissions (wall and CPU)"
     )
     parser.add_argument(
+        "--forecast-interval",
+        type=float,
+        help="QuotaService's forecast_interval: the forecast refreshed in its worker process beside the "
+        "replay (the trace's virtual seconds; a refresh starts once the last has ended), default none",
+    )
+    parser.add_argument(
         "--view-seconds",
         type=float,
         help="QuotaService's view_seconds (default: the scheduler process's, VIEW_SECONDS; 0: in every commit)",
@@ -364,6 +376,8 @@ def main() -> int:
     if args.view_seconds is not None and not args.view_seconds >= 0:
         print(f"error: --view-seconds: {args.view_seconds} must be ≥ 0", file=sys.stderr)
         return 2
+    global FORECAST_INTERVAL
+    FORECAST_INTERVAL = args.forecast_interval
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     started = time.perf_counter()
     loaded = itp_scenario(args.jobs)
