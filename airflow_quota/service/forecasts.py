@@ -16,17 +16,19 @@ import logging
 import multiprocessing
 from collections.abc import Mapping
 from concurrent.futures import Future, ProcessPoolExecutor
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Engine, delete, func, select
 
 from airflow_quota.core import snapshot
 from airflow_quota.core.cycle import QuotaScheduler
 from airflow_quota.core.estimates import RuntimeEstimate, RuntimeHistory
-from airflow_quota.sim.forecast import RUNS, Calibration, Forecast, forecast
 from airflow_quota.store.bulk import insert_rows
 from airflow_quota.store.engine import make_engine, session_factory
 from airflow_quota.store.models import Attempt, AttemptState, ForecastRow, JobRow
+
+if TYPE_CHECKING:  # the simulator loads in the worker process only, never in the leader
+    from airflow_quota.sim.forecast import Calibration, Forecast
 
 log = logging.getLogger("airflow_quota.scheduler")
 
@@ -41,7 +43,9 @@ class ForecastRefresh:
     scheduler's clock, in a worker process (``inline``: in this one, for tests that step a
     manual clock and read the forecast at once)."""
 
-    def __init__(self, url: str, interval: float = FORECAST_INTERVAL, runs: int = RUNS, inline: bool = False) -> None:
+    def __init__(
+        self, url: str, interval: float = FORECAST_INTERVAL, runs: int | None = None, inline: bool = False
+    ) -> None:
         self.url = url
         self.interval = interval
         self.runs = runs
@@ -94,14 +98,16 @@ class ForecastRefresh:
 # -- in the worker process ----------------------------------------------------------------------
 
 _ENGINES: dict[str, Engine] = {}
-_CALIBRATION = Calibration()
+_CALIBRATION: Calibration | None = None
 _FIRST: dict[int, tuple[float, float]] = {}
 """Each waiting job's first forecast: (made at, forecast wait), learned from once it starts."""
 
 
-def refresh(url: str, payload: bytes, now: float, runs: int = RUNS) -> int:
-    """Forecast from the snapshot ``payload`` (the core at ``now``) and rewrite the forecasts;
-    how many rows were written."""
+def refresh(url: str, payload: bytes, now: float, runs: int | None = None) -> int:
+    """Forecast from the snapshot ``payload`` (the core at ``now``) with ``runs`` forward runs
+    (``sim.forecast.RUNS`` by default) and rewrite the forecasts; how many rows were written."""
+    from airflow_quota.sim.forecast import RUNS, forecast
+
     engine = _ENGINES.get(url)
     if engine is None:
         engine = _ENGINES[url] = make_engine(url)
@@ -111,7 +117,7 @@ def refresh(url: str, payload: bytes, now: float, runs: int = RUNS) -> int:
     with sessions() as session, session.begin():
         history, tasks, limits = _history(session, scheduler)
     estimates = _estimates(scheduler, now, history, tasks, limits)
-    result = forecast(scheduler, now, estimates, runs=runs)
+    result = forecast(scheduler, now, estimates, runs=RUNS if runs is None else runs)
     rows = _rows(scheduler, result, now)
     with sessions() as session, session.begin():
         session.execute(delete(ForecastRow))
@@ -183,6 +189,7 @@ def _estimates(
 
 def _rows(scheduler: QuotaScheduler, result: Forecast, now: float) -> list[dict[str, Any]]:
     """The rows of the forecast, a waiting job's calibrated by the record of earlier forecasts."""
+    calibration = _calibration()
     state = scheduler.state
     by_name = {job.name: job for job in state.jobs.values() if not job.state.is_final}
     _learn_from_started(scheduler)
@@ -192,7 +199,7 @@ def _rows(scheduler: QuotaScheduler, result: Forecast, now: float) -> list[dict[
         assert job.ref is not None
         if expected.start is not None and job.ref not in _FIRST:
             _FIRST[job.ref] = (now, expected.start - now)
-        shown = _CALIBRATION.apply(expected, now)
+        shown = calibration.apply(expected, now)
         entry = shown.entry
         rows.append(
             {
@@ -246,4 +253,14 @@ def _learn_from_started(scheduler: QuotaScheduler) -> None:
             continue
         if job.placement is not None:
             made_at, wait = _FIRST.pop(ref)
-            _CALIBRATION.learn(wait, job.placement.placed_at - made_at)
+            _calibration().learn(wait, job.placement.placed_at - made_at)
+
+
+def _calibration() -> Calibration:
+    """The worker process's record of its forecasts (``sim.forecast.Calibration``)."""
+    global _CALIBRATION
+    if _CALIBRATION is None:
+        from airflow_quota.sim.forecast import Calibration
+
+        _CALIBRATION = Calibration()
+    return _CALIBRATION

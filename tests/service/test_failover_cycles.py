@@ -37,10 +37,10 @@ def _cycles_logged(store: QuotaStore) -> int:
 def test_a_new_leader_counts_the_watchdogs_cycles(
     sqlite_url: str, monkeypatch: pytest.MonkeyPatch, failover: bool
 ) -> None:
-    # a fault in the core: nothing is ever placed, so a job that fits under its limit waits
-    monkeypatch.setattr(phases, "within_quota", lambda *args, **kwargs: None)
-    monkeypatch.setattr(phases, "borrowing", lambda *args, **kwargs: None)
-    monkeypatch.setattr(phases, "preemption", lambda *args, **kwargs: False)
+    # a fault in the core: the index offers no candidate, so a job that fits under its limit waits
+    monkeypatch.setattr(phases, "within_quota", lambda *args, **kwargs: iter(()))
+    monkeypatch.setattr(phases, "borrowing", lambda *args, **kwargs: iter(()))
+    monkeypatch.setattr(phases, "preemption", lambda *args, **kwargs: iter(()))
     engine = make_engine(sqlite_url)
     migrate(engine)
     clock = ManualClock(1_000_000.0)

@@ -55,7 +55,7 @@
   }
 
   function queueTable(share, jobs) {
-    const rows = jobs.map((job) => h("tr", {dataset: {jobId: job.id, state: job.state}},
+    const rows = jobs.flatMap((job) => [h("tr", {dataset: {jobId: job.id, state: job.state}},
       h("td", {class: "num", dataset: {role: "position"}, title: "position in the share / in the whole queue"},
         job.position_in_share === null ? "–" : job.position_in_share + (job.position_in_queue === null ? "" : " / " + job.position_in_queue)),
       h("td", {}, jobLink(job)),
@@ -63,9 +63,13 @@
       h("td", {class: "code", dataset: {role: "reason"}}, job.state === "SUBMITTED" ? "SUBMITTED (not taken in yet)" : code(job.pending_reason || "")),
       h("td", {class: "wrap-words"}, job.waiting_for || ""),
       h("td", {class: "num", dataset: job.pending_seconds === null ? {role: "waited"} : {role: "waited", seconds: job.pending_seconds}},
-        job.pending_text || ""),
-      h("td", {class: "wrap-words", dataset: {role: "forecast"}, title: job.forecast_words || ""}, job.forecast_short || "")));
-    return table([["#", {class: "num", title: "position in the share / in the whole queue"}], "job", "priority", "pending reason", "waiting for", ["waited", {class: "num"}], "expected start"], rows, "Nobody waits.");
+        job.pending_text || "")),
+      // the forecast on a line of its own under the job's: the queue keeps its six columns' width
+      job.forecast_short ? h("tr", {class: "forecast"},
+        h("td", {}, ""),
+        h("td", {class: "wrap-words muted", colspan: "5", dataset: {role: "forecast"}, title: job.forecast_words || ""},
+          "expected start " + job.forecast_short)) : null].filter(Boolean));
+    return table([["#", {class: "num", title: "position in the share / in the whole queue"}], "job", "priority", "pending reason", "waiting for", ["waited", {class: "num"}]], rows, "Nobody waits.");
   }
 
   function runningTable(share, jobs) {
