@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from sqlalchemy import Engine
+
 from airflow_quota.core.config import parse_config
 from airflow_quota.core.model import JobRequest, PreferenceEntry
 from airflow_quota.sim.scenario import LoadedScenario, parse_scenario
@@ -42,3 +44,29 @@ def request(
     ml.g5.xlarge when none are given) in ``share``; ``fields`` set the request's other fields."""
     entries = [PreferenceEntry(instance_type=t, count=n) for t, n in (prefs or (("ml.g5.xlarge", 1),))]
     return JobRequest(name=name, share=share, priority=priority, preferences=entries, **fields)
+
+
+def write_forecast(engine: Engine, job_id: int, made_at: float, start: float, spread: float, source: str) -> None:
+    """Store a waiting job's forecast by hand, as the quota scheduler's refresh would
+    (``quota_forecasts``): expected at ``start`` on one ml.g5.xlarge, ± ``spread`` seconds."""
+    from sqlalchemy.orm import Session
+
+    from airflow_quota.store.models import ForecastRow
+
+    row = ForecastRow(
+        job_id=job_id,
+        made_at=made_at,
+        start=start,
+        low=start - spread,
+        high=start + spread,
+        end=None,
+        instance_type="ml.g5.xlarge",
+        count=1,
+        borrowed=0,
+        preempts=False,
+        must_borrow=0,
+        source=source,
+        reason=None,
+    )
+    with Session(engine) as session, session.begin():
+        session.merge(row)

@@ -22,6 +22,7 @@ from airflow_quota.store.engine import make_engine, migrate
 from airflow_quota.store.models import JobRow
 from airflow_quota.store.repository import QuotaStore
 from tests.airflow.conftest import QUOTA
+from tests.builders import write_forecast
 
 G5 = [{"instance_type": "ml.g5.xlarge", "count": 1}]
 DAG = Actor.of_dag("dag", tags=["team-research"])
@@ -326,10 +327,8 @@ def test_a_held_task_keeps_its_forecast_and_a_line_again_only_when_it_moves(worl
     when it first comes and again when it moves by more than 10% of the wait it had left. The
     rows are written by hand here, so the moves are known."""
     from airflow.models.taskinstancekey import TaskInstanceKey
-    from sqlalchemy.orm import Session
 
     from airflow_quota.executors.quota_executor import Held, QuotaExecutor
-    from airflow_quota.store.models import ForecastRow
 
     for name in ("a", "b"):  # research's g5 and the one it borrows from prod
         world.jobs.job_for(task(name), arguments(), None, DAG)
@@ -343,25 +342,8 @@ def test_a_held_task_keeps_its_forecast_and_a_line_again_only_when_it_moves(worl
     assert world.job(job.id).state == "RUNNABLE"
 
     def forecast_in(seconds: float) -> None:
-        start = world.clock.now() + seconds
-        with Session(world.service.engine) as session, session.begin():
-            session.merge(
-                ForecastRow(
-                    job_id=job.id,
-                    made_at=world.clock.now(),
-                    start=start,
-                    low=start - 60,
-                    high=start + 60,
-                    end=None,
-                    instance_type="ml.g5.xlarge",
-                    count=1,
-                    borrowed=0,
-                    preempts=False,
-                    must_borrow=0,
-                    source="share history",
-                    reason=None,
-                )
-            )
+        now = world.clock.now()
+        write_forecast(world.service.engine, job.id, now, now + seconds, 60, "share history")
         executor._follow(world.clock.now())
 
     def forecast_lines() -> list[str]:

@@ -18,17 +18,17 @@ import pytest
 import structlog.testing
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 from sqlalchemy import Engine, select
-from sqlalchemy.orm import Session
 
 from airflow_quota.exceptions import DatabaseUnavailable
 from airflow_quota.hooks.quota import describe_pending_deadline, pending_deadline_line, store_for
 from airflow_quota.store.engine import make_engine, migrate
-from airflow_quota.store.models import AlertRow, ForecastRow, JobRow, Request
+from airflow_quota.store.models import AlertRow, JobRow, Request
 from airflow_quota.store.repository import QuotaStore
 from airflow_quota.triggers import quota as trigger_module
 from airflow_quota.triggers.quota import QuotaCapacityTrigger, QuotaJobEvent, QuotaJobTrigger, scheduler_silence
 from airflow_quota.triggers.watch import JobWatch
 from tests.airflow.conftest import G5, QUOTA, QuotaWorld, events_of, payload_of, request
+from tests.builders import write_forecast
 from tests.statements import statements_run
 from tests.waiting import wait_for_async
 
@@ -430,24 +430,7 @@ def test_a_waiting_task_logs_its_forecast_and_again_only_when_it_moves(
     said = trigger_lines(capsys, lines)
 
     def forecast(start: float) -> None:
-        with Session(world.engine) as session, session.begin():
-            session.merge(
-                ForecastRow(
-                    job_id=late.id,
-                    made_at=world.clock.now(),
-                    start=start,
-                    low=start - 600,
-                    high=start + 600,
-                    end=None,
-                    instance_type="ml.g5.xlarge",
-                    count=1,
-                    borrowed=0,
-                    preempts=False,
-                    must_borrow=0,
-                    source="task history",
-                    reason=None,
-                )
-            )
+        write_forecast(world.engine, late.id, world.clock.now(), start, 600, "task history")
 
     async def scenario() -> list[TriggerEvent]:
         task = asyncio.create_task(events_of(trigger.run(), timeout=60))
