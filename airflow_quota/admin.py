@@ -705,6 +705,7 @@ def submit_job(args: argparse.Namespace) -> int:
         fields.run_id,
         aws_conn_id=fields.aws_conn_id,
         actor=local_user(),
+        expected_runtime_seconds=fields.expected_runtime_seconds,
     )
     if args.json:
         _print_json(_job_record(job, 0))  # just submitted: it holds nothing

@@ -25,7 +25,7 @@ import yaml
 from sqlalchemy import Engine, func, select, update
 
 from airflow_quota.core.config import parse_config
-from airflow_quota.core.model import JobRequest
+from airflow_quota.core.model import MAX_SECONDS, JobRequest
 from airflow_quota.core.state import QuotaState
 from airflow_quota.core.submission import check_submission
 from airflow_quota.exceptions import SubmissionRejected
@@ -742,6 +742,11 @@ SUBMIT_CASES: list[tuple[str, dict[str, Any], Expected]] = [
         ],
     ),
     (
+        "an expected runtime of 0 seconds",
+        {"expected_runtime_seconds": 0},
+        [("expected_runtime_seconds", exactly("Input should be greater than 0"))],
+    ),
+    (
         "six instance types, five of them not in the pool: both said, every type named",
         {"preferences": [{"instance_type": t, "count": 1} for t in (G5, *NOT_IN_POOL)]},
         [
@@ -764,7 +769,7 @@ SUBMIT_CASES: list[tuple[str, dict[str, Any], Expected]] = [
                     "unknown key; did you mean 'priority'? The known ones are name, share, priority, preferences,"
                     " max_pending_seconds, preemption_retries, retry_attempts, retry_on, checkpoint_uri,"
                     " checkpoint_interval, wait_for_capacity, backend, training, client_token, dag_id, task_id,"
-                    " run_id, map_index, aws_conn_id"
+                    " run_id, map_index, aws_conn_id, expected_runtime_seconds"
                 ),
             ),
             (
@@ -824,10 +829,13 @@ def test_jobs_submit_accepts_fields_at_their_limits(tmp_path: Path, quota_db: tu
         checkpoint_uri="s3://" + "k" * 2043,
         training={"blob": "x" * (64 * 1024 - 20)},
         retry_on=["ExitCode:1"] * 20,
+        expected_runtime_seconds=MAX_SECONDS,
     )
     run = cli("jobs", "submit", str(write(tmp_path, fields, "job.yaml")), "--db", url)
     assert run.code == 0 and "Traceback" not in run.stderr, run
     assert stored_rows(engine) == (1, 2)
+    with engine.connect() as c:
+        assert c.scalar(select(JobRow.expected_runtime_seconds)) == MAX_SECONDS, "stored for the forecast"
 
 
 @pytest.mark.parametrize(

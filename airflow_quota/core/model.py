@@ -168,6 +168,10 @@ class JobFields(BaseModel):
     aws_conn_id: AirflowId | None = None
     """The Airflow AWS connection whose credentials the sagemaker backend uses for this job's
     calls; None: its share's ``aws_conn_id``, else the quota scheduler's own credentials."""
+    expected_runtime_seconds: Seconds | None = None
+    """How long the author expects the training to run (the operator's ``expected_runtime``):
+    the forecast's best runtime estimate (``core.estimates``). Advice only: no scheduling
+    decision reads it, so it is stored beside the request, not in it."""
 
     @field_validator("training")
     @classmethod
@@ -261,6 +265,9 @@ class Job:
     lost_gpu_seconds: float = 0.0
     cost: float = 0.0
     fallback_cost: float = 0.0
+    past_threshold: bool = False
+    """Found past its share's starvation threshold since it last became RUNNABLE (docs/model.md
+    rule 8.2): starving, or watched until someone overtakes it."""
 
     @property
     def key(self) -> tuple[int, float, int]:

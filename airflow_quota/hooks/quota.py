@@ -306,6 +306,7 @@ class QuotaHook(BaseHook):
         actor: Actor | None = None,
         priority_overridden: bool = False,
         map_index: int | None = None,
+        expected_runtime_seconds: float | None = None,
     ) -> JobRow:
         """Store a submission for the quota scheduler (``QuotaStore.submit``): raises
         ``InvalidInput`` for a field beyond its limit (``core.submission.job_fields``, as the
@@ -318,6 +319,8 @@ class QuotaHook(BaseHook):
         :param priority_overridden: the request's priority is a run's ``quota_priority``
             override: the share's ``access.set_priority`` rule must allow ``actor`` too.
         :param map_index: the mapped task instance's index (None or -1: not a mapped task).
+        :param expected_runtime_seconds: how long the author expects the training to run (more
+            than 0 seconds): the forecast's best runtime estimate; None: not given.
         """
         fields = job_fields(
             {
@@ -329,6 +332,7 @@ class QuotaHook(BaseHook):
                 "run_id": run_id,
                 "aws_conn_id": aws_conn_id,
                 "map_index": None if map_index is None or map_index < 0 else map_index,
+                "expected_runtime_seconds": expected_runtime_seconds,
             }
         )
         return self.store.submit(
@@ -343,6 +347,7 @@ class QuotaHook(BaseHook):
             actor=current_actor() if actor is None else actor,
             priority_overridden=priority_overridden,
             map_index=fields.map_index,
+            expected_runtime_seconds=fields.expected_runtime_seconds,
         )
 
     def get_job(self, job_id: int) -> JobRow | None:

@@ -83,6 +83,9 @@ class JobRow(Base):
     """The mapped task instance's index (``JobFields.map_index``); None: not a mapped task."""
     aws_conn_id: Mapped[str | None] = mapped_column(String(250))
     """The Airflow AWS connection the job's SageMaker calls use (``JobFields.aws_conn_id``)."""
+    expected_runtime_seconds: Mapped[float | None] = mapped_column(Float)
+    """How long the author expects the job to run (``JobFields.expected_runtime_seconds``): read
+    by the forecast only (``service/forecasts.py``); None: not given."""
     submitted_at: Mapped[float] = mapped_column(Float)
     state: Mapped[str] = mapped_column(String(20), default="SUBMITTED")
     reason: Mapped[str | None] = mapped_column(String(40))

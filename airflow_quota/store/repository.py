@@ -104,6 +104,7 @@ class QuotaStore:
         actor: Actor = Actor(),  # noqa: B008 (frozen: one shared instance is what is meant)
         priority_overridden: bool = False,
         map_index: int | None = None,
+        expected_runtime_seconds: float | None = None,
     ) -> JobRow:
         """Store a submission for the scheduler to take in; raises SubmissionRejected when the
         current configuration could never accept it (nothing stored), SubmissionDenied when
@@ -129,6 +130,7 @@ class QuotaStore:
             "run_id": run_id,
             "aws_conn_id": aws_conn_id,
             "map_index": map_index,
+            "expected_runtime_seconds": expected_runtime_seconds,
             "submitted_at": now,
             "state": "SUBMITTED",
             "updated_at": now,

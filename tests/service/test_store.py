@@ -4,16 +4,24 @@ SQLite and on PostgreSQL. On any error nothing is stored."""
 from __future__ import annotations
 
 import pytest
+from alembic import command
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
-from sqlalchemy import Engine, func, select
+from sqlalchemy import Engine, func, inspect, select
 
 from airflow_quota.core.model import JobRequest
 from airflow_quota.exceptions import ChangeRefused, InvalidInput, SubmissionRejected
 from airflow_quota.service.backends.fake import FakeBackend
 from airflow_quota.service.clock import ManualClock
 from airflow_quota.service.scheduler import QuotaService
-from airflow_quota.store.engine import DatabaseUnavailable, current_revision, head_revision, make_engine, migrate
+from airflow_quota.store.engine import (
+    DatabaseUnavailable,
+    _alembic_config,
+    current_revision,
+    head_revision,
+    make_engine,
+    migrate,
+)
 from airflow_quota.store.models import Base, ConfigVersion, Input, JobRow, Request
 from airflow_quota.store.repository import QuotaStore
 from airflow_quota.store.settings import ENV_URL, database_url
@@ -45,6 +53,39 @@ def test_the_migrations_build_the_schema_the_models_describe(engine: Engine) -> 
     with engine.connect() as connection:
         differences = compare_metadata(MigrationContext.configure(connection), Base.metadata)
     assert differences == []
+
+
+def job_columns(engine: Engine) -> set[str]:
+    return {column["name"] for column in inspect(engine).get_columns("quota_jobs")}
+
+
+def test_migration_0020_gives_stored_jobs_an_empty_expected_runtime(engine: Engine) -> None:
+    """A database an older version left (revision 0019, a job stored) gains the column, empty:
+    the job keeps its row and has no expected runtime; taken back down, the column goes."""
+    store = QuotaStore(engine)
+    store.apply_config(QUOTA)
+    kept = store.submit(request("kept", "qs1"), "fake", {"duration": 1}).id
+    command.downgrade(_alembic_config(engine), "0019")
+    assert "expected_runtime_seconds" not in job_columns(engine)
+    assert migrate(engine)[0] == "0019"
+    assert "expected_runtime_seconds" in job_columns(engine)
+    job = store.job(kept)
+    assert job is not None and (job.name, job.expected_runtime_seconds) == ("kept", None)
+    with engine.connect() as connection:
+        assert compare_metadata(MigrationContext.configure(connection), Base.metadata) == []
+
+
+def test_a_submission_keeps_the_authors_expected_runtime_beside_its_request(engine: Engine) -> None:
+    """Stored for the forecast, and no part of the request the scheduler decides on."""
+    store = QuotaStore(engine)
+    store.apply_config(QUOTA)
+    timed = store.submit(request("timed", "qs1"), "fake", {"duration": 1}, expected_runtime_seconds=5400.0)
+    store.submit(request("untimed", "qs1"), "fake", {"duration": 1})
+    assert timed.expected_runtime_seconds == 5400.0
+    stored = {job.name: job for job in store.jobs()}
+    assert stored["timed"].expected_runtime_seconds == 5400.0
+    assert stored["untimed"].expected_runtime_seconds is None
+    assert stored["timed"].request == stored["untimed"].request | {"name": "timed"}
 
 
 def test_an_invalid_configuration_stores_nothing(engine: Engine) -> None:
