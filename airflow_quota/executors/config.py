@@ -35,6 +35,7 @@ FIELDS = (
     "preemption_retries",
     "checkpoint_uri",
     "checkpoint_interval",
+    "expected_runtime",
 )
 """What ``executor_config["quota"]`` may hold. Genuine failures are Airflow's to retry (the
 task's ``retries``), so the quota job gets one attempt per Airflow try (``retry_attempts`` 1)."""
@@ -74,6 +75,7 @@ def quota_config(
     preemption_retries: int | None = None,
     checkpoint_uri: str | None = None,
     checkpoint_interval: float | None = None,
+    expected_runtime: float | timedelta | None = None,
     **unknown: Any,
 ) -> dict[str, Any]:
     """The ``executor_config`` of a task under the quota shares, checked now (in the DAG file):
@@ -92,6 +94,9 @@ def quota_config(
         "preemption_retries": preemption_retries,
         "checkpoint_uri": checkpoint_uri,
         "checkpoint_interval": checkpoint_interval,
+        "expected_runtime": expected_runtime.total_seconds()
+        if isinstance(expected_runtime, timedelta)
+        else expected_runtime,
     }
     fields.update({k: v for k, v in optional.items() if v is not None})
     config = {QUOTA_KEY: fields}

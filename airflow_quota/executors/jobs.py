@@ -24,7 +24,7 @@ from airflow_quota.core.access import Actor
 from airflow_quota.core.model import LIVE_STATES, FailureReason
 from airflow_quota.exceptions import InvalidInput, SubmissionRejected
 from airflow_quota.hooks.quota import QuotaHook, describe_job
-from airflow_quota.operators.arguments import job_request
+from airflow_quota.operators.arguments import expected_runtime_seconds, job_request
 from airflow_quota.operators.training import client_token, derived_job_name
 from airflow_quota.store.backend_names import EXECUTOR_BACKEND
 from airflow_quota.store.engine import reachable
@@ -106,6 +106,7 @@ class ExecutorJobs:
                 actor=actor,
                 priority_overridden=priority is not None,
                 map_index=task.map_index,
+                expected_runtime_seconds=expected_runtime_seconds(arguments.get("expected_runtime")),
             )
         except (SubmissionRejected, InvalidInput, ValueError) as exc:
             raise TaskRefused(f"quota job {name!r} was not submitted: {exc}") from exc

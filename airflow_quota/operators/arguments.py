@@ -1,14 +1,17 @@
 """The quota arguments of an Airflow task, and their one check.
 
 ``QuotaTrainingOperator``'s arguments and ``QuotaExecutor``'s ``executor_config["quota"]`` say the
-same things (share, instance preferences, priority, pending time, preemption retries, checkpoint);
-both build their ``JobRequest`` here, and both report a broken rule with the same message, named
-by the argument's name (``instance_preferences[0].count: ...``), never by the model's field.
+same things (share, instance preferences, priority, pending time, preemption retries, checkpoint,
+expected runtime); both build their ``JobRequest`` here, and both report a broken rule with the
+same message, named by the argument's name (``instance_preferences[0].count: ...``), never by
+the model's field. The expected runtime is no part of the request: it is stored beside it
+(``JobFields.expected_runtime_seconds``) for the forecast, and decides nothing.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Mapping
 from datetime import timedelta
@@ -17,7 +20,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from airflow_quota.core.config import pydantic_problems
-from airflow_quota.core.model import JobRequest
+from airflow_quota.core.model import MAX_SECONDS, JobRequest
 from airflow_quota.core.submission import unknown_keys_named
 from airflow_quota.exceptions import Problem
 
@@ -35,6 +38,10 @@ REQUEST_ARGUMENTS = (
     "job_name",
 )
 """The arguments that make a task's ``JobRequest``."""
+RUNTIME_ARGUMENT = "expected_runtime"
+"""How long the author expects the training to run: stored beside the request, for the forecast."""
+SUBMISSION_ARGUMENTS = (*REQUEST_ARGUMENTS, RUNTIME_ARGUMENT)
+"""The arguments of a task's submission: its request's and its expected runtime."""
 
 _PARAMETER_OF = {"name": "job_name", "preferences": "instance_preferences", "max_pending_seconds": "max_pending_time"}
 
@@ -78,7 +85,8 @@ def rendered_as(value: Any, kind: type) -> Any:
 
 
 def seconds(value: float | timedelta | None) -> float | None:
-    """``max_pending_time`` in seconds: a number or a ``timedelta``; ValueError otherwise."""
+    """``max_pending_time`` (or ``expected_runtime``) in seconds: a number or a ``timedelta``;
+    ValueError otherwise."""
     if value is None:
         return None
     if isinstance(value, timedelta):
@@ -86,6 +94,20 @@ def seconds(value: float | timedelta | None) -> float | None:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise ValueError(f"must be seconds or a timedelta, got {value!r}")
     return float(value)
+
+
+def expected_runtime_seconds(value: float | timedelta | None) -> float | None:
+    """``expected_runtime`` in seconds: None, or a number or a ``timedelta`` above 0 (finite,
+    at most ten years); ValueError naming the rule otherwise."""
+    given = seconds(value)
+    if given is None:
+        return None
+    if not math.isfinite(given) or not 0 < given <= MAX_SECONDS:
+        raise ValueError(
+            f"must be more than 0 seconds and at most ten years (how long the training is expected to run),"
+            f" got {given:g} seconds"
+        )
+    return given
 
 
 def job_request(
@@ -133,6 +155,12 @@ def request_problems(
             problems.append(Problem(prefix + path, problem.message))
     except ValueError as exc:
         problems.append(Problem(prefix + "max_pending_time", str(exc)))
+    runtime = arguments.get(RUNTIME_ARGUMENT)
+    if not (parse_time and has_template(runtime)):
+        try:
+            expected_runtime_seconds(runtime)
+        except ValueError as exc:
+            problems.append(Problem(prefix + RUNTIME_ARGUMENT, str(exc)))
     return problems
 
 
@@ -153,6 +181,7 @@ def read_rendered(arguments: Mapping[str, Any]) -> dict[str, Any]:
     for name, kind in (
         ("priority", int),
         ("max_pending_time", float),
+        (RUNTIME_ARGUMENT, float),
         ("preemption_retries", int),
         ("retry_attempts", int),
         ("retry_on", list),

@@ -29,7 +29,8 @@ from airflow_quota.exceptions import ChangeRefused, InvalidInput, Problem, Submi
 from airflow_quota.hooks.quota import QuotaHook, describe_job, describe_pending_deadline, state_key, task_actor
 from airflow_quota.hooks.sagemaker import TrainingJobs, placed_request_problems, with_integers
 from airflow_quota.operators.arguments import (
-    REQUEST_ARGUMENTS,
+    SUBMISSION_ARGUMENTS,
+    expected_runtime_seconds,
     has_template,
     job_request,
     read_rendered,
@@ -145,6 +146,10 @@ class QuotaTrainingOperator(BaseOperator):
         clock, and a list of plan entries only starts it at the plans' window), in seconds or a
         ``timedelta``; it then fails with ``PENDING_TIMEOUT``, and the task log says when that
         falls due as each wait begins. None: no limit. (templated)
+    :param expected_runtime: how long the training is expected to run once placed, in seconds
+        or a ``timedelta`` (more than 0): the forecast's best runtime estimate for this job,
+        before the task's own history (``docs/forecast.md``). Advice only: no scheduling
+        decision reads it. None: the forecast estimates from history. (templated)
     :param checkpoint_uri: where the training saves and finds checkpoints (``s3://`` for
         SageMaker; a directory or ``file://`` URI for the local backend). (templated)
     :param checkpoint_interval: seconds of work between two checkpoints; estimates the work a
@@ -213,6 +218,7 @@ class QuotaTrainingOperator(BaseOperator):
         "instance_preferences",
         "priority",
         "max_pending_time",
+        "expected_runtime",
         "preemption_retries",
         "retry_attempts",
         "retry_on",
@@ -241,6 +247,7 @@ class QuotaTrainingOperator(BaseOperator):
         instance_preferences: list[dict[str, Any]] | str,
         priority: int = 0,
         max_pending_time: float | timedelta | None = None,
+        expected_runtime: float | timedelta | None = None,
         checkpoint_uri: str | None = None,
         checkpoint_interval: float | None = None,
         preemption_retries: int | None = None,
@@ -268,6 +275,7 @@ class QuotaTrainingOperator(BaseOperator):
         self.instance_preferences = instance_preferences
         self.priority = priority
         self.max_pending_time = max_pending_time
+        self.expected_runtime = expected_runtime
         self.checkpoint_uri = checkpoint_uri
         self.checkpoint_interval = checkpoint_interval
         self.preemption_retries = preemption_retries
@@ -383,8 +391,9 @@ class QuotaTrainingOperator(BaseOperator):
         return problems
 
     def _request_arguments(self) -> dict[str, Any]:
-        """The arguments that make the job's request (``operators/arguments.py``)."""
-        return {name: getattr(self, name) for name in REQUEST_ARGUMENTS}
+        """The arguments that make the job's submission (``operators/arguments.py``): its
+        request's and its expected runtime."""
+        return {name: getattr(self, name) for name in SUBMISSION_ARGUMENTS}
 
     def _job_request(self, default_name: str, priority: int | None) -> JobRequest:
         """The ``JobRequest`` built from the rendered arguments; they are never changed."""
@@ -545,6 +554,7 @@ class QuotaTrainingOperator(BaseOperator):
                 actor=actor,
                 priority_overridden=override is not None,
                 map_index=map_index,
+                expected_runtime_seconds=expected_runtime_seconds(self.expected_runtime),
             )
         except (SubmissionRejected, ChangeRefused, InvalidInput) as exc:
             source = f" ({QUOTA_PRIORITY_PARAM}={override} from the run's conf)" if override is not None else ""

@@ -7,6 +7,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import uuid
+from datetime import timedelta
 from types import SimpleNamespace
 from typing import Any
 
@@ -43,6 +44,8 @@ def operator_problems(**arguments: Any) -> list[str]:
         {"priority": 10000},
         {"max_pending_time": -5},
         {"preemption_retries": -1},
+        {"expected_runtime": 0},
+        {"expected_runtime": "an hour"},
     ],
     ids=[
         "count 0",
@@ -53,6 +56,8 @@ def operator_problems(**arguments: Any) -> list[str]:
         "priority too high",
         "negative pending time",
         "negative retries",
+        "an expected runtime of nothing",
+        "an expected runtime in words",
     ],
 )
 def test_the_executor_says_what_the_operator_says_under_its_own_field_names(arguments: dict[str, Any]) -> None:
@@ -85,6 +90,16 @@ def test_the_executor_says_what_the_operator_says_under_its_own_field_names(argu
 def test_a_config_that_is_not_the_quota_shape_names_the_field(config: Any, queue: str | None, problem: str) -> None:
     problems = [str(p) for p in config_problems(config, queue)]
     assert len(problems) == 1 and problems[0].startswith(problem), problems
+
+
+def test_quota_config_takes_the_expected_runtime_as_a_timedelta_or_seconds() -> None:
+    assert quota_config(share="research", instance_preferences=G5, expected_runtime=timedelta(hours=2)) == {
+        "quota": {"priority": 0, "share": "research", "instance_preferences": G5, "expected_runtime": 7200.0}
+    }
+    assert (
+        quota_config(share="research", instance_preferences=G5, expected_runtime=90)["quota"]["expected_runtime"] == 90
+    )
+    assert "expected_runtime" not in quota_config(share="research", instance_preferences=G5)["quota"]
 
 
 def test_the_task_queue_names_the_share_when_the_config_does_not() -> None:
@@ -182,7 +197,8 @@ def test_held_tasks_use_none_of_the_executors_slots() -> None:
 
 SIX_TYPES = [{"instance_type": f"ml.g5.{n}xlarge", "count": 1} for n in range(2, 8)]
 KNOWN_FIELDS = (
-    "share, instance_preferences, priority, max_pending_time, preemption_retries, checkpoint_uri, checkpoint_interval"
+    "share, instance_preferences, priority, max_pending_time, preemption_retries, checkpoint_uri, checkpoint_interval,"
+    " expected_runtime"
 )
 
 

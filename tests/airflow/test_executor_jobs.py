@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
 from typing import Any, cast
 
@@ -73,6 +74,14 @@ def test_a_task_instance_is_one_job_whatever_the_requeues(world: World) -> None:
     again = world.jobs.job_for(task("a"), arguments(), None, DAG)  # a re-queue, an adoption
     assert again.id == first.id and first.backend == "airflow"
     assert world.jobs.job_for(task("b"), arguments(), None, DAG).id != first.id
+
+
+def test_the_configs_expected_runtime_is_stored_with_the_job_for_the_forecast(world: World) -> None:
+    timed = world.jobs.job_for(task("a"), arguments(expected_runtime=timedelta(minutes=90)), None, DAG)
+    seconds = world.jobs.job_for(task("b"), arguments(expected_runtime=600), None, DAG)
+    untimed = world.jobs.job_for(task("c"), arguments(), None, DAG)
+    stored = [world.job(job.id).expected_runtime_seconds for job in (timed, seconds, untimed)]
+    assert stored == [5400.0, 600.0, None]
 
 
 def test_a_placed_job_waits_for_the_executor_then_follows_its_reports(world: World) -> None:

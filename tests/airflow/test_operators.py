@@ -82,6 +82,19 @@ def test_execute_submits_then_defers_to_a_trigger_that_owns_the_job(world: Quota
     assert ti.xcoms == {"quota_job_id": job.id}
 
 
+@pytest.mark.parametrize(
+    ("expected_runtime", "stored"),
+    [(timedelta(minutes=90), 5400.0), (600, 600.0), (None, None)],
+    ids=["a timedelta", "seconds", "not given"],
+)
+def test_the_expected_runtime_is_stored_with_the_job_for_the_forecast(
+    world: QuotaWorld, expected_runtime: timedelta | float | None, stored: float | None
+) -> None:
+    job = world.job(deferred(operator(expected_runtime=expected_runtime), context()).job_id)
+    assert job.expected_runtime_seconds == stored
+    assert "expected_runtime" not in str(job.request), "beside the request: no scheduling decision reads it"
+
+
 def test_execute_twice_and_a_retry_after_a_worker_crash_submit_once(world: QuotaWorld) -> None:
     first = deferred(operator(), context(TaskInstance()))
     again = deferred(operator(), context(TaskInstance()))
@@ -359,6 +372,12 @@ def six() -> list[dict[str, Any]]:
         ({"command": "  "}, "command: the local backend needs a non-empty string or list of strings, got '  '"),
         ({"priority": 10000}, "priority: Input should be less than or equal to 9999"),
         ({"max_pending_time": -5}, "max_pending_time: Input should be greater than 0"),
+        (
+            {"expected_runtime": timedelta(0)},
+            "expected_runtime: must be more than 0 seconds and at most ten years"
+            " (how long the training is expected to run), got 0 seconds",
+        ),
+        ({"expected_runtime": "an hour"}, "expected_runtime: must be seconds or a timedelta, got 'an hour'"),
         ({"retry_attempts": 11}, "retry_attempts: Input should be less than or equal to 10"),
         ({"job_name": "nightly run!"}, "job_name: String should match pattern '^[A-Za-z0-9_-]{1,128}$'"),
         ({"check_interval": 0}, "check_interval: must be a positive number of seconds, got 0"),
@@ -410,6 +429,8 @@ def six() -> list[dict[str, Any]]:
         "a blank command",
         "priority above 9999",
         "a negative max_pending_time",
+        "an expected runtime of nothing",
+        "an expected runtime in words",
         "eleven retry attempts",
         "a job name with a space",
         "a zero check interval",
@@ -562,6 +583,7 @@ def test_rendered_text_reads_as_the_list_or_integer_a_parameter_expects() -> Non
         "instance_preferences": '[{"instance_type": "ml.g5.xlarge", "count": "2"}]',
         "priority": "7",
         "max_pending_time": "600",
+        "expected_runtime": "5400",
         "retry_attempts": "3",
         "preemption_retries": "2",
         "command": '["python", "train.py"]',
@@ -573,6 +595,7 @@ def test_rendered_text_reads_as_the_list_or_integer_a_parameter_expects() -> Non
     assert op.argument_problems() == []
     assert op.instance_preferences == [{"instance_type": "ml.g5.xlarge", "count": 2}]
     assert (op.priority, op.max_pending_time, op.retry_attempts, op.preemption_retries) == (7, 600.0, 3, 2)
+    assert op.expected_runtime == 5400.0
     assert op.command == ["python", "train.py"]
 
 
