@@ -4,8 +4,9 @@ leader off its scheduling path: ``ForecastRefresh``.
 After a step that changed something, once ``interval`` seconds have passed since the last
 refresh began and none is in flight, the leader hands a copy of the core (a snapshot's bytes)
 to a process of its own; that process reads the runtime history from the quota database
-(finished attempts: the same Airflow task's runs, the share's, the pool's), forecasts, and
-rewrites ``quota_forecasts``. The leader only encodes the copy; the forward runs take no time
+(finished attempts: the same Airflow task's runs, the share's, the pool's) and the runtime each
+live job's author expects (``quota_jobs.expected_runtime_seconds``, the best estimate when
+given), forecasts, and rewrites ``quota_forecasts``. The leader only encodes the copy; the forward runs take no time
 from its cycles, nor its interpreter's lock. A refresh that fails is logged and the next one
 tries again: a forecast is advice, never a decision.
 """
@@ -16,7 +17,7 @@ import logging
 import multiprocessing
 from collections.abc import Mapping
 from concurrent.futures import Future, ProcessPoolExecutor
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from sqlalchemy import Engine, delete, func, select
 
@@ -115,8 +116,8 @@ def refresh(url: str, payload: bytes, now: float, runs: int | None = None) -> in
     scheduler.forget_finished()
     sessions = session_factory(engine)
     with sessions() as session, session.begin():
-        history, tasks, limits = _history(session, scheduler)
-    estimates = _estimates(scheduler, now, history, tasks, limits)
+        history, jobs = _history(session, scheduler)
+    estimates = _estimates(scheduler, now, history, jobs)
     result = forecast(scheduler, now, estimates, runs=RUNS if runs is None else runs)
     rows = _rows(scheduler, result, now)
     with sessions() as session, session.begin():
@@ -125,12 +126,25 @@ def refresh(url: str, payload: bytes, now: float, runs: int | None = None) -> in
     return len(rows)
 
 
-def _history(
-    session: Any, scheduler: QuotaScheduler
-) -> tuple[RuntimeHistory, dict[int, str | None], dict[int, float | None]]:
+class _Known(NamedTuple):
+    """What the store says of a live job's runtime, beside the core's state."""
+
+    task: str | None
+    """Its Airflow task, ``dag_id.task_id``."""
+    max_runtime: float | None
+    """The most its training may run (SageMaker's ``MaxRuntimeInSeconds``)."""
+    expected_runtime: float | None
+    """How long its author expects it to run (``expected_runtime``)."""
+
+
+_UNKNOWN = _Known(None, None, None)
+"""A live job the store does not show (none, as the snapshot comes from the store's jobs)."""
+
+
+def _history(session: Any, scheduler: QuotaScheduler) -> tuple[RuntimeHistory, dict[int, _Known]]:
     """The runtime history (the most recent finished runs, oldest first: from the training's
-    start, or its placement when no start was reported before its end), and each live job's
-    task (``dag_id.task_id``) and maximum runtime, by job id."""
+    start, or its placement when no start was reported before its end), and what the store
+    says of each live job's runtime (``_Known``), by job id."""
     finished = session.execute(
         select(
             JobRow.share,
@@ -148,14 +162,14 @@ def _history(
     for share, dag_id, task_id, started, ended in reversed(finished):
         history.add(share, max(0.0, ended - started), _task(dag_id, task_id))
     refs = [job.ref for job in scheduler.state.jobs.values() if job.ref is not None]
-    tasks: dict[int, str | None] = {}
-    limits: dict[int, float | None] = {}
-    for job_id, dag_id, task_id, training in session.execute(
-        select(JobRow.id, JobRow.dag_id, JobRow.task_id, JobRow.training).where(JobRow.id.in_(refs))
+    jobs: dict[int, _Known] = {}
+    for job_id, dag_id, task_id, training, expected in session.execute(
+        select(JobRow.id, JobRow.dag_id, JobRow.task_id, JobRow.training, JobRow.expected_runtime_seconds).where(
+            JobRow.id.in_(refs)
+        )
     ):
-        tasks[job_id] = _task(dag_id, task_id)
-        limits[job_id] = _max_runtime(training)
-    return history, tasks, limits
+        jobs[job_id] = _Known(_task(dag_id, task_id), _max_runtime(training), expected)
+    return history, jobs
 
 
 def _task(dag_id: str | None, task_id: str | None) -> str | None:
@@ -173,16 +187,20 @@ def _estimates(
     scheduler: QuotaScheduler,
     now: float,
     history: RuntimeHistory,
-    tasks: Mapping[int, str | None],
-    limits: Mapping[int, float | None],
+    jobs: Mapping[int, _Known],
 ) -> dict[int, RuntimeEstimate]:
     estimates: dict[int, RuntimeEstimate] = {}
     for seq, job in scheduler.state.jobs.items():
         if job.state.is_final or job.ref is None:
             continue
+        known = jobs.get(job.ref, _UNKNOWN)
         elapsed = job.progress + (now - job.running_since if job.running_since is not None else 0.0)
         estimates[seq] = history.estimate(
-            job.share, tasks.get(job.ref), max_runtime=limits.get(job.ref), elapsed=elapsed
+            job.share,
+            known.task,
+            expected_runtime=known.expected_runtime,
+            max_runtime=known.max_runtime,
+            elapsed=elapsed,
         )
     return estimates
 

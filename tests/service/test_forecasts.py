@@ -5,6 +5,7 @@ at 150 s, once j1's runtime is known) and a refresh in the worker process."""
 
 from __future__ import annotations
 
+import pytest
 from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session
 
@@ -12,7 +13,7 @@ from airflow_quota.core.estimates import EstimateSource
 from airflow_quota.service.forecasts import ForecastRefresh
 from airflow_quota.store.models import ForecastRow, JobRow
 from benchmarks.service_replay import ServiceReplay
-from tests.builders import job, quota, scenario, share
+from tests.builders import job, quota, request, scenario, share
 from tests.conftest import cli
 from tests.waiting import wait_for
 
@@ -52,6 +53,40 @@ def test_the_forecast_is_kept_and_shown(engine: Engine) -> None:
     assert "around" in listed.stdout and "ends around" in listed.stdout
     assert replay.run(max_steps=1000)
     assert forecasts(engine) == {}, "nothing is live at the end: no forecast is left"
+
+
+@pytest.mark.parametrize(
+    ("expected_runtime", "lead_ends", "source", "next_starts"),
+    [(250.0, 250.0, EstimateSource.AUTHOR, 250.0), (None, None, EstimateSource.NONE, None)],
+    ids=["given", "not given"],
+)
+def test_the_authors_expected_runtime_is_the_best_estimate(
+    engine: Engine,
+    expected_runtime: float | None,
+    lead_ends: float | None,
+    source: EstimateSource,
+    next_starts: float | None,
+) -> None:
+    """A job submitted with an expected runtime (the operator's ``expected_runtime``, stored as
+    ``expected_runtime_seconds``) is forecast to run that long and says so; the job waiting
+    behind it is expected to start when it ends, before any run has finished. Without it, no
+    history can say yet: neither is forecast."""
+    replay = ServiceReplay(
+        scenario(quota({G5: 1}, share("A", {G5: 1})), job("j1", "A", (G5, 1), duration=100)),
+        engine,
+        service_options={"forecast_interval": 0.0, "forecast_inline": True},
+    )
+    origin = replay.origin
+    replay.durations["lead"] = 100  # how long it truly runs: the forecast is not told
+    replay.ids["lead"] = replay.store.submit(
+        request("lead", "A", (G5, 1)), "fake", {"startup": 0, "failures": []}, expected_runtime_seconds=expected_runtime
+    ).id
+    assert replay.advance()  # at the start: lead (submitted first) is placed, j1 waits for it
+    kept = forecasts(engine)
+    assert set(kept) == {"lead", "j1"}
+    assert kept["lead"].source == source.value
+    assert kept["lead"].end == (None if lead_ends is None else origin + lead_ends)
+    assert kept["j1"].start == (None if next_starts is None else origin + next_starts)
 
 
 def test_a_refresh_runs_in_a_process_of_its_own(sqlite_url: str) -> None:
