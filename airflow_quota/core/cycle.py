@@ -33,7 +33,7 @@ from __future__ import annotations
 
 from datetime import datetime, timezone
 
-from airflow_quota.core.config import QuotaConfig
+from airflow_quota.core.config import QuotaConfig, Share
 from airflow_quota.core.guarantees import GuaranteeWatch
 from airflow_quota.core.index import PLACERS, IndexName, fast
 from airflow_quota.core.lifecycle import TYPE, Lifecycle, queued
@@ -155,6 +155,8 @@ class QuotaScheduler:
         job.priority = priority
         if waits:
             self.state.enqueue(job)
+            if job.past_threshold and not job.starving:
+                self.state.overtakes.watch(job)  # still past its threshold: the next overtaking makes it starve
             self.state.changes.jobs.add(job.seq)
         if running:
             assert job.placement is not None
@@ -178,15 +180,16 @@ class QuotaScheduler:
         """A new configuration takes effect in the next cycle (docs/model.md rule 5.2). A changed
         wait before in-share preemption, or a changed starvation threshold, applies to the jobs
         already waiting, counted from when they became RUNNABLE."""
-        thresholds = {name: share.starvation_after_seconds for name, share in self.state.shares.items()}
+        thresholds = {name: _threshold_settings(share) for name, share in self.state.shares.items()}
         self.state.load_config(config, now)
         self._plan_timers()
-        for seq in self.state.live_names.values():  # a wait or a threshold changed
+        for seq in self.state.live_names.values():  # a wait changed
             job = self.state.jobs[seq]
             if queued(job):
                 self.lifecycle.await_patience(job, now)
-                if thresholds.get(job.share) != self.state.shares[job.share].starvation_after_seconds:
-                    self.lifecycle.await_starvation(job, now)
+        for name, share in self.state.shares.items():
+            if thresholds.get(name) != _threshold_settings(share):
+                self.lifecycle.threshold_changed(name, now)
         return self.lifecycle.flush()
 
     def set_provider_available(self, instance_type: str, available: int | None, now: float) -> None:
@@ -295,3 +298,8 @@ class QuotaScheduler:
             work.improved |= self.state.jobs[seq].instance_types
         self._guarantees.check(life, now, work.improved)  # 6, where anything changed
         return life.flush()
+
+
+def _threshold_settings(share: Share) -> tuple[float | None, float, float]:
+    """What a share's starvation threshold is made of in its configuration."""
+    return (share.starvation_after_seconds, share.starvation_multiple, share.starvation_min_seconds)

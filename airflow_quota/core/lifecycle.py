@@ -29,6 +29,7 @@ from airflow_quota.core.model import (
     Requeued,
     Succeeded,
 )
+from airflow_quota.core.normal_wait import Threshold, starvation_threshold
 from airflow_quota.core.state import QuotaState
 
 # timer kinds
@@ -73,6 +74,8 @@ class Lifecycle:
         self.state = state
         self._timers: list[tuple[float, int, int, Any]] = []
         self._timer_seq = 0
+        self._starve_due: dict[str, float] = {}
+        """Share → when its next job passes its starvation threshold: its one live STARVE timer."""
         self._ready: list[int] = []
         """Preemptors whose victims have all stopped: placed at the next cycle."""
         self._out: list[Decision] = []
@@ -92,13 +95,15 @@ class Lifecycle:
     def _stale(self, at: float, kind: int, payload: Any) -> bool:
         if kind == TYPE:
             return False
+        if kind == STARVE:
+            return self._starve_due.get(payload) != at
         seq, since = payload
         job = self.state.jobs.get(seq)  # None: finished and forgotten (``QuotaScheduler.forget_finished``)
         if job is None or not queued(job) or job.runnable_since != since:
             return True
         if kind == DEADLINE:
             return job.pending_deadline != at
-        return job.starving if kind == STARVE else False
+        return False
 
     def timer(self, at: float, kind: int, payload: Any) -> None:
         self._timer_seq += 1
@@ -113,6 +118,9 @@ class Lifecycle:
                 continue
             if self._stale(at, kind, payload):
                 continue
+            if kind == STARVE:
+                self.judge_waits(payload, now)
+                continue
             job = state.jobs[payload[0]]
             if kind == DEADLINE:
                 state.dequeue(job)
@@ -122,14 +130,6 @@ class Lifecycle:
                     f"RUNNABLE for {job.request.max_pending_seconds:g} s (max_pending_seconds)",
                     now,
                 )
-            elif kind == STARVE:
-                due = job.runnable_since + state.shares[job.share].starvation_after_seconds
-                if due > now:
-                    self.timer(due, STARVE, payload)  # the threshold was raised meanwhile
-                elif state.overtakes.overtaken(job) > 0:
-                    self.start_starving(job, now)
-                else:
-                    state.overtakes.watch(job)  # queueing, not starving, until someone overtakes it
             elif kind == PATIENCE:
                 ends = patience_ends(state, job)
                 if ends is not None and ends > now:
@@ -143,17 +143,55 @@ class Lifecycle:
         if ends is not None and ends > now:
             self.timer(ends, PATIENCE, (job.seq, job.runnable_since))
 
-    def await_starvation(self, job: Job, now: float) -> None:
-        """After a configuration change (docs/model.md rule 5.2), the queued job's starvation
-        threshold is its share's new one: a cycle when it falls due, or the next cycle when the
-        job is past it already. A job no longer past it is not watched for overtaking until then.
-        A job starving already stays so."""
-        if job.starving:
+    def threshold(self, share: str) -> Threshold:
+        """The share's starvation threshold now (docs/model.md rule 8.2)."""
+        return starvation_threshold(self.state.shares[share], self.state.recent_waits[share])
+
+    def await_starvation(self, share: str, now: float) -> None:
+        """A cycle when the share's earliest job not yet past its threshold will be, at the
+        threshold as it is now; one timer a share, moved whenever the threshold or that job
+        changes (a job becomes RUNNABLE, the share places one, the configuration changes)."""
+        unjudged = self.state.queues[share].unjudged
+        if not unjudged:
+            self._starve_due.pop(share, None)
             return
-        due = job.runnable_since + self.state.shares[job.share].starvation_after_seconds
-        if due > now:
-            self.state.overtakes.unwatch(job)
-        self.timer(max(due, now), STARVE, (job.seq, job.runnable_since))
+        due = max(now, unjudged[0][0] + self.threshold(share).seconds)
+        if self._starve_due.get(share) != due:
+            self._starve_due[share] = due
+            self.timer(due, STARVE, share)
+
+    def judge_waits(self, share: str, now: float) -> None:
+        """The share's jobs now past its threshold (rule 8.2): those already overtaken start
+        starving, the others are watched (queueing, not starving, until someone overtakes them)."""
+        state = self.state
+        unjudged = state.queues[share].unjudged
+        threshold = self.threshold(share).seconds
+        while unjudged and unjudged[0][0] + threshold <= now:
+            _, seq = unjudged.pop(0)
+            job = state.jobs[seq]
+            job.past_threshold = True
+            if state.overtakes.overtaken(job) > 0:
+                self.start_starving(job, now)
+            else:
+                state.overtakes.watch(job)
+        self._starve_due.pop(share, None)
+        self.await_starvation(share, now)
+
+    def threshold_changed(self, share: str, now: float) -> None:
+        """The share's threshold settings changed (docs/model.md rule 5.2): a job past the old
+        threshold but not the new one is no longer watched for overtaking; one past the new
+        threshold is judged at the next cycle. A job starving already stays so."""
+        state = self.state
+        queue = state.queues[share]
+        threshold = self.threshold(share).seconds
+        for key in queue.runnable:
+            job = state.jobs[key[2]]
+            if job.past_threshold and not job.starving and job.runnable_since + threshold > now:
+                state.overtakes.unwatch(job)
+                job.past_threshold = False
+                queue.unjudged.add((job.runnable_since, job.seq))
+        self._starve_due.pop(share, None)
+        self.await_starvation(share, now)
 
     def ready(self) -> tuple[int, ...]:
         """The preemptors whose victims have all stopped, placed at the next cycle."""
@@ -183,6 +221,7 @@ class Lifecycle:
         job.placement = None
         job.stopping = False
         job.starving = False
+        job.past_threshold = False
         job.running_since = None
         job.runnable_since = now
         max_pending = job.request.max_pending_seconds
@@ -193,10 +232,10 @@ class Lifecycle:
             job.pending_deadline = start + max_pending
         if job.pending_deadline is not None:
             self.timer(job.pending_deadline, DEADLINE, (job.seq, now))
-        self.timer(now + state.shares[job.share].starvation_after_seconds, STARVE, (job.seq, now))
         self.await_patience(job, now)
         state.enqueue(job)
         state.overtakes.became_runnable(job)
+        self.await_starvation(job.share, now)
         state.changes.jobs.add(job.seq)
 
     def place(self, job: Job, entry: Entry, borrowed: int, now: float, why: str) -> None:
@@ -221,6 +260,8 @@ class Lifecycle:
         self.move(job, JobState.SCHEDULED)
         job.attempts += 1
         job.wait_seconds += now - job.runnable_since
+        state.recent_waits[job.share].add(now - job.runnable_since)
+        self.await_starvation(job.share, now)
         job.pending_deadline = None
         job.last_placement = placement.entry
         job.last_borrowed = placement.borrowed
@@ -373,13 +414,15 @@ class Lifecycle:
         for seq in state.overtakes.placed(job, entry.instance_type, borrowed > 0):
             other = state.jobs[seq]
             if queued(other) and not other.starving:
-                self.start_starving(other, now)
+                self.start_starving(other, now, job)
 
-    def start_starving(self, job: Job, now: float) -> None:
+    def start_starving(self, job: Job, now: float, overtaker: Job | None = None) -> None:
         """Past its threshold and overtaken (docs/model.md rules 8.2 to 8.4): the alert, and a reservation
         when it is the first starving job of its share. A job ahead of the share's holder takes
         the reservation over at once, in the middle of the cycle too: the types the former holder
-        reserved got easier for the jobs behind it (``ShareQueue.add_starving``)."""
+        reserved got easier for the jobs behind it (``ShareQueue.add_starving``). The alert names
+        ``overtaker``, the placement that made it starve, or else the latest-submitted job that
+        overtook it."""
         state = self.state
         queue = state.queues[job.share]
         job.starving = True
@@ -387,7 +430,14 @@ class Lifecycle:
         age = now - job.runnable_since
         if AlertKind.STARVING not in job.alerts:
             overtaken = state.overtakes.overtaken(job)
-            reason = f"RUNNABLE for {age:g} s, overtaken by {overtaken} later placement{'s' * (overtaken != 1)}"
+            if overtaker is None:
+                latest = state.overtakes.latest_overtaker(job)
+                overtaker = state.jobs.get(latest) if latest is not None else None
+            by = f", latest {overtaker.name} ({overtaker.share})" if overtaker is not None else ""
+            reason = (
+                f"RUNNABLE for {age:g} s, {self.threshold(job.share).past(age)}; "
+                f"overtaken by {overtaken} later placement{'s' * (overtaken != 1)}{by}"
+            )
             self.alert(job, AlertKind.STARVING, reason, now, age, overtaken)
 
     def alert(

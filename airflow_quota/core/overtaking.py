@@ -80,6 +80,13 @@ class OvertakeLog:
         """Placements of later jobs that overtook ``job`` since it last became RUNNABLE."""
         return self._count(job) - self._baseline.get(job.seq, 0)
 
+    def latest_overtaker(self, job: Job) -> int | None:
+        """The seq of the latest-submitted job placed in ``job``'s channels after it in
+        submission order (one that overtook it, or, for a job requeued since, may have before)."""
+        later = [placers[-1] for channel in self.channels(job) if (placers := self._placers.get(channel))]
+        latest = max(later, default=None)
+        return latest if latest is not None and latest > job.seq else None
+
     def watch(self, job: Job) -> None:
         """``job`` is past its threshold and nobody overtook it yet: the next overtaking
         placement makes it starve. Watching a watched job changes nothing."""
@@ -89,6 +96,10 @@ class OvertakeLog:
         self._watching[job.seq] = channels
         for channel in channels:
             self._watched[channel].add(job.seq)
+
+    def watched(self) -> frozenset[int]:
+        """The seqs of the watched jobs."""
+        return frozenset(self._watching)
 
     def unwatch(self, job: Job) -> None:
         """``job`` is no longer past its threshold (its share's was raised): an overtaking

@@ -78,6 +78,7 @@ class ShareQueue:
         "sizes",
         "starving",
         "starving_types",
+        "unjudged",
         "version",
     )
 
@@ -101,6 +102,9 @@ class ShareQueue:
         self.starving: SortedList = SortedList()
         """Keys of the share's starving RUNNABLE jobs; the first holds the share's reservation."""
         self.starving_types: dict[JobKey, frozenset[str]] = {}
+        self.unjudged: SortedList = SortedList()
+        """(runnable since, seq) of the RUNNABLE jobs not yet past the share's starvation
+        threshold: the earliest is the next to pass it (docs/model.md rule 8.2)."""
         self.version = 0
         """Bumped whenever the RUNNABLE jobs change: what is derived from them is kept until then."""
         self._levels: tuple[int, dict[int, tuple[float, int]]] | None = None
@@ -127,6 +131,8 @@ class ShareQueue:
         key = job.key
         self.version += 1
         self.runnable.add(key)
+        if not job.past_threshold:
+            self.unjudged.add((job.runnable_since, job.seq))
         for entry in job.entries:
             bucket = self.buckets.get((entry.instance_type, entry.count))
             if bucket is None:
@@ -152,6 +158,7 @@ class ShareQueue:
         key = job.key
         self.version += 1
         self.runnable.remove(key)
+        self.unjudged.discard((job.runnable_since, job.seq))
         released = []
         for entry in job.entries:
             bucket = self.buckets[(entry.instance_type, entry.count)]

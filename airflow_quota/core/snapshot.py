@@ -30,16 +30,21 @@ import hashlib
 import importlib
 import io
 import json
+import heapq
 import pickle
 import zlib
 from collections.abc import Callable
 from typing import Any
 
 from pydantic import BaseModel
+from sortedcontainers import SortedList
 
+from airflow_quota.core.config import Share
 from airflow_quota.core.cycle import QuotaScheduler
+from airflow_quota.core.lifecycle import STARVE, queued
+from airflow_quota.core.normal_wait import RecentWaits
 
-SNAPSHOT_FORMAT = 2
+SNAPSHOT_FORMAT = 3
 """The format ``encode`` writes."""
 
 MAGIC = b"airflow-quota snapshot\n"
@@ -70,6 +75,7 @@ SNAPSHOT_CLASSES: tuple[str, ...] = (
     "airflow_quota.core.model.PreemptionRecord",
     "airflow_quota.core.model.PreferenceEntry",
     "airflow_quota.core.model.UsageLine",
+    "airflow_quota.core.normal_wait.RecentWaits",
     "airflow_quota.core.overtaking.OvertakeLog",
     "airflow_quota.core.queues.ShareQueue",
     "airflow_quota.core.quota.Plan",
@@ -82,6 +88,7 @@ SNAPSHOT_CLASSES: tuple[str, ...] = (
 OTHER_CLASSES: frozenset[tuple[str, str]] = frozenset(
     {
         ("collections", "defaultdict"),
+        ("collections", "deque"),
         ("datetime", "datetime"),
         ("datetime", "timedelta"),
         ("datetime", "timezone"),
@@ -94,7 +101,7 @@ OTHER_CLASSES: frozenset[tuple[str, str]] = frozenset(
 )
 """What else a state holds: containers and time, no code."""
 
-LAYOUTS: dict[int, str] = {1: "89e33aa89e88b552", 2: "1e68f23d590979a6"}
+LAYOUTS: dict[int, str] = {1: "89e33aa89e88b552", 2: "1e68f23d590979a6", 3: "5e7ebc9fd6616b52"}
 """Each format's ``core_layout``: a snapshot of format N loads only into classes laid out so."""
 
 
@@ -204,13 +211,51 @@ def _load_format_1(header: dict[str, Any], body: bytes) -> QuotaScheduler:
         if job.placement is not None:
             holding[job.share] = holding.get(job.share, 0) + 1
     state.holding_jobs = holding
+    return _adapt_starvation(scheduler)
+
+
+def _adapt_starvation(scheduler: QuotaScheduler) -> QuotaScheduler:
+    """Format 2 into 3, before the adaptive starvation threshold (docs/model.md rule 8.2, model
+    v5): a share that left ``starvation_after_seconds`` at its old default of 48 h now adapts; one
+    that set it keeps its fixed threshold. No share's recent waits were kept: each share's normal
+    wait is learnt anew from its next placements (48 h until it is known). A starvation timer a
+    job becomes one a share, for its jobs not yet past the threshold (``await_starvation``)."""
+    state = scheduler.state
+    for share in [*state.config.shares, *state.shares.values()]:
+        if "starvation_after_seconds" not in share.model_fields_set:
+            share.__dict__["starvation_after_seconds"] = None
+        for name in ("starvation_multiple", "starvation_min_seconds"):
+            share.__dict__.setdefault(name, Share.model_fields[name].default)
+    state.recent_waits = {name: RecentWaits() for name in state.shares}
+    lifecycle = scheduler.lifecycle
+    lifecycle._timers = [timer for timer in lifecycle._timers if timer[2] != STARVE]  # one a job, then
+    heapq.heapify(lifecycle._timers)
+    lifecycle._starve_due = {}
+    watched = state.overtakes.watched()
+    for queue in state.queues.values():
+        queue.unjudged = SortedList()
+    for job in state.jobs.values():
+        job.past_threshold = job.starving or job.seq in watched
+        if queued(job) and not job.past_threshold:
+            state.queues[job.share].unjudged.add((job.runnable_since, job.seq))
+    for name in state.shares:
+        lifecycle.await_starvation(name, 0.0)
     return scheduler
 
 
 def _load_format_2(header: dict[str, Any], body: bytes) -> QuotaScheduler:
     """Format 2: the pickled ``QuotaScheduler``, its classes laid out as ``LAYOUTS[2]``."""
-    return _load_pickled(header, body, 2)
+    return _adapt_starvation(_load_pickled(header, body, 2))
 
 
-LOADERS: dict[int, Callable[[dict[str, Any], bytes], QuotaScheduler]] = {1: _load_format_1, 2: _load_format_2}
+def _load_format_3(header: dict[str, Any], body: bytes) -> QuotaScheduler:
+    """Format 3: the pickled ``QuotaScheduler``, its classes laid out as ``LAYOUTS[3]``."""
+    return _load_pickled(header, body, 3)
+
+
+LOADERS: dict[int, Callable[[dict[str, Any], bytes], QuotaScheduler]] = {
+    1: _load_format_1,
+    2: _load_format_2,
+    3: _load_format_3,
+}
 """Each format this version reads, and how."""

@@ -14,6 +14,7 @@ from airflow_quota.core.catalogue import InstanceTypeSpec
 from airflow_quota.core.config import QuotaConfig, Share, instant_seconds
 from airflow_quota.core.measures import Meter, charge
 from airflow_quota.core.model import Entry, Job, Placement
+from airflow_quota.core.normal_wait import RecentWaits
 from airflow_quota.core.overtaking import OvertakeLog
 from airflow_quota.core.queues import ShareQueue
 from airflow_quota.core.quota import Block, Plan, TypeLedger, holding_caps
@@ -77,6 +78,8 @@ class QuotaState:
     holding_jobs: dict[str, int] = field(default_factory=dict)
     """How many of each share's jobs hold capacity (placed, or holding it for their victims):
     what ``max_running_jobs`` bounds (docs/model.md rule 4.0.6)."""
+    recent_waits: dict[str, RecentWaits] = field(default_factory=dict)
+    """Each share's latest waits: what is normal there (docs/model.md rule 8.2)."""
 
     def __post_init__(self) -> None:
         self.load_config(self.config, 0.0)
@@ -100,6 +103,7 @@ class QuotaState:
                 queue.set_patience(patience, [self.jobs[key[2]] for key in queue.runnable])
             self.share_usage.setdefault(name, 0)
             self.holding_jobs.setdefault(name, 0)
+            self.recent_waits.setdefault(name, RecentWaits())
             self.share_limit[name] = sum(share.capacity_limits.values())
         self.borrowing_shares = tuple(name for name, share in self.shares.items() if share.borrows)
         self.in_share_shares = frozenset(name for name, share in self.shares.items() if share.in_share_preemption)

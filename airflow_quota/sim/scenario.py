@@ -77,6 +77,8 @@ class ShareUpdate(_Model):
     preemption_protection_seconds: float | None = None
     preemption_grace_seconds: float | None = None
     starvation_after_seconds: float | None = None
+    starvation_multiple: float | None = None
+    starvation_min_seconds: float | None = None
     starvation_reservation: bool | None = None
     max_priority: int | None = None
     require_checkpoint: bool | None = None

@@ -6,6 +6,7 @@ the format, so a change to them cannot slip by without a new format and its load
 from __future__ import annotations
 
 import pickle
+from collections import deque
 from datetime import datetime
 from enum import Enum
 from pathlib import Path
@@ -19,6 +20,7 @@ from sortedcontainers import SortedList
 
 from airflow_quota.core import snapshot
 from airflow_quota.core.cycle import QuotaScheduler
+from airflow_quota.core.lifecycle import STARVE
 from airflow_quota.core.model import Decision, Rejected
 from airflow_quota.service.inputs import apply, from_row
 from airflow_quota.sim.scenario import LoadedScenario
@@ -71,7 +73,7 @@ def comparable(value: Any, seen: dict[int, int] | None = None) -> Any:
     if isinstance(value, dict):
         pairs = [(comparable(k, seen), comparable(v, seen)) for k, v in value.items()]
         return ("dict", sorted(pairs, key=repr))
-    if isinstance(value, (list, tuple, SortedList)):
+    if isinstance(value, (list, tuple, SortedList, deque)):
         return (type(value).__name__, [comparable(v, seen) for v in value])
     if isinstance(value, datetime):
         return value.isoformat()
@@ -135,11 +137,11 @@ def test_forgetting_the_finished_jobs_keeps_the_snapshot_to_the_live_ones() -> N
     ("damage", "why"),
     [
         (lambda data: b"not a snapshot" + data, "does not start as a snapshot does"),
-        (lambda data: data.replace(b'"format": 2', b'"format": 99'), "format 99; this version reads formats 1, 2"),
-        (lambda data: data.replace(b'"format": 2', b'"format": 0'), "format 0"),
+        (lambda data: data.replace(b'"format": 3', b'"format": 99'), "format 99; this version reads formats 1, 2, 3"),
+        (lambda data: data.replace(b'"format": 3', b'"format": 0'), "format 0"),
         (lambda data: data.replace(b'{"format"', b'{"fromat"'), "header is damaged"),
         (lambda data: data[: len(data) // 2], "body is damaged"),
-        (lambda data: data.replace(snapshot.LAYOUTS[2].encode(), b"0" * 16), "laid out as 0000000000000000"),
+        (lambda data: data.replace(snapshot.LAYOUTS[3].encode(), b"0" * 16), "laid out as 0000000000000000"),
     ],
 )
 def test_a_snapshot_that_cannot_be_read_says_why(damage: Any, why: str) -> None:
@@ -181,5 +183,47 @@ def stored_state() -> QuotaScheduler:
 
 @pytest.mark.parametrize("version", sorted(snapshot.LOADERS))
 def test_a_stored_snapshot_of_every_format_loads_as_its_log_replays(version: int) -> None:
+    """Formats before 3 kept no share's recent waits: they load with none, to be learnt anew."""
     loaded = snapshot.decode((STORED / f"format-{version}.snapshot").read_bytes())
-    assert whole_state(loaded) == whole_state(stored_state())
+    replayed = stored_state()
+    if version < 3:
+        assert all(len(waits) == 0 for waits in loaded.state.recent_waits.values())
+        assert set(loaded.state.recent_waits) == set(replayed.state.shares)
+        assert sum(len(waits) for waits in replayed.state.recent_waits.values()) > 0
+        replayed.state.recent_waits = loaded.state.recent_waits
+        assert_one_starvation_timer_a_share(loaded)
+        for scheduler in (loaded, replayed):  # a timer a job then, a timer a share now
+            lifecycle = scheduler.lifecycle
+            lifecycle._timers = sorted((at, 0, kind, what) for at, _, kind, what in lifecycle._timers if kind != STARVE)
+            lifecycle._timer_seq = 0
+            lifecycle._starve_due = {}
+            attributes = sorted(vars(lifecycle).items())
+            vars(lifecycle).clear()
+            vars(lifecycle).update(attributes)
+    assert whole_state(loaded) == whole_state(replayed)
+
+
+def assert_one_starvation_timer_a_share(scheduler: QuotaScheduler) -> None:
+    """Each share with jobs not yet past its threshold has one STARVE timer, when the earliest
+    of them passes it."""
+    lifecycle = scheduler.lifecycle
+    live = {t[3]: t[0] for t in lifecycle._timers if t[2] == STARVE}
+    expected = {
+        name: queue.unjudged[0][0] + lifecycle.threshold(name).seconds
+        for name, queue in scheduler.state.queues.items()
+        if queue.unjudged
+    }
+    assert expected and live == expected
+
+
+def test_a_format_2_share_at_the_old_default_threshold_adapts_and_a_set_one_stays() -> None:
+    """The stored state's shares set ``starvation_after_seconds``: they keep it. A share that
+    left it at v4's default of 48 h has it no longer (its threshold adapts, rule 8.2)."""
+    loaded = snapshot.decode((STORED / "format-2.snapshot").read_bytes())
+    assert {share.starvation_after_seconds for share in loaded.state.shares.values()} == {1800}
+    share = next(iter(loaded.state.shares.values()))
+    share.__pydantic_fields_set__.discard("starvation_after_seconds")
+    share.__dict__.pop("starvation_multiple")
+    snapshot._adapt_starvation(loaded)
+    assert share.starvation_after_seconds is None
+    assert share.starvation_multiple == 8
