@@ -129,8 +129,8 @@ class Share(_Model):
     starvation_after_seconds: float | None = Field(default=None, gt=0)
     """A fixed starvation threshold (docs/model.md rule 8.2). None, the default: the threshold
     adapts to the share's recent waits (``starvation_multiple`` times its normal wait, at least
-    ``starvation_min_seconds``). A fixed 48 h, tuned on ITP, alerted on 41% of jobs when ITP's
-    pool was halved; the adaptive one on 1.9% (BENCHMARKS.md, "Starvation that adapts")."""
+    ``starvation_min_seconds``). A fixed 48 h, tuned on ITP, alerted on 42% of jobs when ITP's
+    pool was halved; the adaptive one on 1.8% (BENCHMARKS.md, "Starvation that adapts")."""
     starvation_multiple: float = Field(default=8, ge=1)
     """How many times its share's normal wait a job waits before it may be starving."""
     starvation_min_seconds: float = Field(default=7200, ge=0)

@@ -430,10 +430,8 @@ class Lifecycle:
         age = now - job.runnable_since
         if AlertKind.STARVING not in job.alerts:
             overtaken = state.overtakes.overtaken(job)
-            if overtaker is None:
-                latest = state.overtakes.latest_overtaker(job)
-                overtaker = state.jobs.get(latest) if latest is not None else None
-            by = f", latest {overtaker.name} ({overtaker.share})" if overtaker is not None else ""
+            latest = f"{overtaker.name} ({overtaker.share})" if overtaker else state.overtakes.latest_overtaker(job)
+            by = f", latest {latest}" if latest else ""
             reason = (
                 f"RUNNABLE for {age:g} s, {self.threshold(job.share).past(age)}; "
                 f"overtaken by {overtaken} later placement{'s' * (overtaken != 1)}{by}"

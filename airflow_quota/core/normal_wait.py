@@ -81,4 +81,6 @@ def starvation_threshold(share: Share, waits: RecentWaits) -> Threshold:
     normal = waits.normal()
     if normal is None:
         return Threshold(max(share.starvation_min_seconds, UNKNOWN_NORMAL_SECONDS))
-    return Threshold(max(share.starvation_min_seconds, share.starvation_multiple * normal), normal, drawn_from=len(waits))
+    return Threshold(
+        max(share.starvation_min_seconds, share.starvation_multiple * normal), normal, drawn_from=len(waits)
+    )

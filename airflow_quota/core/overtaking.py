@@ -46,10 +46,13 @@ def _later(placers: SortedList | None, seq: int) -> int:
 class OvertakeLog:
     """Placements by channel, the count each RUNNABLE job started from, and watched jobs."""
 
-    __slots__ = ("_baseline", "_placers", "_prune_at", "_recorded", "_watched", "_watching")
+    __slots__ = ("_baseline", "_names", "_placers", "_prune_at", "_recorded", "_watched", "_watching")
 
     def __init__(self) -> None:
         self._placers: defaultdict[Channel, SortedList] = defaultdict(SortedList)
+        self._names: dict[int, str] = {}
+        """seq → "name (share)" of each placer the log holds, for the alerts (a finished job
+        may be forgotten by the state before the log forgets its placement)."""
         self._baseline: dict[int, int] = {}
         """seq → overtaking placements already counted when the job last became RUNNABLE."""
         self._watched: defaultdict[Channel, SortedList] = defaultdict(SortedList)
@@ -80,12 +83,12 @@ class OvertakeLog:
         """Placements of later jobs that overtook ``job`` since it last became RUNNABLE."""
         return self._count(job) - self._baseline.get(job.seq, 0)
 
-    def latest_overtaker(self, job: Job) -> int | None:
-        """The seq of the latest-submitted job placed in ``job``'s channels after it in
+    def latest_overtaker(self, job: Job) -> str | None:
+        """ "name (share)" of the latest-submitted job placed in ``job``'s channels after it in
         submission order (one that overtook it, or, for a job requeued since, may have before)."""
         later = [placers[-1] for channel in self.channels(job) if (placers := self._placers.get(channel))]
         latest = max(later, default=None)
-        return latest if latest is not None and latest > job.seq else None
+        return self._names.get(latest) if latest is not None and latest > job.seq else None
 
     def watch(self, job: Job) -> None:
         """``job`` is past its threshold and nobody overtook it yet: the next overtaking
@@ -116,6 +119,7 @@ class OvertakeLog:
         overtakes (earlier jobs of its share, or of any share when it borrows), now unwatched."""
         channel: Channel = instance_type if borrows else (job.share, instance_type)
         self._placers[channel].add(job.seq)
+        self._names[job.seq] = f"{job.name} ({job.share})"
         self._recorded += 1
         if self._recorded >= self._prune_at:
             self._prune()
@@ -135,6 +139,7 @@ class OvertakeLog:
         earliest = min(self._baseline, default=None)
         for placers in self._placers.values():
             del placers[: len(placers) if earliest is None else placers.bisect_right(earliest)]
+        self._names = {seq: name for seq, name in self._names.items() if earliest is not None and seq > earliest}
         self._recorded = 0
         self._prune_at = max(PRUNE_AFTER, self.held())
 

@@ -270,7 +270,8 @@ def test_the_task_log_shows_each_alert_of_its_job_once(world: QuotaWorld, capsys
     ]
     assert warnings == [
         f"quota alert STARVING: job {late.id} (late) in share research: RUNNABLE for 61 s, "
-        "overtaken by 1 later placement, position 1 in its share"
+        "past its threshold of 60 s (starvation_after_seconds); overtaken by 1 later placement, "
+        "latest small (research), position 1 in its share"
     ]
 
 

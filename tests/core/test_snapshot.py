@@ -191,6 +191,8 @@ def test_a_stored_snapshot_of_every_format_loads_as_its_log_replays(version: int
         assert set(loaded.state.recent_waits) == set(replayed.state.shares)
         assert sum(len(waits) for waits in replayed.state.recent_waits.values()) > 0
         replayed.state.recent_waits = loaded.state.recent_waits
+        assert loaded.state.overtakes._names == {}  # placers' names, for the alerts: kept from format 3
+        replayed.state.overtakes._names = {}
         assert_one_starvation_timer_a_share(loaded)
         for scheduler in (loaded, replayed):  # a timer a job then, a timer a share now
             lifecycle = scheduler.lifecycle

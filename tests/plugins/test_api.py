@@ -300,7 +300,11 @@ def test_alerts_and_which_are_still_open(viewer: Any) -> None:
         ("STARVING", "qs1-high", False, "RUNNING"),  # placed again at 7800 s: closed
         ("STARVING", "qs1-med", True, "RUNNABLE"),
     ]
-    assert alerts[1]["reason"] == "RUNNABLE for 3600 s, overtaken by 1 later placement" and alerts[1]["position"] == 2
+    assert alerts[1]["reason"] == (
+        "RUNNABLE for 3600 s, past its threshold of 3600 s (starvation_after_seconds); "
+        "overtaken by 1 later placement, latest qs1-low (qs1)"
+    )
+    assert alerts[1]["position"] == 2
     opened = viewer.get("/quota/api/alerts", params={"open": "true"}).json()["alerts"]
     assert [a["job"] for a in opened] == ["qs1-med"]
     assert viewer.get("/quota/api/alerts", params={"share": "qs2"}).json()["alerts"] == []

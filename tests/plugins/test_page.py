@@ -358,7 +358,13 @@ def test_preemption_history_and_open_alerts(quotas: WebDriver, screenshots: Path
         ["qs1-med (qs1)", "CROSS_SHARE", "qs2-job (qs2)", "1× ml.g5.xlarge"],
     ]
     assert [row[:4] for row in texts(browser, "#alerts tbody tr")] == [
-        ["STARVING", "qs1-med", "qs1", "RUNNABLE for 3600 s, overtaken by 1 later placement"]
+        [
+            "STARVING",
+            "qs1-med",
+            "qs1",
+            "RUNNABLE for 3600 s, past its threshold of 3600 s (starvation_after_seconds); "
+            "overtaken by 1 later placement, latest qs1-low (qs1)",
+        ]
     ]
     # times in the page's words are core.human_time's, for the API's figures
     lost = steady(

@@ -126,20 +126,23 @@ def test_a_starving_job_raises_one_alert_sent_once_through_the_notifier(
             "key": "ops",
             "subject": "[quota] STARVING late",
             "message": f"quota alert STARVING: job {job} (late) in share research: RUNNABLE for 60 s, "
-            "overtaken by 1 later placement, position 1 in its share (waiting 60 s)",
+            "past its threshold of 60 s (starvation_after_seconds); overtaken by 1 later placement, "
+            "latest small (research), position 1 in its share (waiting 60 s)",
             "alert": {
                 "id": 1,
                 "kind": "STARVING",
                 "job_id": job,
                 "job_name": "late",
                 "share": "research",
-                "reason": "RUNNABLE for 60 s, overtaken by 1 later placement",
+                "reason": "RUNNABLE for 60 s, past its threshold of 60 s (starvation_after_seconds); "
+                "overtaken by 1 later placement, latest small (research)",
                 "age_seconds": 60.0,
                 "position": 1,
                 "at": "1970-01-01T00:17:41+00:00",
                 "timestamp": 1061.0,
                 "message": f"quota alert STARVING: job {job} (late) in share research: RUNNABLE for 60 s, "
-                "overtaken by 1 later placement, position 1 in its share",
+                "past its threshold of 60 s (starvation_after_seconds); overtaken by 1 later placement, "
+                "latest small (research), position 1 in its share",
                 "dag_id": None,
                 "task_id": None,
                 "run_id": None,
@@ -237,7 +240,8 @@ def test_without_notifiers_alerts_go_to_the_log(sqlite_engine: Engine, caplog: p
     job = world.late.id
     assert lines(caplog, "quota alert") == [
         f"quota alert STARVING: job {job} (late) in share research: RUNNABLE for 60 s, "
-        "overtaken by 1 later placement, position 1 in its share"
+        "past its threshold of 60 s (starvation_after_seconds); overtaken by 1 later placement, "
+        "latest small (research), position 1 in its share"
     ]
     assert [r.levelname for r in caplog.records if r.getMessage().startswith("quota alert")] == ["WARNING"]
 
@@ -280,7 +284,8 @@ def test_the_readme_sns_example_publishes_through_the_amazon_provider(
         (
             "[quota] STARVING: late in research",
             f"quota alert STARVING: job {world.late.id} (late) in share research: RUNNABLE for 60 s, "
-            "overtaken by 1 later placement, position 1 in its share",
+            "past its threshold of 60 s (starvation_after_seconds); overtaken by 1 later placement, "
+            "latest small (research), position 1 in its share",
         )
     ]
 
