@@ -26,6 +26,7 @@ from airflow_quota.core.estimates import EstimateSource, RuntimeEstimate
 from airflow_quota.core.inputs import AttemptRunning
 from airflow_quota.core.lifecycle import queued
 from airflow_quota.core.model import Decision, Entry, Job, JobState, Placed, Preempted
+from airflow_quota.sim.gc_tuning import fewer_collections
 from airflow_quota.sim.scenario import FailureSpec, LoadedScenario, ProviderState
 from airflow_quota.sim.simulator import _FINISH, _STOPPED, Simulator
 
@@ -99,19 +100,20 @@ def forecast(
     by sequence number; a job without one holds its capacity to the horizon."""
     state = scheduler.state
     targets = sorted(seq for seq, job in state.jobs.items() if queued(job) and (jobs is None or seq in jobs))
-    copies = _Copies(scheduler)
     starts: dict[int, list[tuple[float, Placed, bool]]] = {seq: [] for seq in targets}
     ends: dict[int, list[float]] = {}
-    for run in range(runs):
-        rng = random.Random(f"{seed}:{run}")
-        copy = copies.copy()
-        copy.forget_finished()  # the run plays the live jobs, not the history
-        played = _Forward(copy, now, estimates, rng, now + horizon)
-        for seq, end in played.ends.items():
-            ends.setdefault(seq, []).append(end)
-        played.watch(targets)
-        for seq, (placed, preempts) in played.placed.items():
-            starts[seq].append((placed.at, placed, preempts))
+    with fewer_collections():  # the copies make many objects and no reference cycle
+        copies = _Copies(scheduler)
+        for run in range(runs):
+            rng = random.Random(f"{seed}:{run}")
+            copy = copies.copy()
+            copy.forget_finished()  # the run plays the live jobs, not the history
+            played = _Forward(copy, now, estimates, rng, now + horizon)
+            for seq, end in played.ends.items():
+                ends.setdefault(seq, []).append(end)
+            played.watch(targets)
+            for seq, (placed, preempts) in played.placed.items():
+                starts[seq].append((placed.at, placed, preempts))
     result = Forecast(now, runs)
     for seq in targets:
         job = state.jobs[seq]
@@ -210,11 +212,14 @@ def _at(values: list[float], q: float) -> float:
 
 
 class _Copies:
-    """Copies of a scheduler to run forward. The validated values the core never changes
-    (requests, the configuration: pydantic models) are shared, not copied."""
+    """Copies of a scheduler to run forward. What the core never changes is shared, not copied:
+    the validated values (requests, the configuration: pydantic models), the entries (frozen)
+    and a job's tuple of them."""
 
     def __init__(self, scheduler: QuotaScheduler) -> None:
-        self._shared: list[BaseModel] = []
+        self._shared: list[object] = []
+        self._ids: dict[int, int] = {}
+        self._kinds: dict[type, bool] = {}
         buffer = io.BytesIO()
         pickler = pickle.Pickler(buffer, protocol=pickle.HIGHEST_PROTOCOL)
         pickler.persistent_id = self._share  # type: ignore[method-assign]
@@ -222,10 +227,17 @@ class _Copies:
         self._frozen = buffer.getvalue()
 
     def _share(self, value: object) -> int | None:
-        if isinstance(value, BaseModel):
-            self._shared.append(value)
-            return len(self._shared) - 1
-        return None
+        kind = type(value)
+        never_changed = self._kinds.get(kind)
+        if never_changed is None:
+            never_changed = self._kinds[kind] = issubclass(kind, (Entry, BaseModel))
+        if not never_changed and not (type(value) is tuple and value and all(type(item) is Entry for item in value)):
+            return None
+        index = self._ids.get(id(value))
+        if index is None:
+            index = self._ids[id(value)] = len(self._shared)
+            self._shared.append(value)  # kept alive, so that its id stays its own
+        return index
 
     def copy(self) -> QuotaScheduler:
         unpickler = pickle.Unpickler(io.BytesIO(self._frozen))
@@ -299,6 +311,7 @@ class _Forward(Simulator):
         self.on_decision = seen
         if waiting:
             self.run(start=self.now, stop=lambda: not waiting or all(jobs[s].state.is_final for s in waiting))
+        self.on_decision = None
 
 
 @dataclass(frozen=True, slots=True)

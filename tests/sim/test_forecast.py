@@ -4,6 +4,7 @@ that cannot start; the state forecast from is left as it was."""
 
 from __future__ import annotations
 
+import gc
 import pickle
 from typing import Any
 
@@ -95,3 +96,19 @@ def test_the_range_comes_from_the_draws() -> None:
     assert 100 <= q1.low < q1.start < q1.high <= 1000
     again = forecast(scheduler, 10.0, {by_name["r1"]: spread, by_name["q1"]: author(50)}, runs=40, seed=7)
     assert again.starts["q1"] == q1, "one state and one seed give one forecast"
+
+
+def test_a_forecast_leaves_no_reference_cycles() -> None:
+    """It runs with the collector's thresholds raised (``sim/gc_tuning.py``), which is sound only
+    because each forward run's copy is freed by reference counting as soon as the run is done."""
+    scheduler = state_at(10, job("r1", "A", (G5, 2), duration=100), job("q1", "A", (G5, 1), duration=50))
+    by_name = seqs(scheduler)
+    gc.collect()
+    gc.disable()
+    try:
+        result = forecast(scheduler, 10.0, {by_name["r1"]: author(100), by_name["q1"]: author(50)}, runs=3)
+        found = gc.collect()
+    finally:
+        gc.enable()
+    assert result.starts["q1"].start == 100.0
+    assert found == 0
