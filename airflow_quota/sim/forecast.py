@@ -293,6 +293,11 @@ class _Forward(Simulator):
         self.ends[job.seq] = now + remaining
         self._at(now + remaining, _FINISH, job, job.attempts)
 
+    def _keep(self, decision: Decision) -> None:
+        """A decision goes to ``watch`` only: no report reads a forward run's, so none is kept."""
+        if self.on_decision is not None:
+            self.on_decision(decision)
+
     def watch(self, targets: list[int]) -> None:
         """Run until every target job has started (or the horizon), noting how each started."""
         waiting = set(targets)
