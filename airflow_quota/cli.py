@@ -394,8 +394,10 @@ def build_parser() -> argparse.ArgumentParser:
     accuracy.set_defaults(run=_forecast_accuracy)
 
     from airflow_quota.admin import add_commands
+    from airflow_quota.aws_batch.commands import add_commands as add_aws_batch_commands
 
     add_commands(commands)
+    add_aws_batch_commands(commands)
     return parser
 
 

@@ -498,8 +498,8 @@ def plan_text(plan: Plan) -> str:
     """The plan as ``terraform plan`` shows one: ``+`` create, ``~`` update (``field: old →
     new``), ``?`` left alone, ``=`` kept by airflow-quota only, ``!`` refused."""
     lines = [
-        f"AWS Batch job queue {plan.job_queue}: service environment {plan.service_environment}, "
-        f"scheduling policy {plan.scheduling_policy} (quota shares, idle capacity {IDLE_FIFO})",
+        f"Job queue {plan.job_queue} (service environment {plan.service_environment}, "
+        f"quota-share scheduling policy {plan.scheduling_policy})",
         "",
     ]
     for change in plan.changes:
