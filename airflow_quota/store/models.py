@@ -13,7 +13,20 @@ from __future__ import annotations
 from enum import Enum
 from typing import Any
 
-from sqlalchemy import JSON, BigInteger, Boolean, Float, ForeignKey, Index, Integer, LargeBinary, String, Text, text
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Boolean,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    LargeBinary,
+    String,
+    Text,
+    false,
+    text,
+)
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 
@@ -351,6 +364,15 @@ class ShareViewRow(Base):
     runnable: Mapped[int] = mapped_column(Integer)
     oldest_runnable_since: Mapped[float | None] = mapped_column(Float)
     """When its longest-waiting RUNNABLE job became RUNNABLE; None when none waits."""
+    starvation_threshold_seconds: Mapped[float | None] = mapped_column(Float)
+    """Its starvation threshold now (docs/model.md rule 8.2); None in a row a quota scheduler
+    wrote before migration 0021 (the leader writes every row afresh when it starts)."""
+    normal_wait_seconds: Mapped[float | None] = mapped_column(Float)
+    """Its normal wait the threshold is drawn from; None when fixed or not known yet."""
+    starvation_fixed: Mapped[bool] = mapped_column(Boolean, server_default=false())
+    """Whether the threshold is its ``starvation_after_seconds``."""
+    starvation_multiple: Mapped[float | None] = mapped_column(Float)
+    """Its ``starvation_multiple``; None when the threshold is fixed."""
     computed_at: Mapped[float] = mapped_column(Float)
     """The commit that computed the view (it has not changed since: the leader rewrites it at
     every commit that changes it)."""

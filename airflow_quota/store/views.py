@@ -35,6 +35,7 @@ from sqlalchemy.orm import Session
 from airflow_quota.core.config import QuotaConfig, stored_config
 from airflow_quota.core.cycle import EPOCH
 from airflow_quota.core.model import Entry
+from airflow_quota.core.normal_wait import starvation_threshold
 from airflow_quota.core.queues import ShareQueue
 from airflow_quota.core.state import QuotaState
 from airflow_quota.core.visibility import Waiting, most_placeable, pending_seconds, share_view, waiting
@@ -76,6 +77,16 @@ class ShareView:
     running: int
     runnable: int
     oldest_runnable_since: float | None
+    starvation_threshold_seconds: float | None
+    """How long a job of the share waits before it may be starving, now (docs/model.md rule 8.2,
+    ``core.normal_wait.starvation_threshold``); None in a view a quota scheduler wrote before
+    migration 0021, until the leader writes it afresh (at its start)."""
+    normal_wait_seconds: float | None
+    """The share's normal wait the threshold is drawn from; None when it is fixed or not known yet."""
+    starvation_fixed: bool
+    """Whether the threshold is the share's ``starvation_after_seconds`` (False when not known)."""
+    starvation_multiple: float | None
+    """The share's ``starvation_multiple`` (times its normal wait); None when the threshold is fixed."""
     types: tuple[TypeView, ...] = ()
 
     def oldest_pending_seconds(self, now: float) -> float:
@@ -132,10 +143,13 @@ class ViewBuilder:
         return QuotaView(self.shares_of(state), _placeable(state, now), now, _valid_until(state, now))
 
     def shares_of(self, state: QuotaState) -> tuple[ShareView, ...]:
-        """``core.visibility.share_view`` of every share, in configuration order."""
+        """``core.visibility.share_view`` of every share, in configuration order, with its
+        starvation threshold now (``core.normal_wait.starvation_threshold``: it moves with each
+        placement of the share's jobs, which changes its queue and so its row)."""
         shares = []
         for share in state.config.shares:
             figures = share_view(state, share.name, self._waits(state, share.name))
+            threshold = starvation_threshold(state.shares[share.name], state.recent_waits[share.name])
             shares.append(
                 ShareView(
                     share=share.name,
@@ -150,6 +164,10 @@ class ViewBuilder:
                     running=figures["running"],
                     runnable=figures["runnable"],
                     oldest_runnable_since=figures["oldest_runnable_since"],
+                    starvation_threshold_seconds=threshold.seconds,
+                    normal_wait_seconds=threshold.normal,
+                    starvation_fixed=threshold.fixed,
+                    starvation_multiple=None if threshold.fixed else share.starvation_multiple,
                     types=tuple(TypeView(instance_type=name, **t) for name, t in sorted(figures["types"].items())),
                 )
             )
@@ -221,6 +239,10 @@ def write_view(session: Session, view: QuotaView, stored: QuotaView | None = Non
                 running=share.running,
                 runnable=share.runnable,
                 oldest_runnable_since=share.oldest_runnable_since,
+                starvation_threshold_seconds=share.starvation_threshold_seconds,
+                normal_wait_seconds=share.normal_wait_seconds,
+                starvation_fixed=share.starvation_fixed,
+                starvation_multiple=share.starvation_multiple,
                 computed_at=view.computed_at,
             )
         )
@@ -301,6 +323,10 @@ def read_view(session: Session) -> QuotaView:
             running=row.running,
             runnable=row.runnable,
             oldest_runnable_since=row.oldest_runnable_since,
+            starvation_threshold_seconds=row.starvation_threshold_seconds,
+            normal_wait_seconds=row.normal_wait_seconds,
+            starvation_fixed=row.starvation_fixed,
+            starvation_multiple=row.starvation_multiple,
             types=tuple(types.get(row.share, ())),
         )
         for row in rows

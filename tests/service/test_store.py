@@ -75,6 +75,46 @@ def test_migration_0020_gives_stored_jobs_an_empty_expected_runtime(engine: Engi
         assert compare_metadata(MigrationContext.configure(connection), Base.metadata) == []
 
 
+def thresholds(store: QuotaStore) -> list[tuple[str, float | None, float | None, bool, float | None]]:
+    """Each share's starvation threshold as readers see it: seconds, normal wait, fixed, multiple."""
+    view = store.shown_view()[0]
+    return [
+        (s.share, s.starvation_threshold_seconds, s.normal_wait_seconds, s.starvation_fixed, s.starvation_multiple)
+        for s in view.shares
+    ]
+
+
+def test_migration_0021_leaves_a_stored_view_without_thresholds_until_a_leader_starts(engine: Engine) -> None:
+    """A view a quota scheduler wrote at revision 0020 gains the threshold's columns empty: no
+    threshold, not fixed, until a leader starts and writes every row afresh; taken back down, the
+    columns go."""
+    clock = ManualClock(1000.0)
+    store = QuotaStore(engine, clock.now)
+    fixed_qs2 = [
+        {**share, "starvation_after_seconds": 3600} if share["name"] == "qs2" else share for share in QUOTA["shares"]
+    ]
+    store.apply_config({**QUOTA, "shares": fixed_qs2})
+    QuotaService(engine, {"fake": FakeBackend(clock.now)}, clock=clock).step()
+    written = [
+        ("qs1", 172800.0, None, False, 8.0),
+        ("qs2", 3600.0, None, True, None),
+        ("off", 172800.0, None, False, 8.0),
+    ]
+    assert thresholds(store) == written
+    command.downgrade(_alembic_config(engine), "0020")
+    assert "starvation_threshold_seconds" not in share_view_columns(engine)
+    assert migrate(engine)[0] == "0020"
+    assert thresholds(store) == [(name, None, None, False, None) for name in ("qs1", "qs2", "off")]
+    with engine.connect() as connection:
+        assert compare_metadata(MigrationContext.configure(connection), Base.metadata) == []
+    QuotaService(engine, {"fake": FakeBackend(clock.now)}, clock=clock).recover()  # a leader starts
+    assert thresholds(store) == written
+
+
+def share_view_columns(engine: Engine) -> set[str]:
+    return {column["name"] for column in inspect(engine).get_columns("quota_share_views")}
+
+
 def test_a_submission_keeps_the_authors_expected_runtime_beside_its_request(engine: Engine) -> None:
     """Stored for the forecast, and no part of the request the scheduler decides on."""
     store = QuotaStore(engine)

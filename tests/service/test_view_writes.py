@@ -18,17 +18,43 @@ def _type(name: str, used: int, runnable: int = 0) -> TypeView:
     return TypeView(name, 1, 4, 4, used, 0, 0.0, 4 - used, runnable, 100.0 if runnable else None)
 
 
-def _share(name: str, running: int, types: tuple[TypeView, ...]) -> ShareView:
-    return ShareView(name, "LEND_AND_BORROW", "ENABLED", None, False, None, 10, running, 0, None, types)
+def _share(name: str, running: int, types: tuple[TypeView, ...], normal: float | None = None) -> ShareView:
+    """A share whose threshold adapts: 8x its normal wait, 48 h while that is not known."""
+    threshold = 172800.0 if normal is None else 8 * normal
+    return ShareView(
+        name,
+        "LEND_AND_BORROW",
+        "ENABLED",
+        None,
+        False,
+        None,
+        10,
+        running,
+        0,
+        None,
+        threshold,
+        normal,
+        False,
+        8.0,
+        types,
+    )
+
+
+def _fixed(name: str, types: tuple[TypeView, ...]) -> ShareView:
+    """A share whose threshold is its ``starvation_after_seconds``: 1 h."""
+    return ShareView(name, "LEND", "ENABLED", None, False, None, 10, 0, 0, None, 3600.0, None, True, None, types)
 
 
 BEFORE = QuotaView(
-    shares=(_share("a", 1, (_type("g5", 1), _type("p3", 0))), _share("b", 0, (_type("g5", 0),))),
+    shares=(_share("a", 1, (_type("g5", 1), _type("p3", 0))), _fixed("b", (_type("g5", 0),))),
     placeable=(Placeable("a", "g5", None, 3, None), Placeable("b", "g5", "night", 0, "QUOTA")),
     computed_at=10.0,
 )
 AFTER = QuotaView(
-    shares=(_share("a", 2, (_type("g5", 2, runnable=1),)), _share("b", 0, (_type("g5", 0), _type("p3", 1)))),
+    shares=(
+        _share("a", 2, (_type("g5", 2, runnable=1),), normal=120.0),  # its normal wait known now: 16 min
+        _fixed("b", (_type("g5", 0), _type("p3", 1))),
+    ),
     placeable=(Placeable("a", "g5", None, 2, None), Placeable("a", "p3", None, 1, None)),
     computed_at=20.0,
 )
