@@ -60,6 +60,7 @@ class AwsBatchQuotaHook(AwsBaseHook):
     :param aws_conn_id: the Airflow AWS connection (default ``aws_default``; None: boto3's own
         credentials chain).
     :param region_name: the region, else the connection's.
+
     Other arguments are ``AwsBaseHook``'s.
     """
 

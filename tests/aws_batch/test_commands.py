@@ -304,3 +304,11 @@ def test_a_named_connection_is_the_hooks(
     code, _, _ = run("plan", str(WALKTHROUGH), "--job-queue", QUEUE, "--conn-id", "team_aws", "--region", REGION)
     assert code == 0
     assert [(h.aws_conn_id, h.region_name) for h in hooks] == [("team_aws", REGION)]
+
+
+def test_the_page_shows_the_plans_these_tests_print() -> None:
+    """docs/aws-batch.md's plan outputs are the ones above, line for line."""
+    page = (ROOT / "docs" / "aws-batch.md").read_text()
+    assert WALKTHROUGH_PLAN in page
+    for line in INEXPRESSIBLE_LINES:
+        assert f"\n{line}\n" in page, line
