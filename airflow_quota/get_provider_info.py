@@ -48,7 +48,12 @@ def get_provider_info() -> dict[str, Any]:
         "operators": [{"integration-name": integration, "python-modules": [f"{PACKAGE}.operators.training"]}],
         "sensors": [{"integration-name": integration, "python-modules": [f"{PACKAGE}.sensors.quota"]}],
         "triggers": [{"integration-name": integration, "python-modules": [f"{PACKAGE}.triggers.quota"]}],
-        "hooks": [{"integration-name": integration, "python-modules": [f"{PACKAGE}.hooks.quota"]}],
+        "hooks": [
+            {
+                "integration-name": integration,
+                "python-modules": [f"{PACKAGE}.hooks.quota", f"{PACKAGE}.hooks.aws_batch"],
+            }
+        ],
         "connection-types": [
             {
                 "hook-class-name": f"{PACKAGE}.hooks.quota.QuotaHook",
