@@ -417,6 +417,9 @@ def show_shares(args: argparse.Namespace) -> int:
     ]
     headers = ["share", "strategy", "instance type", "limit", "used", "borrowed", "lent", "idle", "RUNNABLE"]
     print(_table([*headers, "oldest wait"], rows))
+    if view.shares:
+        print()
+        print(_table(["share", "starving after"], [[share.share, share.starvation_words()] for share in view.shares]))
     note = configuration_note(latest, view.computed_at)
     if note:
         print(note)
@@ -444,6 +447,10 @@ def _share_record(share: ShareView, now: float) -> dict[str, Any]:
         "running": share.running,
         "runnable": share.runnable,
         "oldest_pending_seconds": share.oldest_pending_seconds(now),
+        "starvation_threshold_seconds": share.starvation_threshold_seconds,
+        "starvation_fixed": share.starvation_fixed,
+        "normal_wait_seconds": share.normal_wait_seconds,
+        "starvation_multiple": share.starvation_multiple,
         "types": {
             t.instance_type: {
                 "limit": t.limit,

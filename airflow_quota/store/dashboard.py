@@ -111,6 +111,30 @@ class ShareSummary:
         Field(description="how long a job waits before it may preempt lower-priority jobs of the share; None without"),
     ]
     in_share_preemption_after_text: Annotated[str | None, Field(description="the same in words")]
+    starvation_threshold_seconds: Annotated[
+        float | None,
+        Field(
+            description="how long a job of the share waits, RUNNABLE, before it may be starving, now (docs/model.md "
+            "rule 8.2): starvation_after_seconds when set (starvation_fixed), else starvation_multiple times "
+            "normal_wait_seconds and at least starvation_min_seconds, 48 h while the normal wait is not known; "
+            "None in a view the quota scheduler wrote before migration 0021, until it starts again"
+        ),
+    ]
+    starvation_threshold_text: Annotated[str | None, Field(description="the same in words")]
+    starvation_fixed: Annotated[
+        bool, Field(description="whether the threshold is the share's starvation_after_seconds")
+    ]
+    normal_wait_seconds: Annotated[
+        float | None,
+        Field(
+            description="the share's normal wait the threshold is drawn from: the 90% point of its last 200 "
+            "placements' waits; None when the threshold is fixed or fewer than 20 placements are known"
+        ),
+    ]
+    normal_wait_text: Annotated[str | None, Field(description="the same in words")]
+    starvation_multiple: Annotated[
+        float | None, Field(description="the share's starvation_multiple; None when the threshold is fixed")
+    ]
     max_priority: int
     types: tuple[TypeUsage, ...]
     running: Annotated[int, Field(description="jobs holding capacity")]
@@ -209,6 +233,12 @@ def share_summaries(store: QuotaStore, now: float) -> Shares:
                 in_share_preemption=share.in_share_preemption,
                 in_share_preemption_after_seconds=share.in_share_preemption_after_seconds,
                 in_share_preemption_after_text=words(share.in_share_preemption_after_seconds),
+                starvation_threshold_seconds=share.starvation_threshold_seconds,
+                starvation_threshold_text=words(share.starvation_threshold_seconds),
+                starvation_fixed=share.starvation_fixed,
+                normal_wait_seconds=share.normal_wait_seconds,
+                normal_wait_text=words(share.normal_wait_seconds),
+                starvation_multiple=share.starvation_multiple,
                 max_priority=share.max_priority,
                 types=tuple(_type_usage(t, now) for t in share.types),
                 running=share.running,

@@ -34,6 +34,7 @@ from sqlalchemy.orm import Session
 
 from airflow_quota.core.config import QuotaConfig, stored_config
 from airflow_quota.core.cycle import EPOCH
+from airflow_quota.core.human_time import duration_words
 from airflow_quota.core.model import Entry
 from airflow_quota.core.normal_wait import starvation_threshold
 from airflow_quota.core.queues import ShareQueue
@@ -91,6 +92,26 @@ class ShareView:
 
     def oldest_pending_seconds(self, now: float) -> float:
         return pending_seconds(self.oldest_runnable_since, now)
+
+    def starvation_words(self) -> str:
+        """When a waiting job of the share may be starving, and why, for people: "after 1 day
+        (8x a normal wait of 3 hours)", "after 2 days (normal wait not known yet)", "after 1
+        hour (fixed)", "after 10 minutes (the minimum; 8x a normal wait of 30 seconds is
+        less)". The Quotas page says the same from the API's figures (``static/quotas.js``)."""
+        seconds, normal, multiple = (
+            self.starvation_threshold_seconds,
+            self.normal_wait_seconds,
+            self.starvation_multiple,
+        )
+        if seconds is None:
+            return "not known yet (the quota scheduler has not written it since its upgrade)"
+        after = f"after {duration_words(seconds)}"
+        if self.starvation_fixed:
+            return f"{after} (fixed)"
+        if normal is None or multiple is None:
+            return f"{after} (normal wait not known yet)"
+        drawn = f"{multiple:g}x a normal wait of {duration_words(normal)}"
+        return f"{after} (the minimum; {drawn} is less)" if seconds > multiple * normal else f"{after} ({drawn})"
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,7 +188,7 @@ class ViewBuilder:
                     starvation_threshold_seconds=threshold.seconds,
                     normal_wait_seconds=threshold.normal,
                     starvation_fixed=threshold.fixed,
-                    starvation_multiple=None if threshold.fixed else share.starvation_multiple,
+                    starvation_multiple=None if threshold.fixed else float(share.starvation_multiple),
                     types=tuple(TypeView(instance_type=name, **t) for name, t in sorted(figures["types"].items())),
                 )
             )

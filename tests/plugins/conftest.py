@@ -32,6 +32,7 @@ import httpx
 from sqlalchemy import inspect, text
 
 from airflow_quota.devtools.stack import AirflowStack, StackSettings
+from airflow_quota.sim.scenario import Event
 from airflow_quota.store.engine import make_engine
 from airflow_quota.store.lock import leader_lock
 from airflow_quota.store.models import Base
@@ -63,16 +64,19 @@ class Served:
     def url(self) -> str:
         return self.stack.api_url
 
-    def replay(self) -> None:
+    def replay(
+        self, quota: dict[str, Any] | None = None, events: list[Event] | None = None, until: float = UNTIL
+    ) -> None:
         """Play the walkthrough again, as of now, into the emptied quota database (a fraction of
         a second): what an earlier test changed (a priority, the preemptions it caused, a
         stopped heartbeat) is gone, and the api-server, which keeps running, shows the state of
-        ``UNTIL`` again."""
+        ``UNTIL`` again. Given ``quota`` and ``events``, another story is played instead, up to
+        ``until``: the next ``replay()`` plays the walkthrough again."""
         self.heartbeat.stop()
         self.heartbeat.lock.release()
         self.world.service.engine.dispose()
         empty(self.stack.quota_url)
-        self.world = play(self.stack.quota_url, UNTIL, quota=self.quota)
+        self.world = play(self.stack.quota_url, until, quota=quota or self.quota, events=events)
         self.heartbeat = Heartbeat(self.world.service.engine)
         self.heartbeat.start()
 

@@ -157,7 +157,12 @@ def test_shares_report_use_borrowing_lending_and_the_queue(viewer: Any) -> None:
     assert answer["config_version"] == 1
     assert for_people(scheduler, answer["now"]).keys() == {"silent_text"}
     for share in answer["shares"]:
-        assert for_people(share, answer["now"]).keys() == {"oldest_pending_text", "in_share_preemption_after_text"}
+        assert for_people(share, answer["now"]).keys() == {
+            "oldest_pending_text",
+            "in_share_preemption_after_text",
+            "starvation_threshold_text",
+            "normal_wait_text",
+        }
         for usage in share["types"]:
             assert for_people(usage, answer["now"]).keys() == {"oldest_pending_text"}
             usage.pop("oldest_pending_text")
@@ -179,6 +184,11 @@ def test_shares_report_use_borrowing_lending_and_the_queue(viewer: Any) -> None:
     assert shares["qs1"]["strategy"] == "LEND_AND_BORROW" and shares["qs1"]["borrow_limit"] == 200
     assert shares["qs1"]["in_share_preemption_after_seconds"] == 0  # examples/quota.yaml
     assert shares["qs2"]["in_share_preemption_after_seconds"] is None
+    starvation = ("starvation_threshold_seconds", "starvation_fixed", "normal_wait_seconds", "starvation_multiple")
+    # the walkthrough's shares starve after a fixed hour (walkthrough.starving_in_an_hour)
+    assert {name: tuple(share[k] for k in starvation) for name, share in shares.items()} == {
+        name: (3600.0, True, None, None) for name in ("qs1", "qs2", "qs3")
+    }
     assert shares["qs2"]["cost"] > 0 and shares["qs2"]["running"] == 0
     assert shares["qs3"]["cost"] > 0  # qs3-job still runs: its attempt so far
 

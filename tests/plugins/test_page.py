@@ -30,11 +30,16 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.remote.webelement import WebElement
 from selenium.webdriver.support.ui import WebDriverWait
+from sqlalchemy import update
 
+from airflow_quota.core.config import read_yaml
 from airflow_quota.core.human_time import clock_time, duration_words
+from airflow_quota.sim.scenario import Event, SimJob
 from airflow_quota.store.forecast_words import forecast_short, forecast_words
+from airflow_quota.store.models import ShareViewRow
 from tests.conftest import missing
 from tests.plugins.conftest import Served, serve
+from tests.plugins.walkthrough import QUOTA
 
 CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
 SCREENSHOTS_DIR = "QUOTA_SCREENSHOTS_DIR"
@@ -335,6 +340,65 @@ def test_the_queue_and_the_job_page_show_the_forecast(walkthrough: Served, quota
         for dt, dd in zip(*(browser.find_elements(By.CSS_SELECTOR, f"#summary {t}") for t in ("dt", "dd")), strict=True)
     }
     assert field["forecast"] == forecast_words(forecast, now), field
+
+
+def starvation_lines(driver: WebDriver) -> dict[str, str]:
+    """Each share card's line saying when its waiting jobs may be starving."""
+
+    def read(d: WebDriver) -> dict[str, str]:
+        found = d.find_elements(By.CSS_SELECTOR, "section.share")
+        return {
+            str(c.get_attribute("data-share")): c.find_element(By.CSS_SELECTOR, '[data-role="starvation"]').text
+            for c in found
+        }
+
+    return steady(driver, read)
+
+
+def placed_one_after_another(share: str, jobs: int, seconds: float) -> list[Event]:
+    """``jobs`` jobs of ``share`` submitted at 0, each training ``seconds``: on the share's one
+    instance the n-th waits (n - 1) x ``seconds``."""
+    preferences = [{"instance_type": "ml.g5.xlarge", "count": 1}]
+    return [
+        Event(
+            at=0,
+            submit=SimJob(name=f"{share}-{n:02}", share=share, priority=1, preferences=preferences, duration=seconds),
+        )
+        for n in range(jobs)
+    ]
+
+
+def test_each_share_card_says_when_its_waiting_jobs_may_be_starving(served: Served, browser: WebDriver) -> None:
+    """Model v5 (docs/model.md rule 8.2): the walkthrough's shares starve after a fixed hour.
+    Then qs1 adapts and has placed nothing, qs2 has placed 21 jobs of 10 minutes one after
+    another (its normal wait is the 19th wait, 3 hours), qs3 21 jobs of a minute under a
+    minimum of 10 hours: each card says its threshold and why, in the words ``airflow-quota
+    shares`` prints (``ShareView.starvation_words``). A row from before migration 0021 has none."""
+    served.replay()
+    sign_in(browser, served)
+    open_quotas(browser)
+    assert starvation_lines(browser) == {name: "starving after 1 hour (fixed)" for name in ("qs1", "qs2", "qs3")}
+    quota = read_yaml(QUOTA)
+    quota["shares"][2]["starvation_min_seconds"] = 36000
+    events = placed_one_after_another("qs2", 21, 600) + placed_one_after_another("qs3", 21, 60)
+    try:
+        served.replay(quota=quota, events=events, until=21 * 600)  # the page shows it at its next refresh
+        expected = {
+            "qs1": "starving after 2 days (normal wait not known yet)",
+            "qs2": "starving after 1 day (8x a normal wait of 3 hours)",
+            "qs3": "starving after 10 hours (the minimum; 8x a normal wait of 18 minutes is less)",
+        }
+        assert wait_for(browser, lambda d: starvation_lines(d) == expected and expected, what="the new thresholds")
+        view = served.world.store.shown_view()[0]
+        assert {s.share: f"starving {s.starvation_words()}" for s in view.shares} == expected
+        with served.world.service.engine.begin() as connection:  # as migration 0021 leaves a row
+            connection.execute(
+                update(ShareViewRow).where(ShareViewRow.share == "qs3").values(starvation_threshold_seconds=None)
+            )
+        unknown = "starving after: not known yet (the quota scheduler has not written it since its upgrade)"
+        wait_for(browser, lambda d: starvation_lines(d)["qs3"] == unknown, what="a threshold not written yet")
+    finally:
+        served.replay()  # the walkthrough again, for the next test
 
 
 def test_running_jobs_show_their_instances_and_a_borrowing_badge(quotas: WebDriver) -> None:

@@ -22,7 +22,7 @@ from airflow_quota.service.backends.base import AttemptSpec
 from airflow_quota.service.backends.fake import FakeBackend
 from airflow_quota.service.clock import ManualClock
 from airflow_quota.service.scheduler import QuotaService
-from airflow_quota.sim.scenario import load_scenario
+from airflow_quota.sim.scenario import Event, load_scenario
 from airflow_quota.store.engine import make_engine, migrate
 from airflow_quota.store.repository import QuotaStore
 from airflow_quota.store.settings import normalize
@@ -72,10 +72,16 @@ def starving_in_an_hour(document: dict[str, Any]) -> dict[str, Any]:
     return {**document, "shares": shares}
 
 
-def play(url: str, until: float, quota: dict[str, Any] | None = None, state_dir: Path | None = None) -> World:
+def play(
+    url: str,
+    until: float,
+    quota: dict[str, Any] | None = None,
+    state_dir: Path | None = None,
+    events: list[Event] | None = None,
+) -> World:
     """Migrate the database at ``url``, apply the walkthrough's quota (or ``quota``), and play the
-    walkthrough's events up to ``until`` seconds after its start, which is ``until`` seconds
-    before now on the wall clock."""
+    walkthrough's events (or ``events``: submissions and priority changes) up to ``until``
+    seconds after its start, which is ``until`` seconds before now on the wall clock."""
     engine = make_engine(normalize(url))
     migrate(engine)
     origin = time.time() - until
@@ -102,7 +108,7 @@ def play(url: str, until: float, quota: dict[str, Any] | None = None, state_dir:
     service.wall_clock = True  # the manual clock runs on wall time: log instants as ISO, as a real service does
     store.apply_config(quota if quota is not None else starving_in_an_hour(read_yaml(QUOTA)), source=str(QUOTA))
     world = World(store, service, clock, fake, origin)
-    events = scenario.events
+    events = scenario.events if events is None else events
     index = 0
     now = origin
     service.step()

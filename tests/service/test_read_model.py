@@ -27,7 +27,9 @@ from sqlalchemy import Engine
 
 from airflow_quota import admin, cli
 from airflow_quota.core.cycle import QuotaScheduler
+from airflow_quota.core.human_time import duration_words
 from airflow_quota.core.model import JobRequest
+from airflow_quota.core.normal_wait import starvation_threshold
 from airflow_quota.core.visibility import pending_seconds, share_view
 from airflow_quota.hooks.quota import QuotaHook
 from airflow_quota.service.backends.fake import FakeBackend
@@ -314,3 +316,47 @@ def test_the_leaders_kept_figures_equal_a_fresh_computation(path: Path) -> None:
     simulator.after_each_cycle(after_cycle)
     simulator.run()
     assert not problems, problems
+
+
+def test_a_shares_starvation_threshold_moves_with_its_placements_in_the_cli_and_the_api(
+    world: World, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Model v5 (docs/model.md rule 8.2): prod's threshold is 48 h until 20 of its jobs are
+    placed, then 8x its normal wait (the 90% point of their waits). Its jobs wait for one
+    another on its one instance, so each placement changes its queue, and the leader rewrites
+    its row: after every step the CLI and the API show the core's threshold, in words too."""
+    world.step(1000)
+    for number in range(24):
+        world.submit(f"p{number:02}", "prod", 600)  # one after another: waits of 0, 600, 1200 s...
+    assert world.service.scheduler is not None
+    state = world.service.scheduler.state
+    seen: list[tuple[int, float, float | None]] = []
+    for at in range(1000, 1000 + 24 * 600, 600):
+        world.step(at)
+        core = starvation_threshold(state.shares["prod"], state.recent_waits["prod"])
+        cli_prod = world.cli_shares(capsys)["shares"][1]
+        api_prod = world.api_shares()["shares"][1]
+        assert cli_prod["share"] == api_prod["name"] == "prod"
+        figures = (core.seconds, core.normal, False, 8.0)
+        assert tuple(cli_prod[k] for k in THRESHOLD_FIELDS) == tuple(api_prod[k] for k in THRESHOLD_FIELDS) == figures
+        assert api_prod["starvation_threshold_text"] == duration_words(core.seconds)
+        assert api_prod["normal_wait_text"] == (None if core.normal is None else duration_words(core.normal))
+        seen.append((len(state.recent_waits["prod"]), core.seconds, core.normal))
+    # placed at 1000, 1600, 2200 s...: the n-th placement waited 600 (n - 1) seconds
+    assert seen[:19] == [(n, 172800.0, None) for n in range(1, 20)]
+    # from the 20th, 8x the 90% point: the 18th wait of 20 and of 21, the 19th of 22, ...
+    assert seen[19:] == [
+        (20, 86400.0, 10800.0),
+        (21, 86400.0, 10800.0),
+        (22, 91200.0, 11400.0),
+        (23, 96000.0, 12000.0),
+        (24, 100800.0, 12600.0),
+    ]
+    capsys.readouterr()
+    assert cli.main(["shares", "--db", world.url]) == 0
+    text = capsys.readouterr().out
+    assert "prod      after 1 day 4 hours (8x a normal wait of 3 hours 30 minutes)" in text, text
+    assert "research  after 2 days (normal wait not known yet)" in text, text
+
+
+THRESHOLD_FIELDS = ("starvation_threshold_seconds", "normal_wait_seconds", "starvation_fixed", "starvation_multiple")

@@ -124,11 +124,15 @@ def test_shares_show_the_stored_configuration_until_a_scheduler_takes_it_in(
 
     database.run("apply", str(database.quota_file))
     text = database.run("shares").stdout
-    rows = [line.split() for line in text.splitlines()[2:] if not line.startswith("no ")]
+    usage_table, starvation_table = text.split("\n\n")
+    rows = [line.split() for line in usage_table.splitlines()[2:]]
     assert [row[:7] for row in rows] == [
         ["research", "LEND_AND_BORROW", G5, "2", "0", "0", "0.0"],
         ["research", "LEND_AND_BORROW", P3, "1", "0", "0", "0.0"],
         ["prod", "LEND", G5, "1", "0", "0", "0.0"],
+    ]
+    assert [line.split(maxsplit=1) for line in starvation_table.splitlines()[2:] if not line.startswith("no ")] == [
+        [name, "after 2 days (normal wait not known yet)"] for name in ("research", "prod")
     ]
     notes = [line for line in text.splitlines() if line.startswith("no ")]
     assert notes == [f"{NOT_YET}: its limits, nothing used, borrowed or lent yet (start one: airflow-quota scheduler)"]

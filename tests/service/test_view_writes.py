@@ -90,3 +90,17 @@ def test_postgresql(postgres_url: str) -> None:
         _round_trip(engine)
     finally:
         engine.dispose()
+
+
+def test_a_shares_starvation_threshold_in_words() -> None:
+    """What ``airflow-quota shares`` prints (the Quotas page says the same, ``quotas.js``)."""
+    assert _fixed("b", ()).starvation_words() == "after 1 hour (fixed)"
+    assert _share("a", 0, ()).starvation_words() == "after 2 days (normal wait not known yet)"
+    assert (
+        _share("a", 0, (), normal=1440.0).starvation_words()
+        == "after 3 hours 12 minutes (8x a normal wait of 24 minutes)"
+    )
+    at_least = dataclasses.replace(_share("a", 0, (), normal=30.0), starvation_threshold_seconds=7200.0)
+    assert at_least.starvation_words() == "after 2 hours (the minimum; 8x a normal wait of 30 seconds is less)"
+    unwritten = dataclasses.replace(_share("a", 0, ()), starvation_threshold_seconds=None, starvation_multiple=None)
+    assert unwritten.starvation_words() == "not known yet (the quota scheduler has not written it since its upgrade)"

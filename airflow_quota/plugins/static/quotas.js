@@ -84,6 +84,18 @@
     return table(["job", "on", "state", "priority", ["attempt", {class: "num"}], ["cost", {class: "num"}]], rows, "Nothing runs.");
   }
 
+  // When a waiting job of the share may be starving, and why: the words of ShareView.starvation_words
+  // (store/views.py), which airflow-quota shares prints, from the API's figures and their texts.
+  function starvationLine(share) {
+    if (share.starvation_threshold_seconds === null) return "starving after: not known yet (the quota scheduler has not written it since its upgrade)";
+    const after = "starving after " + share.starvation_threshold_text;
+    if (share.starvation_fixed) return after + " (fixed)";
+    if (share.normal_wait_seconds === null || share.starvation_multiple === null) return after + " (normal wait not known yet)";
+    const drawn = share.starvation_multiple + "x a normal wait of " + share.normal_wait_text;
+    return share.starvation_threshold_seconds > share.starvation_multiple * share.normal_wait_seconds ?
+      after + " (the minimum; " + drawn + " is less)" : after + " (" + drawn + ")";
+  }
+
   function shareCard(share, jobs) {
     const waiting = jobs.filter((j) => WAITING.includes(j.state)).sort((a, b) => (a.position_in_share || 1e9) - (b.position_in_share || 1e9) || a.id - b.id);
     const running = jobs.filter((j) => !WAITING.includes(j.state));
@@ -101,6 +113,7 @@
         h("span", {}, h("b", {}, number(share.gpu_hours)), " GPU-h"),
         h("span", {dataset: {role: "cost"}}, "cost ", h("b", {}, money(share.cost))),
         h("span", {}, h("b", {}, String(share.preemptions)), " preempted")),
+      h("p", {class: "muted starvation", dataset: {role: "starvation"}}, starvationLine(share)),
       share.types.map(typeRow),
       chart(share),
       h("h3", {}, "Queue"),
