@@ -271,7 +271,7 @@ def _learn_from_started(scheduler: QuotaScheduler) -> None:
             continue
         if job.placement is not None:
             made_at, wait = _FIRST.pop(ref)
-            _calibration().learn(wait, job.placement.placed_at - made_at)
+            _calibration().learn(job.share, wait, job.placement.placed_at - made_at)
 
 
 def _calibration() -> Calibration:

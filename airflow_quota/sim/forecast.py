@@ -134,20 +134,25 @@ def forecast(
 
 class Calibration:
     """What the forecasts' own record says of them: the ratio of each started job's actual wait
-    to the wait forecast at its submission, the most recent ``keep``. A forward run sees no
-    arrival, so it is early when later jobs take capacity first (another share reclaiming what
-    it lent, a higher priority); once ``needed`` jobs have started, a forecast's wait is scaled
-    by the record's median ratio and its range by the 10% and 90% ratios. Only outcomes already
-    known are used."""
+    to the wait forecast at its submission, the most recent ``keep``, of the pool and of each
+    share. A forward run sees no arrival, so it is early when later jobs take capacity first
+    (another share reclaiming what it lent, a higher priority), and by how much depends on the
+    share; once ``needed`` jobs have started, a forecast's wait is scaled by the record's median
+    ratio and its range by the 10% and 90% ratios: its share's record once that holds
+    ``needed``, the pool's before. Only outcomes already known are used."""
 
     def __init__(self, keep: int = 500, needed: int = 30) -> None:
         self._ratios: deque[float] = deque(maxlen=keep)
+        self._by_share: dict[str, deque[float]] = {}
+        self.keep = keep
         self.needed = needed
 
-    def learn(self, forecast_wait: float, actual_wait: float) -> None:
-        """A job forecast to wait ``forecast_wait`` seconds started after ``actual_wait``."""
+    def learn(self, share: str, forecast_wait: float, actual_wait: float) -> None:
+        """A job of ``share`` forecast to wait ``forecast_wait`` seconds started after ``actual_wait``."""
         if forecast_wait > 0:
-            self._ratios.append(actual_wait / forecast_wait)
+            ratio = actual_wait / forecast_wait
+            self._ratios.append(ratio)
+            self._by_share.setdefault(share, deque(maxlen=self.keep)).append(ratio)
 
     @property
     def ready(self) -> bool:
@@ -158,7 +163,8 @@ class Calibration:
         when it gave no start."""
         if not self.ready or expected.start is None:
             return expected
-        ratios = sorted(self._ratios)
+        own = self._by_share.get(expected.share)
+        ratios = sorted(own if own is not None and len(own) >= self.needed else self._ratios)
         wait = expected.start - now
         low, middle, high = (_at(ratios, q) for q in (0.1, 0.5, 0.9))
         return dataclasses.replace(

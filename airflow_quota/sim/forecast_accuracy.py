@@ -100,7 +100,7 @@ def measure(
             if prediction is not None and prediction.started is None:
                 prediction.started = decision.at
                 if decision.job in raw:
-                    calibration.learn(raw.pop(decision.job), decision.at - prediction.submitted)
+                    calibration.learn(prediction.share, raw.pop(decision.job), decision.at - prediction.submitted)
         elif isinstance(decision, Succeeded):
             job = simulator.scheduler.job(decision.job)
             history.add(job.share, simulator.played(job).duration, task_of(job))

@@ -66,9 +66,23 @@ def test_the_calibration_scales_by_the_record_once_it_holds_enough() -> None:
     calibration = Calibration(needed=30)
     raw = expected(1_100.0, 1_050.0, 1_200.0)
     for _ in range(29):
-        calibration.learn(100.0, 200.0)
+        calibration.learn("B", 100.0, 200.0)
     assert calibration.apply(raw, 1_000.0) == raw, "too few outcomes: left as it was"
-    calibration.learn(100.0, 200.0)
+    calibration.learn("B", 100.0, 200.0)
     calibrated = calibration.apply(raw, 1_000.0)
     assert (calibrated.start, calibrated.low, calibrated.high) == (1_200.0, 1_050.0, 1_200.0)
     assert calibration.apply(expected(1_100.0, 1_050.0, None), 1_000.0).high is None, "no end stays no end"
+
+
+def test_the_calibration_takes_the_jobs_share_record_once_it_holds_enough() -> None:
+    """Share B's forecasts came out twice too early, share A's three times: A's job is scaled by
+    the pool's record (mostly B's) until A's own holds ``needed`` outcomes, then by A's."""
+    calibration = Calibration(needed=30)
+    raw = expected(1_100.0, 1_050.0, 1_200.0)  # a job of share A, forecast to wait 100 s
+    for _ in range(60):
+        calibration.learn("B", 100.0, 200.0)
+    for _ in range(29):
+        calibration.learn("A", 100.0, 300.0)
+    assert calibration.apply(raw, 1_000.0).start == 1_200.0, "the pool's median ratio: 2"
+    calibration.learn("A", 100.0, 300.0)
+    assert calibration.apply(raw, 1_000.0).start == 1_300.0, "share A's own: 3"
