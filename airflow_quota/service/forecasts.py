@@ -2,31 +2,37 @@
 leader off its scheduling path: ``ForecastRefresh``.
 
 After a step that changed something, once ``interval`` seconds have passed since the last
-refresh began and none is in flight, the leader hands a copy of the core (a snapshot's bytes)
-to a process of its own; that process reads the runtime history from the quota database
-(finished attempts: the same Airflow task's runs, the share's, the pool's) and the runtime each
-live job's author expects (``quota_jobs.expected_runtime_seconds``, the best estimate when
-given), forecasts, and rewrites ``quota_forecasts``. The leader only encodes the copy; the forward runs take no time
-from its cycles, nor its interpreter's lock. A refresh that fails is logged and the next one
-tries again: a forecast is advice, never a decision.
+refresh began and none is in flight, the leader asks a process of its own for a refresh, and
+hands it nothing but the instant. That process follows the input log as a standby does: it
+keeps its own core, rebuilt once from the newest snapshot and the inputs after it, then fed
+the inputs committed since its last refresh (``_Follower``): the core is deterministic, so
+that is the leader's state as of its last commit. It reads the runtime history from the quota
+database (finished attempts: the same Airflow task's runs, the share's, the pool's) and the
+runtime each live job's author expects (``quota_jobs.expected_runtime_seconds``, the best
+estimate when given), forecasts, and rewrites ``quota_forecasts``. The leader neither copies
+its state nor runs anything of the forecast: its cycles are as fast with forecasts as without
+(BENCHMARKS.md, "The forecast"). A refresh that fails is logged and the next one tries again:
+a forecast is advice, never a decision.
 """
 
 from __future__ import annotations
 
 import logging
 import multiprocessing
+import os
 from collections.abc import Mapping
 from concurrent.futures import Future, ProcessPoolExecutor
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from sqlalchemy import Engine, delete, func, select
 
-from airflow_quota.core import snapshot
 from airflow_quota.core.cycle import QuotaScheduler
 from airflow_quota.core.estimates import RuntimeEstimate, RuntimeHistory
+from airflow_quota.service.snapshots import inputs_pruned, recover, replay_after
 from airflow_quota.store.bulk import insert_rows
 from airflow_quota.store.engine import make_engine, session_factory
 from airflow_quota.store.models import Attempt, AttemptState, ForecastRow, JobRow
+from airflow_quota.store.models import Input as InputRow
 
 if TYPE_CHECKING:  # the simulator loads in the worker process only, never in the leader
     from airflow_quota.sim.forecast import Calibration, Forecast
@@ -55,6 +61,8 @@ class ForecastRefresh:
         self._running: Future[int] | None = None
         self._last: float | None = None
         self._changed = False
+        self._follower = _Follower()
+        """The inline refreshes' follower (a worker process keeps its own)."""
         self.refreshed = 0
         """Refreshes written so far."""
 
@@ -68,14 +76,15 @@ class ForecastRefresh:
         if self._last is not None and now - self._last < self.interval:
             return
         self._last, self._changed = now, False
-        payload = snapshot.encode(scheduler)
         if self.inline:
-            refresh(self.url, payload, now, self.runs)
+            refresh(self.url, now, self.runs, self._follower)
             self.refreshed += 1
             return
         if self._pool is None:
-            self._pool = ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn"))
-        self._running = self._pool.submit(refresh, self.url, payload, now, self.runs)
+            self._pool = ProcessPoolExecutor(
+                max_workers=1, mp_context=multiprocessing.get_context("spawn"), initializer=_yield_to_the_leader
+            )
+        self._running = self._pool.submit(refresh, self.url, now, self.runs)
 
     def _collect(self) -> None:
         running = self._running
@@ -98,24 +107,41 @@ class ForecastRefresh:
 
 # -- in the worker process ----------------------------------------------------------------------
 
+WORKER_NICENESS = 10
+"""How much lower the worker's CPU priority is than the leader's: on a machine with few cores,
+the leader's cycles and its database come first."""
+
+
+def _yield_to_the_leader() -> None:
+    os.nice(WORKER_NICENESS)
+
+
 _ENGINES: dict[str, Engine] = {}
+_FOLLOWERS: dict[str, _Follower] = {}
+"""Each quota database's follower in this process."""
 _CALIBRATION: Calibration | None = None
 _FIRST: dict[int, tuple[float, float]] = {}
 """Each waiting job's first forecast: (made at, forecast wait), learned from once it starts."""
 
 
-def refresh(url: str, payload: bytes, now: float, runs: int | None = None) -> int:
-    """Forecast from the snapshot ``payload`` (the core at ``now``) with ``runs`` forward runs
-    (``sim.forecast.RUNS`` by default) and rewrite the forecasts; how many rows were written."""
+def refresh(url: str, now: float, runs: int | None = None, follower: _Follower | None = None) -> int:
+    """Forecast from the core as of the newest committed input, at ``now``, with ``runs``
+    forward runs (``sim.forecast.RUNS`` by default), and rewrite the forecasts; how many rows
+    were written (0 before the first configuration). ``follower``: the one to catch up, else
+    this process's for ``url`` (a worker process serves one quota service)."""
     from airflow_quota.sim.forecast import RUNS, forecast
 
     engine = _ENGINES.get(url)
     if engine is None:
         engine = _ENGINES[url] = make_engine(url)
-    scheduler = snapshot.decode(payload)
-    scheduler.forget_finished()
     sessions = session_factory(engine)
     with sessions() as session, session.begin():
+        if follower is None:
+            follower = _FOLLOWERS.setdefault(url, _Follower())
+        scheduler = follower.catch_up(session)
+        if scheduler is None:
+            return 0
+        scheduler.forget_finished()
         history, jobs = _history(session, scheduler)
     estimates = _estimates(scheduler, now, history, jobs)
     result = forecast(scheduler, now, estimates, runs=RUNS if runs is None else runs)
@@ -124,6 +150,35 @@ def refresh(url: str, payload: bytes, now: float, runs: int | None = None) -> in
         session.execute(delete(ForecastRow))
         insert_rows(session, ForecastRow, rows)
     return len(rows)
+
+
+class _Follower:
+    """The core as the input log makes it, kept up with the log between refreshes."""
+
+    def __init__(self) -> None:
+        self.scheduler: QuotaScheduler | None = None
+        self.last_input = 0
+        self._last_row: tuple[str, float] | None = None
+        """(kind, instant) of the last input taken in: the log is the same one while it is there."""
+
+    def catch_up(self, session: Any) -> QuotaScheduler | None:
+        """The core as of the newest committed input: fed the inputs since the last call, or
+        rebuilt (as a new leader recovers) on the first call or when the log is no longer the
+        one followed (another database at the same address, inputs pruned past ours)."""
+        if self.scheduler is None or not self._same_log(session):
+            recovered = recover(session, inputs_pruned(session))
+            self.scheduler, self.last_input = recovered.scheduler, recovered.last_input
+        else:
+            _, self.last_input = replay_after(session, self.scheduler, self.last_input, forgotten_ok=True)
+        row = session.get(InputRow, self.last_input) if self.last_input else None
+        self._last_row = (row.kind, row.at) if row is not None else None
+        return self.scheduler
+
+    def _same_log(self, session: Any) -> bool:
+        if not self.last_input:
+            return False
+        row = session.get(InputRow, self.last_input)
+        return row is not None and (row.kind, row.at) == self._last_row
 
 
 class _Known(NamedTuple):

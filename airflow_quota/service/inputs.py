@@ -124,6 +124,16 @@ def replay(rows: Iterable[tuple[str, dict[str, Any], float]]) -> QuotaScheduler 
     return replay_onto(None, rows)
 
 
+def replay_known(scheduler: QuotaScheduler, rows: Iterable[tuple[str, dict[str, Any], float]]) -> None:
+    """``replay_onto``, skipping each input that names a job ``scheduler`` has forgotten: a
+    finished job, about which every input is refused or changes nothing."""
+    for kind, payload, at in rows:
+        ref = payload.get("job_id")
+        if kind != "submit" and ref is not None and ref not in scheduler.state.refs:
+            continue
+        apply(scheduler, from_row(kind, payload), at)
+
+
 def replay_onto(
     scheduler: QuotaScheduler | None, rows: Iterable[tuple[str, dict[str, Any], float]]
 ) -> QuotaScheduler | None:

@@ -26,7 +26,7 @@ from sqlalchemy.orm import Session
 
 from airflow_quota.core import snapshot
 from airflow_quota.core.cycle import QuotaScheduler
-from airflow_quota.service.inputs import replay_onto
+from airflow_quota.service.inputs import replay_known, replay_onto
 from airflow_quota.store.models import Input as InputRow
 from airflow_quota.store.models import RetentionState, Snapshot
 from airflow_quota.store.settings import DEFAULT_SNAPSHOT_EVERY
@@ -65,6 +65,8 @@ class Recovered:
     """Inputs replayed after it."""
     skipped: tuple[str, ...]
     """Each snapshot skipped, and why."""
+    last_input: int = 0
+    """The last input the scheduler holds (the snapshot's, or the last replayed)."""
 
 
 def write_snapshot(session: Session, scheduler: QuotaScheduler, now: float, epoch: int | None) -> Snapshot:
@@ -110,8 +112,8 @@ def recover(session: Session, inputs_pruned: bool) -> Recovered:
             continue
         finally:
             session.expunge_all()  # its payload may be large: not kept in the session
-        replayed = _replay_after(session, scheduler, int(last_input_id))
-        return Recovered(scheduler, int(snapshot_id), int(last_input_id), replayed, tuple(skipped))
+        replayed, last = replay_after(session, scheduler, int(last_input_id))
+        return Recovered(scheduler, int(snapshot_id), int(last_input_id), replayed, tuple(skipped), last)
     if inputs_pruned:
         raise RecoveryImpossible(
             "no snapshot could be loaded ("
@@ -127,11 +129,11 @@ def recover(session: Session, inputs_pruned: bool) -> Recovered:
 def recover_whole_log(session: Session, skipped: tuple[str, ...] = ()) -> Recovered:
     """Every input replayed into a fresh core (what recovery did before snapshots)."""
     from_log: QuotaScheduler | None = None
-    replayed = 0
-    for rows in _chunks(session, 0):
+    replayed = last = 0
+    for through, rows in _chunks(session, 0):
         from_log = replay_onto(from_log, rows)
-        replayed += len(rows)
-    return Recovered(from_log, None, 0, replayed, skipped)
+        replayed, last = replayed + len(rows), through
+    return Recovered(from_log, None, 0, replayed, skipped, last)
 
 
 def inputs_pruned(session: Session) -> bool:
@@ -140,17 +142,25 @@ def inputs_pruned(session: Session) -> bool:
     return session.scalar(select(RetentionState.inputs_pruned_through)) is not None
 
 
-def _replay_after(session: Session, scheduler: QuotaScheduler, last_input_id: int) -> int:
-    replayed = 0
-    for rows in _chunks(session, last_input_id):
-        replay_onto(scheduler, rows)
-        replayed += len(rows)
-    return replayed
+def replay_after(
+    session: Session, scheduler: QuotaScheduler, last_input_id: int, forgotten_ok: bool = False
+) -> tuple[int, int]:
+    """Feed ``scheduler`` the inputs after id ``last_input_id``; how many, and the last one's id.
+    ``forgotten_ok``: an input naming a job the scheduler has forgotten (``forget_finished``)
+    is skipped, as the quota service answers it itself (a follower forgets at its own times)."""
+    replayed, last = 0, last_input_id
+    for through, rows in _chunks(session, last_input_id):
+        if forgotten_ok:
+            replay_known(scheduler, rows)
+        else:
+            replay_onto(scheduler, rows)
+        replayed, last = replayed + len(rows), through
+    return replayed, last
 
 
-def _chunks(session: Session, after: int) -> Iterable[list[tuple[str, dict[str, Any], float]]]:
+def _chunks(session: Session, after: int) -> Iterable[tuple[int, list[tuple[str, dict[str, Any], float]]]]:
     """The inputs after id ``after``, in order, a chunk at a time (so a long tail is never all
-    in memory at once)."""
+    in memory at once), each with the id of its last input."""
     while True:
         rows = session.execute(
             select(InputRow.id, InputRow.kind, InputRow.payload, InputRow.at)
@@ -161,4 +171,4 @@ def _chunks(session: Session, after: int) -> Iterable[list[tuple[str, dict[str, 
         if not rows:
             return
         after = int(rows[-1][0])
-        yield [(kind, payload, at) for _, kind, payload, at in rows]
+        yield after, [(kind, payload, at) for _, kind, payload, at in rows]

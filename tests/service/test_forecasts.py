@@ -9,8 +9,11 @@ import pytest
 from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session
 
-from airflow_quota.core.estimates import EstimateSource
-from airflow_quota.service.forecasts import ForecastRefresh
+from airflow_quota.core import snapshot
+from airflow_quota.core.cycle import QuotaScheduler
+from airflow_quota.core.estimates import EstimateSource, RuntimeEstimate
+from airflow_quota.service.forecasts import ForecastRefresh, _Follower
+from airflow_quota.sim.forecast import Forecast, forecast
 from airflow_quota.store.models import ForecastRow, JobRow
 from benchmarks.service_replay import ServiceReplay
 from tests.builders import job, quota, request, scenario, share
@@ -106,3 +109,36 @@ def test_a_refresh_runs_in_a_process_of_its_own(sqlite_url: str) -> None:
     finally:
         refresh.close()
     assert forecasts(engine)["j3"].start == replay.origin + 200
+
+
+def test_the_worker_follows_the_input_log_as_a_standby_does(engine: Engine) -> None:
+    """The forecast's process rebuilds the core once from the log (the newest snapshot and the
+    inputs after it), then takes in only the inputs committed since: each time it forecasts what
+    the leader's own state does, and the leader hands it nothing. (Not the very same state: a
+    cycle that decided nothing is not logged, and a replay needs it not.) A log that is no longer
+    the one it followed (here: its last input is not what it took in) is followed anew."""
+    replay = ServiceReplay(WORKLOAD, engine)
+    follower = _Follower()
+
+    def predicted(scheduler: QuotaScheduler) -> Forecast:
+        copy = snapshot.decode(snapshot.encode(scheduler))  # the leader's own is left as it is
+        estimates = {seq: RuntimeEstimate(EstimateSource.TASK, (100.0,)) for seq in copy.state.jobs}
+        return forecast(copy, replay.now, estimates, runs=2, seed=7)
+
+    def caught_up() -> QuotaScheduler:
+        with Session(engine) as session, session.begin():
+            followed = follower.catch_up(session)
+        assert followed is not None and replay.service.scheduler is not None
+        assert predicted(followed) == predicted(replay.service.scheduler)
+        return followed
+
+    while replay.now < replay.origin + 150:
+        assert replay.advance()
+    first = caught_up()
+    assert set(predicted(first).starts) == {"j3", "j4"}, "the jobs the forecast is about"
+    taken = follower.last_input
+    assert replay.advance()
+    assert caught_up() is first, "fed the new inputs, not rebuilt"
+    assert follower.last_input > taken
+    follower._last_row = ("submit", -1.0)
+    assert caught_up() is not first, "rebuilt from the log"
