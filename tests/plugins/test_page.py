@@ -24,7 +24,7 @@ from typing import Any, TypeVar
 
 import pytest
 from selenium import webdriver
-from selenium.common.exceptions import NoSuchElementException, StaleElementReferenceException
+from selenium.common.exceptions import NoSuchElementException, StaleElementReferenceException, WebDriverException
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
@@ -106,13 +106,18 @@ def quotas(signed_in: WebDriver) -> WebDriver:
 
 
 def wait_for(driver: WebDriver, condition: Callable[[WebDriver], Any], seconds: float = 20, what: str = "") -> Any:
-    """The first truthy result of ``condition``; elements replaced by a refresh are retried."""
+    """The first truthy result of ``condition``; elements replaced by a refresh, and a look
+    aborted by a navigation under way (the UI's redirect to its login page), are retried."""
 
     def attempt(d: WebDriver) -> Any:
         try:
             return condition(d)
         except (NoSuchElementException, StaleElementReferenceException):
             return False
+        except WebDriverException as exc:
+            if "aborted by navigation" in str(exc):
+                return False
+            raise
 
     return WebDriverWait(driver, seconds, poll_frequency=0.25).until(attempt, message=what)
 
