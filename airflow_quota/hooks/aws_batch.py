@@ -3,58 +3,33 @@ through the amazon provider's ``AwsBaseHook`` (``client_type="batch"``, as the p
 ``BatchClientHook``), so the Airflow AWS connection (``aws_conn_id``), its region, role and
 endpoint apply as they do to every amazon operator.
 
-Every call is retried while AWS throttles (``TooManyRequestsException``, HTTP 429) or fails on
-its side (HTTP 5xx), with exponential back-off and jitter, here and not only in botocore: the
-retry is the hook's own, so it is the same whatever retry mode the connection's botocore
-configuration sets. AWS refusing a request (``ClientException``) raises ``AwsBatchRefused``
-naming the operation, the object and AWS's message.
+Its calls are ``aws_batch/calls.py``'s ``BatchCalls`` (retried while AWS throttles or fails on
+its side; ``AwsBatchRefused`` naming the operation, the object and AWS's message when AWS
+refuses), on the client the connection gives.
 """
 
 from __future__ import annotations
 
-import random
-import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from airflow.providers.amazon.aws.hooks.base_aws import AwsBaseHook
-from botocore.exceptions import BotoCoreError, ClientError
 
-from airflow_quota.aws_batch.policy import Change, JobQueueState, Plan
-from airflow_quota.exceptions import QuotaError, Refused
-
-THROTTLED = frozenset(
-    {"TooManyRequestsException", "ThrottlingException", "Throttling", "RequestLimitExceeded", "SlowDown"}
+from airflow_quota.aws_batch.calls import (
+    MAX_ATTEMPTS,
+    PAGE_SIZE,
+    AwsBatchRefused,
+    AwsBatchUnavailable,
+    BatchCalls,
+    backoff,
+    retried,
 )
-MAX_ATTEMPTS = 6
-BACKOFF_SECONDS = 1.0
-BACKOFF_CAP_SECONDS = 20.0
-PAGE_SIZE = 100
-"""``ListQuotaShares.maxResults``: at most 100 a page."""
+from airflow_quota.aws_batch.policy import Change, JobQueueState, Plan
+
+__all__ = ["AwsBatchQuotaHook", "AwsBatchRefused", "AwsBatchUnavailable", "backoff", "retried"]
 
 
-class AwsBatchRefused(Refused):
-    """AWS Batch refused a request (a ClientError): the message names the operation, the
-    object it was for and AWS's code and message. Nothing after it was called."""
-
-
-class AwsBatchUnavailable(QuotaError):
-    """AWS Batch could not be reached, or kept throttling or failing after every retry."""
-
-
-def backoff(attempt: int) -> float:
-    """Seconds before retry ``attempt`` (1, 2, ...): 1, 2, 4, ... up to 20, each with up to
-    half of it taken off at random, so that clients throttled together do not retry together."""
-    full = min(BACKOFF_CAP_SECONDS, BACKOFF_SECONDS * float(2 ** (attempt - 1)))
-    return full * (1 - random.random() / 2)
-
-
-def retried(code: str | None, status: int | None) -> bool:
-    """Whether an AWS error is worth retrying: throttling, or a failure on AWS's side."""
-    return code in THROTTLED or status == 429 or (status is not None and status >= 500)
-
-
-class AwsBatchQuotaHook(AwsBaseHook):
+class AwsBatchQuotaHook(AwsBaseHook, BatchCalls):
     """The quota shares, service environment and scheduling policy of AWS Batch job queues.
 
     :param aws_conn_id: the Airflow AWS connection (default ``aws_default``; None: boto3's own
@@ -67,35 +42,18 @@ class AwsBatchQuotaHook(AwsBaseHook):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         kwargs["client_type"] = "batch"
         super().__init__(*args, **kwargs)
-        self.sleep: Callable[[float], None] = time.sleep
-        """How the hook waits between retries (tests record the waits instead)."""
+        BatchCalls.__init__(self)
         self.max_attempts = MAX_ATTEMPTS
 
-    def call(self, operation: str, subject: str, **params: Any) -> dict[str, Any]:
-        """``operation`` (botocore's Python name, e.g. ``list_quota_shares``) with ``params``,
-        retried while throttled; ``subject`` names the object in an error."""
-        client = self.conn
-        name = client.meta.method_to_api_mapping.get(operation, operation)
-        for attempt in range(1, self.max_attempts + 1):
-            try:
-                answer: dict[str, Any] = getattr(client, operation)(**params)
-                return answer
-            except ClientError as exc:
-                error = exc.response.get("Error", {})
-                code = error.get("Code")
-                status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
-                message = error.get("Message") or str(exc)
-                if not retried(code, status):
-                    raise AwsBatchRefused(f"{name} of {subject}: AWS Batch refused it: {code}: {message}") from None
-                if attempt == self.max_attempts:
-                    raise AwsBatchUnavailable(
-                        f"{name} of {subject}: AWS Batch answered {code} {attempt} times in a row; try again later"
-                    ) from None
-                self.log.info("%s of %s: %s, retrying (attempt %d)", name, subject, code, attempt + 1)
-                self.sleep(backoff(attempt))
-            except BotoCoreError as exc:
-                raise AwsBatchUnavailable(f"{name} of {subject}: cannot call AWS Batch: {exc}") from None
-        raise AssertionError("unreachable")  # pragma: no cover
+    @property
+    def batch_client(self) -> Any:
+        """The Batch client of the hook's connection."""
+        return self.conn
+
+    @property
+    def calls_log(self) -> Any:
+        """The hook's own log (the task's, in a task)."""
+        return self.log
 
     # -- reading -------------------------------------------------------------------------------
 
