@@ -126,6 +126,9 @@ class JobRow(Base):
     list of plan entries only, kept across a capacity error); None without one or when not
     RUNNABLE. Written by the scheduler, read by the task log so it can say when the wait ends."""
     updated_at: Mapped[float] = mapped_column(Float, default=0.0)
+    service_job_id: Mapped[str | None] = mapped_column(String(64))
+    """The AWS Batch service job that runs it, when a delegating scheduler placed it on AWS Batch
+    (``service/delegation.py``); None otherwise."""
 
     __table_args__ = (
         Index(
@@ -137,6 +140,7 @@ class JobRow(Base):
         ),
         Index("ix_quota_jobs_share_state", "share", "state"),
         Index("ix_quota_jobs_dag", "dag_id"),
+        Index("ix_quota_jobs_service_job_id", "service_job_id", unique=True),
         {"sqlite_autoincrement": True},
     )
 

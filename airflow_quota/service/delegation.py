@@ -1,0 +1,588 @@
+"""``airflow-quota scheduler --aws-batch-job-queue Q``: a quota scheduler that lets AWS Batch place.
+
+AWS Batch's quota management decides for the job queue's pool: which job runs, on which entry of
+its preference list, which is preempted. This leader does what is left, in the quota database
+every reader already reads, so the operator's trigger, the sensors, the Quotas page, alerts and
+metrics work unchanged (docs/aws-batch.md, "Who decides"):
+
+1. **the inbox**: a submission becomes ``SubmitServiceJob`` (``aws_batch/service_jobs.py``), a
+   priority change ``UpdateServiceJob``, a cancel ``TerminateServiceJob``, a configuration is
+   taken in (``airflow-quota aws-batch apply`` is what changes AWS's quota shares). AWS refusing
+   a request refuses it here, with AWS's words, and nothing is stored of it; AWS out of reach or
+   throttling leaves it in the inbox for a later step (the client token makes a second
+   submission find the first);
+2. **the mirror**, every ``mirror_seconds``: for each share with live jobs, one
+   ``ListServiceJobs`` page (``ShareSweep``: the live statuses in turn), and
+   ``DescribeServiceJob`` only for a job a listing cannot settle: back in the queue after holding
+   capacity (preempted, or requeued for capacity), or missing from a whole sweep (ended). What
+   changed is written as the core's own decisions (placed, preempted, requeued, succeeded,
+   failed), their events and rows, and the jobs' columns;
+3. **the view**, after each mirror: each share's limits, what its mirrored jobs use, borrow and
+   wait for, the use ``GetJobQueueSnapshot`` reports when it reports one.
+
+Calls AWS throttles or fails (``AwsBatchUnavailable``) pause every call for a back-off (1 s
+doubling to 20 s, with jitter) without holding up the lease: the step returns and the next one
+after the pause goes on where it stopped. Every transaction that writes checks the lease first.
+Starvation alerts, forecasts and reservations are the quota scheduler's own and are not made
+here (docs/aws-batch.md says what is lost).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import socket
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from sqlalchemy import Engine, delete, func, select
+from sqlalchemy.orm import Session
+
+from airflow_quota.aws_batch.calls import AwsBatchRefused, AwsBatchUnavailable, BatchCalls, backoff
+from airflow_quota.aws_batch.service_jobs import (
+    CANCEL_REASON,
+    DelegatedJob,
+    DelegationRefused,
+    Followed,
+    KnownJob,
+    ServiceJob,
+    ShareSweep,
+    borrowed_by,
+    follow,
+    service_job,
+    submit_request,
+)
+from airflow_quota.core.config import QuotaConfig, stored_config
+from airflow_quota.core.cycle import EPOCH
+from airflow_quota.core.explain import describe, event_record
+from airflow_quota.core.model import (
+    LIVE_STATES,
+    Alert,
+    AlertKind,
+    Decision,
+    Entry,
+    JobRequest,
+    JobState,
+    Placed,
+    Preempted,
+    PriorityChanged,
+    Rejected,
+    Submitted,
+)
+from airflow_quota.core.state import QuotaState
+from airflow_quota.service.clock import Clock, WallClock
+from airflow_quota.service.intake import INBOX
+from airflow_quota.service.leader import LeaderLoop
+from airflow_quota.store.bulk import insert_rows
+from airflow_quota.store.engine import reachable, session_factory
+from airflow_quota.store.lock import leader_lock
+from airflow_quota.store.models import AlertRow, Attempt, AttemptState, ConfigVersion, EventRow, JobRow, Preemption
+from airflow_quota.store.views import QuotaView, ViewBuilder, write_view
+
+log = logging.getLogger("airflow_quota.scheduler")
+
+DELEGATED_BACKEND = "aws_batch"
+"""The backend named on the attempts AWS Batch places (the jobs keep ``sagemaker``: SageMaker
+runs their training)."""
+RUNS_ON_AWS_BATCH = ("sagemaker",)
+"""The job backends a delegating scheduler takes: AWS Batch runs SageMaker training jobs."""
+
+
+class AwsBatchDelegation(LeaderLoop):
+    """The leader of a quota database whose pool AWS Batch places (see the module docstring).
+
+    :param hook: the AWS Batch calls (its retries are this loop's: ``hook.max_attempts`` is 1).
+    :param job_queue: the quota-management job queue (name or ARN).
+    :param mirror_seconds: how often each share's next ``ListServiceJobs`` page is read.
+    """
+
+    def __init__(
+        self,
+        engine: Engine,
+        hook: BatchCalls,
+        job_queue: str,
+        clock: Clock | None = None,
+        holder: str | None = None,
+        poll_seconds: float = 0.5,
+        lease_seconds: float = 10.0,
+        mirror_seconds: float = 30.0,
+        requests_announced: bool = False,
+    ) -> None:
+        holder = holder or f"{socket.gethostname()}:{os.getpid()}"
+        super().__init__(
+            engine,
+            holder,
+            leader_lock(engine, holder, lease_seconds, backends=[DELEGATED_BACKEND]),
+            poll_seconds,
+            requests_announced,
+        )
+        self.hook = hook
+        hook.max_attempts = 1  # a throttled call pauses the loop, not the lease's renewal
+        self.job_queue = job_queue
+        self.clock = clock or WallClock()
+        self.wall_clock = isinstance(self.clock, WallClock)
+        self.mirror_seconds = mirror_seconds
+        self.sessions = session_factory(engine)
+        self.config: QuotaConfig | None = None
+        self._sweeps: dict[str, ShareSweep] = {}
+        self._next_mirror = float("-inf")
+        self._refused_in_a_row = 0
+        self.paused_until = float("-inf")
+        """Calls to AWS wait until then (the clock's seconds): AWS throttled or was out of reach."""
+        self._cancel_asked: set[int] = set()
+
+    # -- LeaderLoop ------------------------------------------------------------------------------
+
+    def recover(self) -> None:
+        """The configuration in force is the latest one taken in; the jobs' state is AWS's."""
+        with self.sessions() as session, session.begin():
+            handled = select(func.max(ConfigVersion.id))
+            version = session.scalar(handled)
+            row = session.get(ConfigVersion, version) if version is not None else None
+            self.config = stored_config(row.document) if row is not None else None
+
+    def _starting(self) -> None:
+        pass
+
+    def _stopping(self, leading: bool) -> None:
+        pass
+
+    def _forget(self) -> None:
+        self.config = None
+        self._sweeps.clear()
+        self._next_mirror = float("-inf")
+
+    def _took_the_lease(self) -> None:
+        self.recover()
+        self._sweeps.clear()
+        log.info("%s delegates placing to AWS Batch job queue %s", self.holder, self.job_queue)
+
+    def step(self) -> bool:
+        """Take in the inbox, then mirror when due; True when anything changed."""
+        now = self.clock.now()
+        if now < self.paused_until:
+            return False
+        worked = False
+        try:
+            with reachable(str(self.engine.url)):
+                worked = self._take_in_requests(now)
+                if now >= self._next_mirror:
+                    worked = self._mirror(now) or worked
+                    self._next_mirror = now + self.mirror_seconds
+            self._refused_in_a_row = 0
+        except AwsBatchUnavailable as exc:
+            self._refused_in_a_row += 1
+            pause = backoff(self._refused_in_a_row)
+            self.paused_until = now + pause
+            log.warning("%s; every AWS Batch call waits %.1f s", exc, pause)
+        return worked
+
+    # -- the inbox -------------------------------------------------------------------------------
+
+    def _take_in_requests(self, now: float) -> bool:
+        with self.sessions() as session, session.begin():
+            pending = [(request, row) for request, row in session.execute(INBOX)]
+        for request, row in pending:
+            if request.kind == "config":
+                self._take_config(request.id, request.payload, now)
+            elif row is None or (request.kind != "submit" and row.state not in LIVE_STATES):
+                self._refuse(request.id, row, request.kind, f"job {request.job_id} is not live", now)
+            elif request.kind == "submit":
+                self._submit(request.id, row, now)
+            elif request.kind == "set_priority":
+                self._set_priority(request.id, row, int(request.payload["priority"]), now)
+            elif request.kind == "cancel":
+                self._cancel(request.id, row, now)
+            else:
+                why = (
+                    f"{request.kind}: AWS Batch keeps its own capacity; a delegating scheduler takes no {request.kind}"
+                )
+                self._refuse(request.id, row, request.kind, why, now)
+        return bool(pending)
+
+    def _take_config(self, request_id: int, payload: Mapping[str, Any], now: float) -> None:
+        with self.sessions() as session, session.begin():
+            self._fence(session)
+            row = session.get(ConfigVersion, payload["version"])
+            if row is not None:
+                self.config = stored_config(row.document)
+            _handled(session, request_id, "accepted")
+            if self.config is not None:
+                write_view(session, self._view(session, now, None))
+        log.info("configuration version %s taken in", payload.get("version"))
+
+    def _submit(self, request_id: int, row: JobRow, now: float) -> None:
+        if row.backend not in RUNS_ON_AWS_BATCH:
+            why = (
+                f"backend: {row.backend!r} jobs cannot run on AWS Batch; this quota scheduler delegates to job"
+                f" queue {self.job_queue}, which runs SageMaker training jobs (backend 'sagemaker')"
+            )
+            self._refuse(request_id, row, "submit", why, now, delete_job=True)
+            return
+        plans = {plan.name: plan.arn for plan in self.config.pool.training_plans if plan.arn} if self.config else {}
+        job = DelegatedJob(
+            row.id, row.name, row.share, row.priority, JobRequest.model_validate(row.request), row.training,
+            row.submitted_at, plans,
+        )  # fmt: skip
+        try:
+            answer = self.hook.submit_service_job(submit_request(job, self.job_queue))
+        except (DelegationRefused, AwsBatchRefused) as exc:
+            self._refuse(request_id, row, "submit", str(exc).replace("\n", "; "), now, delete_job=True)
+            return
+        submitted = Submitted(now, row.name, row.share)
+        with self.sessions() as session, session.begin():
+            self._fence(session)
+            stored = session.get(JobRow, row.id)
+            assert stored is not None
+            stored.service_job_id = str(answer["jobId"])
+            stored.state, stored.runnable_since, stored.updated_at = JobState.RUNNABLE.value, now, now
+            stored.pending_reason = "AWS_BATCH_QUEUE"
+            _handled(session, request_id, "accepted")
+            self._events(session, [(row.id, submitted)])
+        log.info("%s as AWS Batch service job %s", describe(submitted, self.wall_clock), answer["jobId"])
+
+    def _set_priority(self, request_id: int, row: JobRow, priority: int, now: float) -> None:
+        if row.service_job_id is None:
+            self._refuse(request_id, row, "set_priority", "not yet submitted to AWS Batch", now)
+            return
+        try:
+            self.hook.update_service_job(row.service_job_id, priority)
+        except AwsBatchRefused as exc:
+            self._refuse(request_id, row, "set_priority", str(exc), now)
+            return
+        changed = PriorityChanged(now, row.name, row.share, row.priority, priority)
+        with self.sessions() as session, session.begin():
+            self._fence(session)
+            stored = session.get(JobRow, row.id)
+            assert stored is not None
+            stored.priority, stored.updated_at = priority, now
+            _handled(session, request_id, "accepted")
+            self._events(session, [(row.id, changed)])
+        log.info(describe(changed, self.wall_clock))
+
+    def _cancel(self, request_id: int, row: JobRow, now: float) -> None:
+        if row.service_job_id is not None:
+            try:
+                self.hook.terminate_service_job(row.service_job_id, CANCEL_REASON)
+            except AwsBatchRefused as exc:
+                self._refuse(request_id, row, "cancel", str(exc), now)
+                return
+        self._cancel_asked.add(row.id)
+        with self.sessions() as session, session.begin():
+            self._fence(session)
+            _handled(session, request_id, "accepted")
+        self._next_mirror = now  # AWS says FAILED at once: mirror it at the next step
+        log.info("cancel of %s [%s] asked of AWS Batch (service job %s)", row.name, row.share, row.service_job_id)
+
+    def _refuse(
+        self, request_id: int, row: JobRow | None, kind: str, why: str, now: float, delete_job: bool = False
+    ) -> None:
+        name, share = (row.name, row.share) if row is not None else ("", "")
+        refused = Rejected(now, name, share, why, request=kind)
+        with self.sessions() as session, session.begin():
+            self._fence(session)
+            _handled(session, request_id, "refused", why)
+            self._events(session, [(None if delete_job or row is None else row.id, refused)])
+            if delete_job and row is not None:
+                session.execute(delete(JobRow).where(JobRow.id == row.id))
+        log.info(describe(refused, self.wall_clock))
+
+    # -- the mirror ------------------------------------------------------------------------------
+
+    def _mirror(self, now: float) -> bool:
+        """One round: a page of each share with live jobs, the descriptions it calls for, one
+        commit of what changed. True when anything did."""
+        with self.sessions() as session, session.begin():
+            rows = session.scalars(
+                select(JobRow).where(JobRow.service_job_id.is_not(None), JobRow.state.in_(LIVE_STATES))
+            ).all()
+        known = {row.service_job_id or "": _known(row, row.id in self._cancel_asked) for row in rows}
+        by_id = {row.id: row for row in rows}
+        changes: list[tuple[KnownJob, Followed]] = []
+        shares = sorted({job.share for job in known.values()})
+        for share in shares:
+            sweep = self._sweeps.setdefault(share, ShareSweep(share, now))
+            for seen in sweep.take(self.hook.list_service_jobs(sweep.request(self.job_queue))):
+                if seen.job_id in known:
+                    self._look(known, seen, now, changes)
+            if sweep.complete:
+                del self._sweeps[share]
+                unseen = [
+                    job_id
+                    for job_id, job in known.items()
+                    if job.share == share and job_id not in sweep.seen and by_id[job.job_id].updated_at < sweep.began
+                ]
+                for job_id in unseen:
+                    self._look(known, service_job(self.hook.describe_service_job(job_id)), now, changes)
+        snapshot = self.hook.job_queue_snapshot(self.job_queue) if self.config is not None and known else None
+        if changes or snapshot is not None:
+            self._write(changes, now, snapshot)
+        return bool(changes)
+
+    def _look(
+        self, known: dict[str, KnownJob], seen: ServiceJob, now: float, changes: list[tuple[KnownJob, Followed]]
+    ) -> None:
+        job = known[seen.job_id]
+        followed = follow(job, seen, now, self._borrowed(known, job, seen), self.job_queue)
+        if followed.needs_description:
+            seen = service_job(self.hook.describe_service_job(seen.job_id))
+            followed = follow(job, seen, now, self._borrowed(known, job, seen), self.job_queue)
+        if not followed.columns and not followed.decisions:
+            return
+        changes.append((job, followed))
+        columns = followed.columns
+        entry = job.entry
+        if "instance_type" in columns:
+            entry = Entry(columns["instance_type"], columns["count"]) if columns["instance_type"] else None
+        known[seen.job_id] = dataclasses.replace(
+            job,
+            state=JobState(columns.get("state", job.state.value)),
+            attempts=columns.get("attempts", job.attempts),
+            preemptions=columns.get("preemptions", job.preemptions),
+            runnable_since=columns.get("runnable_since", job.runnable_since),
+            wait_seconds=columns.get("wait_seconds", job.wait_seconds),
+            entry=entry,
+            borrowed=columns.get("borrowed", job.borrowed),
+            running_since=columns.get("running_since", job.running_since),
+        )
+
+    def _borrowed(self, known: Mapping[str, KnownJob], job: KnownJob, seen: ServiceJob) -> int:
+        """Instances above its share's limit the job borrows if this look places it."""
+        entry = seen.entry
+        if entry is None or self.config is None or job.state.holds_capacity:
+            return job.borrowed
+        share = self.config.share(job.share)
+        limit = share.capacity_limits.get(entry.instance_type, 0) if share is not None else 0
+        holding = [
+            other.entry.count
+            for other in known.values()
+            if other.share == job.share
+            and other.state.holds_capacity
+            and other.entry is not None
+            and other.entry.instance_type == entry.instance_type
+        ]
+        return borrowed_by(limit, holding, entry.count)
+
+    def _write(self, changes: list[tuple[KnownJob, Followed]], now: float, snapshot: Mapping[str, Any] | None) -> None:
+        with self.sessions() as session, session.begin():
+            self._fence(session)
+            events: list[tuple[int | None, Decision]] = []
+            preemptions: list[dict[str, Any]] = []
+            for job, followed in changes:
+                stored = session.get(JobRow, job.job_id)
+                if stored is None:
+                    continue
+                for name, value in followed.columns.items():
+                    if name != "running_since":
+                        setattr(stored, name, value)
+                stored.updated_at = now
+                events += [(job.job_id, decision) for decision in followed.decisions]
+                self._attempts(session, job, followed)
+                for attempt, preempted in followed.preemptions:
+                    preemptions.append(
+                        {
+                            "job_id": job.job_id,
+                            "attempt": attempt,
+                            "at": preempted.at,
+                            "kind": preempted.kind.value,
+                            "by_job": preempted.by,
+                            "lost_seconds": preempted.lost_seconds,
+                        }
+                    )
+                events += self._alerts(job, followed, now)
+                if stored.state not in LIVE_STATES:
+                    self._cancel_asked.discard(job.job_id)
+            insert_rows(session, Preemption, preemptions)
+            self._events(session, events)
+            if self.config is not None:
+                write_view(session, self._view(session, now, snapshot))
+        for _, followed in changes:
+            for decision in followed.decisions:
+                log.info(describe(decision, self.wall_clock))
+
+    def _attempts(self, session: Session, job: KnownJob, followed: Followed) -> None:
+        """An attempt row for each placement AWS made, ended when it is preempted or ends."""
+        for decision in followed.decisions:
+            if isinstance(decision, Placed):
+                session.add(
+                    Attempt(
+                        job_id=job.job_id,
+                        number=decision.attempt,
+                        backend=DELEGATED_BACKEND,
+                        instance_type=decision.entry.instance_type,
+                        count=decision.entry.count,
+                        training_plan=decision.entry.training_plan,
+                        borrowed=decision.borrowed,
+                        placed_at=decision.at,
+                        status=AttemptState.PENDING.value,
+                        stop_grace=0.0,
+                    )
+                )
+                session.flush()
+                continue
+            open_attempt = session.scalars(
+                select(Attempt)
+                .where(Attempt.job_id == job.job_id, Attempt.ended_at.is_(None))
+                .order_by(Attempt.number.desc())
+            ).first()
+            if open_attempt is None:
+                continue
+            if isinstance(decision, Preempted):
+                open_attempt.status, open_attempt.ended_at = AttemptState.STOPPED.value, decision.at
+                open_attempt.reason = decision.reason
+            elif type(decision).__name__ in ("Succeeded", "Failed", "Requeued"):
+                ended = {"Succeeded": AttemptState.SUCCEEDED, "Failed": AttemptState.FAILED}
+                status = ended.get(type(decision).__name__, AttemptState.CAPACITY_ERROR)
+                open_attempt.status, open_attempt.ended_at = status.value, decision.at
+        state = followed.columns.get("state")
+        running = followed.columns.get("running_since")
+        if state == JobState.RUNNING.value or running is not None:
+            open_attempt = session.scalars(
+                select(Attempt).where(Attempt.job_id == job.job_id, Attempt.ended_at.is_(None))
+            ).first()
+            if open_attempt is not None:
+                open_attempt.status = AttemptState.RUNNING.value
+                open_attempt.running_since = running if running is not None else open_attempt.running_since
+
+    def _alerts(self, job: KnownJob, followed: Followed, now: float) -> list[tuple[int | None, Decision]]:
+        """PREEMPTED_REPEATEDLY when AWS's preemptions of the job reach its share's
+        ``preempted_alert_after`` (AWS sends no alert of its own)."""
+        share = self.config.share(job.share) if self.config is not None else None
+        count = followed.columns.get("preemptions")
+        if share is None or count is None or not job.preemptions < share.preempted_alert_after <= count:
+            return []
+        reason = (
+            f"preempted {count} times by AWS Batch (the share's preempted_alert_after is {share.preempted_alert_after})"
+        )
+        alert = Alert(now, job.name, job.share, AlertKind.PREEMPTED_REPEATEDLY, reason, None, None)
+        return [(job.job_id, alert)]
+
+    def _events(self, session: Session, decisions: Iterable[tuple[int | None, Decision]]) -> None:
+        """Each decision's event, as the quota scheduler's own leader writes it, and its alert."""
+        events, alerts = [], []
+        for job_id, decision in decisions:
+            record = event_record(decision)
+            events.append(
+                {
+                    "at": decision.at,
+                    "type": record["type"],
+                    "job": decision.job,
+                    "job_id": job_id,
+                    "share": decision.share,
+                    "record": record,
+                    "line": describe(decision, wall_clock=self.wall_clock),
+                    "leader_epoch": self.lock.epoch if self._fencing else None,
+                    "input_id": None,
+                }
+            )
+            if isinstance(decision, Alert) and job_id is not None:
+                alerts.append(
+                    {
+                        "at": decision.at,
+                        "job_id": job_id,
+                        "job": decision.job,
+                        "share": decision.share,
+                        "kind": decision.kind.value,
+                        "reason": decision.reason,
+                        "position": decision.position,
+                        "age_seconds": decision.age_seconds,
+                    }
+                )
+        insert_rows(session, EventRow, events)
+        insert_rows(session, AlertRow, alerts)
+
+    # -- the view --------------------------------------------------------------------------------
+
+    def _view(self, session: Session, now: float, snapshot: Mapping[str, Any] | None) -> QuotaView:
+        """The shares as AWS places them: each share's limits (the configuration), what its
+        mirrored jobs hold, borrow and wait for; a share's use as ``GetJobQueueSnapshot``
+        reports it, where it reports one (its top 20 shares)."""
+        assert self.config is not None
+        base = QuotaView(ViewBuilder().shares_of(QuotaState(self.config, EPOCH)), computed_at=now)
+        live = session.scalars(select(JobRow).where(JobRow.state.in_(LIVE_STATES))).all()
+        reported = _reported_use(snapshot)
+        shares = []
+        for view in base.shares:
+            jobs = [row for row in live if row.share == view.share]
+            waiting = [row for row in jobs if row.state in (JobState.RUNNABLE.value, JobState.SUBMITTED.value)]
+            types = []
+            for type_view in view.types:
+                holding = [
+                    row
+                    for row in jobs
+                    if row.state not in ("SUBMITTED", "RUNNABLE") and row.instance_type == type_view.instance_type
+                ]
+                used = reported.get((view.share, type_view.instance_type), sum(row.count or 0 for row in holding))
+                borrowed = max(0, used - type_view.limit)
+                types.append(
+                    dataclasses.replace(
+                        type_view,
+                        used=used,
+                        borrowed=borrowed,
+                        idle=max(0, type_view.limit - used),
+                        runnable=sum(1 for row in waiting if type_view.instance_type in _types_of(row)),
+                        oldest_runnable_since=min(
+                            (
+                                row.runnable_since
+                                for row in waiting
+                                if row.runnable_since is not None and type_view.instance_type in _types_of(row)
+                            ),
+                            default=None,
+                        ),
+                    )
+                )
+            shares.append(
+                dataclasses.replace(
+                    view,
+                    running=len(jobs) - len(waiting),
+                    runnable=len(waiting),
+                    oldest_runnable_since=min(
+                        (row.runnable_since for row in waiting if row.runnable_since is not None), default=None
+                    ),
+                    types=tuple(types),
+                )
+            )
+        return QuotaView(tuple(shares), computed_at=now)
+
+
+def _types_of(row: JobRow) -> set[str]:
+    return {str(p["instance_type"]) for p in row.request.get("preferences", ())}
+
+
+def _reported_use(snapshot: Mapping[str, Any] | None) -> dict[tuple[str, str], int]:
+    """Each share's use of each type as ``GetJobQueueSnapshot`` reports it."""
+    utilization = ((snapshot or {}).get("queueUtilization") or {}).get("quotaShareUtilization") or {}
+    return {
+        (str(share["quotaShareName"]), str(usage["capacityUnit"])): round(float(usage.get("quantity", 0)))
+        for share in utilization.get("topCapacityUtilization") or ()
+        for usage in share.get("capacityUsage") or ()
+    }
+
+
+def _known(row: JobRow, cancel_asked: bool) -> KnownJob:
+    request = row.request
+    entry = Entry(row.instance_type, row.count) if row.instance_type and row.count else None
+    return KnownJob(
+        job_id=row.id,
+        name=row.name,
+        share=row.share,
+        state=JobState(row.state),
+        attempts=row.attempts,
+        preemptions=row.preemptions,
+        runnable_since=row.runnable_since,
+        wait_seconds=row.wait_seconds,
+        entry=entry,
+        borrowed=row.borrowed,
+        preemption_retries=request.get("preemption_retries"),
+        cancel_asked=cancel_asked,
+        detail=row.detail,
+    )
+
+
+def _handled(session: Session, request_id: int, outcome: str, error: str | None = None) -> None:
+    from airflow_quota.store.models import Request
+
+    request = session.get(Request, request_id)
+    assert request is not None
+    request.handled, request.outcome, request.error = True, outcome, error

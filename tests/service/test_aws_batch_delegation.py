@@ -1,0 +1,352 @@
+"""A quota scheduler that lets AWS Batch place (``service/delegation.py``), against botocore's
+Stubber answering as AWS documents (every request checked against ``expected_params`` and the
+Batch model), on SQLite and PostgreSQL.
+
+The walkthrough is AWS's own (the SageMaker SDK's quota-management notebook, reference 1.4):
+three shares of one ``ml.g5.xlarge`` each; qs1's high job runs on its own, its medium one borrows
+qs2's idle instance, its low one waits (qs3 reserves); a job of qs2 takes the lent instance back
+(qs1-med preempted across shares); qs1-low raised above qs1-high preempts it in its share."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from botocore.stub import Stubber
+from sqlalchemy import Engine, select
+
+from airflow_quota.aws_batch.calls import BatchCalls
+from airflow_quota.aws_batch.service_jobs import CANCEL_REASON, client_token
+from airflow_quota.core.model import JobRequest
+from airflow_quota.service.clock import ManualClock
+from airflow_quota.service.delegation import AwsBatchDelegation
+from airflow_quota.store.models import Attempt, EventRow, JobRow, Preemption, Request
+from airflow_quota.store.repository import QuotaStore
+from airflow_quota.store.views import read_view
+from tests.aws_batch.aws import G5, QUEUE, batch_client
+
+TRAINING: dict[str, Any] = {
+    "AlgorithmSpecification": {
+        "TrainingImage": "123456789012.dkr.ecr.us-east-1.amazonaws.com/t:1",
+        "TrainingInputMode": "File",
+    },
+    "RoleArn": "arn:aws:iam::123456789012:role/SageMakerTraining",
+    "OutputDataConfig": {"S3OutputPath": "s3://team/output"},
+    "ResourceConfig": {"VolumeSizeInGB": 50},
+    "StoppingCondition": {"MaxRuntimeInSeconds": 3600},
+}
+WALKTHROUGH = {
+    "pool": {"capacity": {G5: 3}},
+    "shares": [
+        {"name": "qs1", "capacity_limits": {G5: 1}, "strategy": "LEND_AND_BORROW", "borrow_limit": 200,
+         "in_share_preemption": True},
+        {"name": "qs2", "capacity_limits": {G5: 1}, "strategy": "LEND"},
+        {"name": "qs3", "capacity_limits": {G5: 1}, "strategy": "RESERVE"},
+    ],
+}  # fmt: skip
+START = 1_765_000_000.0
+Page = tuple[str, list[dict[str, Any]], list[tuple[str, str, dict[str, Any]]]]
+"""One share's page in a round: its status, the jobs AWS lists, the descriptions it then asks
+(job, AWS status, further fields)."""
+ROUND = 10.0
+
+
+class Aws:
+    """The stubbed Batch client's answers, and the quota scheduler that calls it."""
+
+    def __init__(self, engine: Engine, stub: Stubber, client: Any) -> None:
+        self.clock = ManualClock(START)
+        self.store = QuotaStore(engine, clock=self.clock.now)
+        self.stub = stub
+        self.calls = BatchCalls(client)
+        self.service = AwsBatchDelegation(engine, self.calls, QUEUE, clock=self.clock, mirror_seconds=ROUND)
+        self.service.recover()
+        self.ids: dict[str, str] = {}
+
+    def submit(self, name: str, share: str, priority: int, backend: str = "sagemaker") -> JobRow:
+        request = JobRequest(name=name, share=share, priority=priority, preferences=[{"instance_type": G5, "count": 1}])
+        row = self.store.submit(request, backend, training=TRAINING)
+        if backend == "sagemaker":
+            self.expect_submit(row)
+        return row
+
+    def expect_submit(self, row: JobRow) -> None:
+        aws_id = f"svc-{row.name}"
+        self.ids[row.name] = aws_id
+        payload = {**TRAINING, "TrainingJobName": f"aq-{row.id}-{row.name}"}
+        payload["ResourceConfig"] = {
+            "VolumeSizeInGB": 50,
+            "InstancePreferences": [{"InstanceType": G5, "InstanceCount": 1}],
+        }
+        self.stub.add_response(
+            "submit_service_job",
+            {
+                "jobId": aws_id,
+                "jobName": f"aq-{row.id}-{row.name}",
+                "jobArn": f"arn:aws:batch:us-east-1:1:service-job/{aws_id}",
+            },
+            {
+                "jobName": f"aq-{row.id}-{row.name}",
+                "jobQueue": QUEUE,
+                "serviceJobType": "SAGEMAKER_TRAINING",
+                "serviceRequestPayload": json.dumps(payload, sort_keys=True),
+                "quotaShareName": row.share,
+                "schedulingPriority": row.priority,
+                "retryStrategy": {"attempts": 1},
+                "clientToken": client_token(row.id, row.name, row.submitted_at),
+                "tags": {"airflow-quota:job-id": str(row.id), "airflow-quota:share": row.share},
+            },
+        )
+
+    def summary(self, name: str, status: str, **fields: Any) -> dict[str, Any]:
+        item = {"jobId": self.ids[name], "jobName": name, "serviceJobType": "SAGEMAKER_TRAINING", "status": status}
+        if status not in ("SUBMITTED", "PENDING", "RUNNABLE"):
+            item.update(capacityUsage=[{"capacityUnit": G5, "quantity": 1.0}], scheduledAt=int(self.clock.now() * 1000))
+        return {**item, **fields}
+
+    def expect_page(self, share: str, status: str, jobs: list[dict[str, Any]]) -> None:
+        params = {
+            "jobQueue": QUEUE,
+            "jobStatus": status,
+            "maxResults": 100,
+            "filters": [{"name": "QUOTA_SHARE_NAME", "values": [share]}],
+        }
+        self.stub.add_response("list_service_jobs", {"jobSummaryList": jobs}, params)
+
+    def expect_description(self, name: str, status: str, **fields: Any) -> None:
+        answer = {**self.summary(name, status), "jobQueue": QUEUE, "startedAt": int(START * 1000), **fields}
+        self.stub.add_response("describe_service_job", answer, {"jobId": self.ids[name]})
+
+    def expect_snapshot(self, use: dict[str, int]) -> None:
+        answer = {
+            "queueUtilization": {
+                "quotaShareUtilization": {
+                    "topCapacityUtilization": [
+                        {"quotaShareName": share, "capacityUsage": [{"capacityUnit": G5, "quantity": float(n)}]}
+                        for share, n in use.items()
+                    ]
+                }
+            }
+        }
+        self.stub.add_response("get_job_queue_snapshot", answer, {"jobQueue": QUEUE})
+
+    def round(self, pages: dict[str, Page], use: dict[str, int]) -> None:
+        """One round of the mirror: for each share (in name order) one page of its sweep and the
+        descriptions it calls for, then the snapshot; then the step, and the clock moves on."""
+        for share, (status, jobs, described) in sorted(pages.items()):
+            self.expect_page(share, status, jobs)
+            for name, aws_status, fields in described:
+                self.expect_description(name, aws_status, **fields)
+        self.expect_snapshot(use)
+        self.step()
+
+    def step(self) -> None:
+        self.service.step()
+        self.stub.assert_no_pending_responses()
+        self.clock.advance_to(self.clock.now() + ROUND)
+
+    def job(self, name: str) -> JobRow:
+        row = self.store.job_by_name(name)
+        assert row is not None
+        return row
+
+
+@pytest.fixture
+def aws(engine: Engine) -> Iterator[Aws]:
+    client = batch_client()
+    with Stubber(client) as stub:
+        world = Aws(engine, stub, client)
+        world.store.apply_config(WALKTHROUGH)
+        yield world
+
+
+def test_the_aws_walkthrough_mirrored_as_the_quota_schedulers_own_decisions(aws: Aws, engine: Engine) -> None:
+    for name, priority in (("qs1-high", 3), ("qs1-med", 2), ("qs1-low", 1)):
+        aws.submit(name, "qs1", priority)
+    waiting = [aws.summary(n, "RUNNABLE") for n in ("qs1-high", "qs1-med", "qs1-low")]
+    aws.round({"qs1": ("RUNNABLE", waiting, [])}, {})  # submitted, then the mirror's first round
+    assert {aws.job(n).state for n in ("qs1-high", "qs1-med", "qs1-low")} == {"RUNNABLE"}
+    assert aws.job("qs1-high").service_job_id == "svc-qs1-high"
+
+    # AWS places high on qs1's own instance and med on qs2's idle one; low waits (qs3 reserves)
+    aws.round({"qs1": ("SCHEDULED", [], [])}, {})
+    aws.round({"qs1": ("STARTING", [], [])}, {})
+    running = [aws.summary("qs1-high", "RUNNING"), aws.summary("qs1-med", "RUNNING")]
+    aws.round({"qs1": ("RUNNING", running, [])}, {"qs1": 2})
+    high, med, low = aws.job("qs1-high"), aws.job("qs1-med"), aws.job("qs1-low")
+    assert (high.state, high.borrowed, med.state, med.borrowed, low.state) == ("RUNNING", 0, "RUNNING", 1, "RUNNABLE")
+    shares = _view(engine)
+    assert [(t.used, t.borrowed, t.runnable) for t in shares["qs1"].types] == [(2, 1, 1)]
+
+    # qs2's job takes its lent instance back: med is preempted across shares (the summary
+    # cannot tell a preemption from a requeue; the description asked in the same round can)
+    aws.submit("qs2-job", "qs2", 1)
+    stopped = {"startedAt": int(START * 1000), "stoppedAt": int((START + 35) * 1000), "statusReason": "reclaimed"}
+    stopped = {"startedAt": int(START * 1000), "stoppedAt": int((START + 35) * 1000), "statusReason": "reclaimed"}
+    reclaimed = {"preemptedAttemptCount": 1, "recentPreemptedAttempts": [stopped]}
+    back = [aws.summary("qs1-low", "RUNNABLE"), aws.summary("qs1-med", "RUNNABLE")]
+    aws.round(
+        {"qs1": ("RUNNABLE", back, [("qs1-med", "RUNNABLE", {"preemptionSummary": reclaimed})]),
+         "qs2": ("RUNNABLE", [], [])},
+        {"qs1": 1, "qs2": 1},
+    )  # fmt: skip
+    assert (aws.job("qs1-med").state, aws.job("qs1-med").preemptions) == ("RUNNABLE", 1)
+    aws.round(
+        {"qs1": ("SCHEDULED", [], []), "qs2": ("SCHEDULED", [aws.summary("qs2-job", "SCHEDULED")], [])},
+        {"qs1": 1, "qs2": 1},
+    )
+    aws.round({"qs1": ("STARTING", [], []), "qs2": ("STARTING", [], [])}, {"qs1": 1, "qs2": 1})
+    aws.round(
+        {"qs1": ("RUNNING", [aws.summary("qs1-high", "RUNNING")], []),
+         "qs2": ("RUNNING", [aws.summary("qs2-job", "RUNNING")], [])},
+        {"qs1": 1, "qs2": 1},
+    )  # fmt: skip
+
+    # low raised above high: UpdateServiceJob, and AWS preempts high in its share
+    aws.store.set_priority(aws.job("qs1-low").id, 4)
+    aws.stub.add_response(
+        "update_service_job", {"jobId": aws.ids["qs1-low"]}, {"jobId": aws.ids["qs1-low"], "schedulingPriority": 4}
+    )
+    in_share = {"preemptedAttemptCount": 1}
+    back = [aws.summary("qs1-high", "RUNNABLE"), aws.summary("qs1-med", "RUNNABLE")]
+    aws.round(
+        {"qs1": ("RUNNABLE", back, [("qs1-high", "RUNNABLE", {"preemptionSummary": in_share})]),
+         "qs2": ("RUNNABLE", [], [])},
+        {"qs1": 0, "qs2": 1},
+    )  # fmt: skip
+    assert aws.job("qs1-low").priority == 4
+    aws.round({"qs1": ("SCHEDULED", [], []), "qs2": ("SCHEDULED", [], [])}, {"qs1": 0, "qs2": 1})
+    aws.round({"qs1": ("STARTING", [], []), "qs2": ("STARTING", [], [])}, {"qs1": 0, "qs2": 1})
+    aws.round(
+        {"qs1": ("RUNNING", [aws.summary("qs1-low", "RUNNING")], []),
+         "qs2": ("RUNNING", [aws.summary("qs2-job", "RUNNING")], [])},
+        {"qs1": 1, "qs2": 1},
+    )  # fmt: skip
+    assert (aws.job("qs1-low").state, aws.job("qs1-high").state) == ("RUNNING", "RUNNABLE")
+
+    # med cancelled (TerminateServiceJob) and qs2's job done: both missing from a whole sweep,
+    # so each is described once, and that says how it ended
+    aws.store.cancel(aws.job("qs1-med").id)
+    aws.stub.add_response("terminate_service_job", {}, {"jobId": aws.ids["qs1-med"], "reason": CANCEL_REASON})
+    aws.round(
+        {"qs1": ("RUNNABLE", [aws.summary("qs1-high", "RUNNABLE")], []), "qs2": ("RUNNABLE", [], [])},
+        {"qs1": 1, "qs2": 1},
+    )  # fmt: skip
+    aws.round({"qs1": ("SCHEDULED", [], []), "qs2": ("SCHEDULED", [], [])}, {"qs1": 1, "qs2": 1})
+    aws.round({"qs1": ("STARTING", [], []), "qs2": ("STARTING", [], [])}, {"qs1": 1, "qs2": 1})
+    ended = int(aws.clock.now() * 1000)
+    aws.round(
+        {"qs1": ("RUNNING", [aws.summary("qs1-low", "RUNNING")],
+                 [("qs1-med", "FAILED", {"statusReason": f"Terminated by user: {CANCEL_REASON}", "isTerminated": True,
+                                         "preemptionSummary": reclaimed})]),
+         "qs2": ("RUNNING", [], [("qs2-job", "SUCCEEDED", {"stoppedAt": ended})])},
+        {"qs1": 1},
+    )  # fmt: skip
+
+    states = {n: (aws.job(n).state, aws.job(n).reason) for n in ("qs1-high", "qs1-med", "qs1-low", "qs2-job")}
+    assert states == {
+        "qs1-high": ("RUNNABLE", None),
+        "qs1-med": ("FAILED", "CANCELLED"),
+        "qs1-low": ("RUNNING", None),
+        "qs2-job": ("SUCCEEDED", None),
+    }
+    with engine.connect() as connection:
+        preemptions = connection.execute(
+            select(JobRow.name, Preemption.kind, Preemption.by_job, Preemption.lost_seconds)
+            .join(JobRow, JobRow.id == Preemption.job_id)
+            .order_by(Preemption.id)
+        ).all()
+        events = connection.execute(select(EventRow.job, EventRow.type).order_by(EventRow.id)).all()
+        attempts = connection.execute(
+            select(JobRow.name, Attempt.number, Attempt.backend, Attempt.status)
+            .join(JobRow, JobRow.id == Attempt.job_id)
+            .order_by(JobRow.name, Attempt.number)
+        ).all()
+    assert [tuple(p) for p in preemptions] == [
+        ("qs1-med", "CROSS_SHARE", "AWS Batch", 35.0),
+        ("qs1-high", "IN_SHARE", "AWS Batch", 0.0),
+    ]
+    by_job: dict[str, list[str]] = {}
+    for job, kind in events:
+        by_job.setdefault(job, []).append(kind)
+    assert by_job == {
+        "qs1-high": ["SUBMITTED", "PLACED", "PREEMPTED"],
+        "qs1-med": ["SUBMITTED", "PLACED", "PREEMPTED", "FAILED"],
+        "qs1-low": ["SUBMITTED", "PRIORITY_CHANGED", "PLACED"],
+        "qs2-job": ["SUBMITTED", "PLACED", "SUCCEEDED"],
+    }
+    assert [tuple(a) for a in attempts] == [
+        ("qs1-high", 1, "aws_batch", "STOPPED"),
+        ("qs1-low", 1, "aws_batch", "RUNNING"),
+        ("qs1-med", 1, "aws_batch", "STOPPED"),
+        ("qs2-job", 1, "aws_batch", "SUCCEEDED"),
+    ]
+    shares = _view(engine)
+    assert [(t.used, t.runnable) for t in shares["qs1"].types] == [(1, 1)]
+    assert [(t.used, t.runnable) for t in shares["qs2"].types] == [(0, 0)]
+
+
+def _view(engine: Engine) -> dict[str, Any]:
+    from sqlalchemy.orm import Session
+
+    with Session(engine) as session:
+        view = read_view(session)
+    return {share.share: share for share in view.shares}
+
+
+def _outcome(engine: Engine) -> list[tuple[str, bool, str | None, str | None]]:
+    with engine.connect() as connection:
+        rows = connection.execute(
+            select(Request.kind, Request.handled, Request.outcome, Request.error).order_by(Request.id)
+        ).all()
+    return [tuple(row) for row in rows]  # type: ignore[misc]
+
+
+def test_a_submission_aws_refuses_is_refused_with_awss_words_and_nothing_kept(aws: Aws, engine: Engine) -> None:
+    row = aws.submit("too-big", "qs1", 1, backend="local")  # no call: refused before any
+    job = aws.store.submit(
+        JobRequest(name="refused", share="qs1", preferences=[{"instance_type": G5, "count": 1}]),
+        "sagemaker",
+        training=TRAINING,
+    )
+    aws.stub.add_client_error(
+        "submit_service_job",
+        service_error_code="ClientException",
+        service_message="quotaShareName qs1 does not exist on quota-queue",
+        http_status_code=400,
+    )
+    aws.step()
+    assert aws.store.job(row.id) is None and aws.store.job(job.id) is None
+    [_, local, refused] = _outcome(engine)
+    assert local[:3] == ("submit", True, "refused")
+    assert "backend: 'local' jobs cannot run on AWS Batch" in str(local[3])
+    assert refused[:3] == ("submit", True, "refused")
+    assert "SubmitServiceJob of job aq-" in str(refused[3])
+    assert "ClientException: quotaShareName qs1 does not exist on quota-queue" in str(refused[3])
+
+
+def test_aws_throttling_pauses_every_call_and_the_submission_is_made_again_with_its_token(
+    aws: Aws, engine: Engine
+) -> None:
+    row = aws.store.submit(
+        JobRequest(name="again", share="qs1", preferences=[{"instance_type": G5, "count": 1}]),
+        "sagemaker",
+        training=TRAINING,
+    )
+    aws.stub.add_client_error("submit_service_job", service_error_code="TooManyRequestsException", http_status_code=429)
+    aws.service.step()
+    aws.stub.assert_no_pending_responses()
+    paused = aws.service.paused_until - aws.clock.now()
+    assert 0.5 <= paused <= 1.0  # the first back-off: 1 s, less up to half of it at random
+    assert aws.store.job(row.id).state == "SUBMITTED"  # type: ignore[union-attr]
+    assert _outcome(engine)[-1][1] is False  # still in the inbox
+    aws.service.step()  # still paused: no call (the Stubber has no answer to give)
+    aws.clock.advance_to(aws.service.paused_until)
+    aws.expect_submit(row)  # the same request, the same client token: AWS returns the job it has
+    aws.expect_page("qs1", "RUNNABLE", [])
+    aws.expect_snapshot({})
+    aws.step()
+    assert aws.job("again").state == "RUNNABLE"
+    assert _outcome(engine)[-1][:3] == ("submit", True, "accepted")
