@@ -322,6 +322,8 @@ class KnownJob:
     cancel_asked: bool = False
     detail: str | None = None
     """What AWS last said of it (its status reason), as stored."""
+    checkpoint_interval: float | None = None
+    """Seconds of work between its checkpoints: what a preemption loses (docs/model.md rule 6.2)."""
 
 
 @dataclass
@@ -344,13 +346,13 @@ def follow(known: KnownJob, seen: ServiceJob, now: float, borrowed: int = 0, que
     (``needs_description``) and changes nothing."""
     out = Followed()
     state = seen.state
-    lost = seen.preemptions is not None and seen.preemptions > known.preemptions
+    preempted_since = seen.preemptions is not None and seen.preemptions > known.preemptions
     if state is JobState.RUNNABLE and known.state.holds_capacity and seen.preemptions is None:
         out.needs_description = True
         return out
     attempts, holding = known.attempts, known.state.holds_capacity
     columns = out.columns
-    if lost:
+    if preempted_since:
         assert seen.preemptions is not None
         recent = list(seen.preempted)[-(seen.preemptions - known.preemptions) :]
         for index in range(seen.preemptions - known.preemptions):
@@ -358,10 +360,11 @@ def follow(known: KnownJob, seen: ServiceJob, now: float, borrowed: int = 0, que
             if not holding:  # preempted and placed again between two looks: its placement first
                 attempts += 1
                 out.decisions.append(_placed(known, seen, attempts, started or now, 0, queue))
-            ran = (stopped or now) - (started or known.running_since or now)
+            ran = max(0.0, (stopped or now) - (started or known.running_since or now))
+            lost_seconds = ran % known.checkpoint_interval if known.checkpoint_interval else ran
             kind = PreemptionKind.CROSS_SHARE if known.borrowed > 0 else PreemptionKind.IN_SHARE
             why = reason or "AWS Batch took its capacity back (its victim order is not published)"
-            preempted = Preempted(stopped or now, known.name, known.share, kind, BY_AWS, max(0.0, ran), 0.0, why)
+            preempted = Preempted(stopped or now, known.name, known.share, kind, BY_AWS, lost_seconds, 0.0, why)
             out.decisions.append(preempted)
             out.preemptions.append((attempts, preempted))
             holding = False
@@ -371,9 +374,9 @@ def follow(known: KnownJob, seen: ServiceJob, now: float, borrowed: int = 0, que
         if holding:  # back in the queue with no preemption counted: SageMaker had no capacity
             out.decisions.append(Requeued(now, known.name, known.share, seen.reason or "AWS Batch requeued it"))
             columns["runnable_since"] = now
-        if holding or lost:
+        if holding or preempted_since:
             columns.update(state=JobState.RUNNABLE.value, borrowed=0, instance_type=None, count=None)
-        if holding or lost or seen.reason != known.detail:
+        if holding or preempted_since or seen.reason != known.detail:
             columns["pending_reason"] = _pending_reason(seen.reason)
             columns["detail"] = seen.reason
     elif state.holds_capacity:

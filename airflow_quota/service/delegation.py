@@ -577,6 +577,7 @@ def _known(row: JobRow, cancel_asked: bool) -> KnownJob:
         preemption_retries=request.get("preemption_retries"),
         cancel_asked=cancel_asked,
         detail=row.detail,
+        checkpoint_interval=request.get("checkpoint_interval"),
     )
 
 

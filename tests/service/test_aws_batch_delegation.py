@@ -26,6 +26,7 @@ from airflow_quota.store.models import Attempt, EventRow, JobRow, Preemption, Re
 from airflow_quota.store.repository import QuotaStore
 from airflow_quota.store.views import read_view
 from tests.aws_batch.aws import G5, QUEUE, batch_client
+from tests.conftest import ROOT, cli
 
 TRAINING: dict[str, Any] = {
     "AlgorithmSpecification": {
@@ -66,7 +67,10 @@ class Aws:
         self.ids: dict[str, str] = {}
 
     def submit(self, name: str, share: str, priority: int, backend: str = "sagemaker") -> JobRow:
-        request = JobRequest(name=name, share=share, priority=priority, preferences=[{"instance_type": G5, "count": 1}])
+        checkpoints = {"checkpoint_interval": 300} if share == "qs1" else {}  # as examples/walkthrough.yaml
+        request = JobRequest(
+            name=name, share=share, priority=priority, preferences=[{"instance_type": G5, "count": 1}], **checkpoints
+        )
         row = self.store.submit(request, backend, training=TRAINING)
         if backend == "sagemaker":
             self.expect_submit(row)
@@ -100,11 +104,33 @@ class Aws:
             },
         )
 
-    def summary(self, name: str, status: str, **fields: Any) -> dict[str, Any]:
+    def summary(self, name: str, status: str, at: float | None = None, **fields: Any) -> dict[str, Any]:
+        """A ListServiceJobs item; a job holding capacity was scheduled ``at`` (seconds after START)."""
         item = {"jobId": self.ids[name], "jobName": name, "serviceJobType": "SAGEMAKER_TRAINING", "status": status}
-        if status not in ("SUBMITTED", "PENDING", "RUNNABLE"):
-            item.update(capacityUsage=[{"capacityUnit": G5, "quantity": 1.0}], scheduledAt=int(self.clock.now() * 1000))
+        if at is not None:
+            item.update(capacityUsage=[{"capacityUnit": G5, "quantity": 1.0}], scheduledAt=int((START + at) * 1000))
         return {**item, **fields}
+
+    def at(self, seconds: float) -> None:
+        """The clock to ``seconds`` after START."""
+        self.clock.advance_to(START + seconds)
+
+    def sweep_on(
+        self,
+        scheduled: dict[str, list[dict[str, Any]]],
+        starting: dict[str, list[dict[str, Any]]],
+        running: dict[str, list[dict[str, Any]]],
+        use: dict[str, int],
+    ) -> None:
+        """The rest of a sweep begun with RUNNABLE: a round for each other live status."""
+        for status, pages in (("SCHEDULED", scheduled), ("STARTING", starting), ("RUNNING", running)):
+            self.round({share: (status, jobs, []) for share, jobs in pages.items()}, use)
+
+    def mirrored_events(self) -> list[dict[str, Any]]:
+        """The events the delegating scheduler wrote, their times from START."""
+        with self.store.sessions() as session:
+            records = session.scalars(select(EventRow.record).order_by(EventRow.id)).all()
+        return [{**record, "t": record["t"] - START} for record in records]
 
     def expect_page(self, share: str, status: str, jobs: list[dict[str, Any]]) -> None:
         params = {
@@ -162,30 +188,30 @@ def aws(engine: Engine) -> Iterator[Aws]:
         yield world
 
 
-def test_the_aws_walkthrough_mirrored_as_the_quota_schedulers_own_decisions(aws: Aws, engine: Engine) -> None:
+def test_the_aws_walkthrough_mirrored_as_simulate_plays_it(aws: Aws, engine: Engine) -> None:
+    """The events of ``examples/walkthrough.yaml`` at its times, AWS answering as its notebook
+    shows; at t=1800 what the user sees (each job's events, state, attempts, preemptions)
+    is what ``airflow-quota simulate`` of that scenario says, but who preempted (AWS does not
+    say) and the reasons' words."""
     for name, priority in (("qs1-high", 3), ("qs1-med", 2), ("qs1-low", 1)):
         aws.submit(name, "qs1", priority)
-    waiting = [aws.summary(n, "RUNNABLE") for n in ("qs1-high", "qs1-med", "qs1-low")]
-    aws.round({"qs1": ("RUNNABLE", waiting, [])}, {})  # submitted, then the mirror's first round
+    # AWS places high on qs1's own instance and med on qs2's idle one; low waits (qs3 reserves)
+    aws.round({"qs1": ("RUNNABLE", [aws.summary("qs1-low", "RUNNABLE")], [])}, {"qs1": 2})
     assert {aws.job(n).state for n in ("qs1-high", "qs1-med", "qs1-low")} == {"RUNNABLE"}
     assert aws.job("qs1-high").service_job_id == "svc-qs1-high"
-
-    # AWS places high on qs1's own instance and med on qs2's idle one; low waits (qs3 reserves)
-    aws.round({"qs1": ("SCHEDULED", [], [])}, {})
-    aws.round({"qs1": ("STARTING", [], [])}, {})
-    running = [aws.summary("qs1-high", "RUNNING"), aws.summary("qs1-med", "RUNNING")]
-    aws.round({"qs1": ("RUNNING", running, [])}, {"qs1": 2})
+    placed = [aws.summary("qs1-high", "SCHEDULED", at=0), aws.summary("qs1-med", "SCHEDULED", at=0)]
+    aws.round({"qs1": ("SCHEDULED", placed, [])}, {"qs1": 2})
+    aws.round({"qs1": ("STARTING", [], [])}, {"qs1": 2})
+    aws.round({"qs1": ("RUNNING", [aws.summary(n, "RUNNING", at=0) for n in ("qs1-high", "qs1-med")], [])}, {"qs1": 2})
     high, med, low = aws.job("qs1-high"), aws.job("qs1-med"), aws.job("qs1-low")
     assert (high.state, high.borrowed, med.state, med.borrowed, low.state) == ("RUNNING", 0, "RUNNING", 1, "RUNNABLE")
-    shares = _view(engine)
-    assert [(t.used, t.borrowed, t.runnable) for t in shares["qs1"].types] == [(2, 1, 1)]
+    assert [(t.used, t.borrowed, t.runnable) for t in _view(engine)["qs1"].types] == [(2, 1, 1)]
 
-    # qs2's job takes its lent instance back: med is preempted across shares (the summary
-    # cannot tell a preemption from a requeue; the description asked in the same round can)
+    # t=600: qs2's job takes its lent instance back, med is preempted across shares (a summary
+    # cannot tell a preemption from a requeue: the description asked in the same round can)
+    aws.at(600)
     aws.submit("qs2-job", "qs2", 1)
-    stopped = {"startedAt": int(START * 1000), "stoppedAt": int((START + 35) * 1000), "statusReason": "reclaimed"}
-    stopped = {"startedAt": int(START * 1000), "stoppedAt": int((START + 35) * 1000), "statusReason": "reclaimed"}
-    reclaimed = {"preemptedAttemptCount": 1, "recentPreemptedAttempts": [stopped]}
+    reclaimed = {"preemptedAttemptCount": 1, "recentPreemptedAttempts": [_stopped(0, 600)]}
     back = [aws.summary("qs1-low", "RUNNABLE"), aws.summary("qs1-med", "RUNNABLE")]
     aws.round(
         {"qs1": ("RUNNABLE", back, [("qs1-med", "RUNNABLE", {"preemptionSummary": reclaimed})]),
@@ -193,58 +219,74 @@ def test_the_aws_walkthrough_mirrored_as_the_quota_schedulers_own_decisions(aws:
         {"qs1": 1, "qs2": 1},
     )  # fmt: skip
     assert (aws.job("qs1-med").state, aws.job("qs1-med").preemptions) == ("RUNNABLE", 1)
-    aws.round(
-        {"qs1": ("SCHEDULED", [], []), "qs2": ("SCHEDULED", [aws.summary("qs2-job", "SCHEDULED")], [])},
+    aws.sweep_on(
+        {"qs1": [], "qs2": [aws.summary("qs2-job", "SCHEDULED", at=600)]},
+        {"qs1": [], "qs2": []},
+        {"qs1": [aws.summary("qs1-high", "RUNNING", at=0)], "qs2": [aws.summary("qs2-job", "RUNNING", at=600)]},
         {"qs1": 1, "qs2": 1},
     )
-    aws.round({"qs1": ("STARTING", [], []), "qs2": ("STARTING", [], [])}, {"qs1": 1, "qs2": 1})
-    aws.round(
-        {"qs1": ("RUNNING", [aws.summary("qs1-high", "RUNNING")], []),
-         "qs2": ("RUNNING", [aws.summary("qs2-job", "RUNNING")], [])},
-        {"qs1": 1, "qs2": 1},
+
+    # t=900: qs3's job on its reserved instance
+    aws.at(900)
+    aws.submit("qs3-job", "qs3", 1)
+    aws.round({"qs1": ("RUNNABLE", back, []), "qs2": ("RUNNABLE", [], []), "qs3": ("RUNNABLE", [], [])}, USE_900)
+    aws.sweep_on(
+        {"qs1": [], "qs2": [], "qs3": [aws.summary("qs3-job", "SCHEDULED", at=900)]},
+        {"qs1": [], "qs2": [], "qs3": []},
+        {"qs1": [aws.summary("qs1-high", "RUNNING", at=0)], "qs2": [aws.summary("qs2-job", "RUNNING", at=600)],
+         "qs3": [aws.summary("qs3-job", "RUNNING", at=900)]},
+        USE_900,
     )  # fmt: skip
 
-    # low raised above high: UpdateServiceJob, and AWS preempts high in its share
+    # t=1200: low raised above high: UpdateServiceJob, and AWS preempts high in its share
+    aws.at(1200)
     aws.store.set_priority(aws.job("qs1-low").id, 4)
     aws.stub.add_response(
         "update_service_job", {"jobId": aws.ids["qs1-low"]}, {"jobId": aws.ids["qs1-low"], "schedulingPriority": 4}
     )
-    in_share = {"preemptedAttemptCount": 1}
+    in_share = {"preemptedAttemptCount": 1, "recentPreemptedAttempts": [_stopped(0, 1200)]}
     back = [aws.summary("qs1-high", "RUNNABLE"), aws.summary("qs1-med", "RUNNABLE")]
     aws.round(
         {"qs1": ("RUNNABLE", back, [("qs1-high", "RUNNABLE", {"preemptionSummary": in_share})]),
-         "qs2": ("RUNNABLE", [], [])},
-        {"qs1": 0, "qs2": 1},
+         "qs2": ("RUNNABLE", [], []), "qs3": ("RUNNABLE", [], [])},
+        USE_900,
     )  # fmt: skip
-    assert aws.job("qs1-low").priority == 4
-    aws.round({"qs1": ("SCHEDULED", [], []), "qs2": ("SCHEDULED", [], [])}, {"qs1": 0, "qs2": 1})
-    aws.round({"qs1": ("STARTING", [], []), "qs2": ("STARTING", [], [])}, {"qs1": 0, "qs2": 1})
-    aws.round(
-        {"qs1": ("RUNNING", [aws.summary("qs1-low", "RUNNING")], []),
-         "qs2": ("RUNNING", [aws.summary("qs2-job", "RUNNING")], [])},
-        {"qs1": 1, "qs2": 1},
+    aws.sweep_on(
+        {"qs1": [aws.summary("qs1-low", "SCHEDULED", at=1200)], "qs2": [], "qs3": []},
+        {"qs1": [], "qs2": [], "qs3": []},
+        {"qs1": [aws.summary("qs1-low", "RUNNING", at=1200)], "qs2": [aws.summary("qs2-job", "RUNNING", at=600)],
+         "qs3": [aws.summary("qs3-job", "RUNNING", at=900)]},
+        USE_900,
     )  # fmt: skip
-    assert (aws.job("qs1-low").state, aws.job("qs1-high").state) == ("RUNNING", "RUNNABLE")
 
-    # med cancelled (TerminateServiceJob) and qs2's job done: both missing from a whole sweep,
-    # so each is described once, and that says how it ended
+    simulated = cli("simulate", str(ROOT / "examples" / "walkthrough.yaml"), "--until", "1800", "--json").json()
+    assert _seen(aws.mirrored_events()) == _seen(simulated["events"])
+    for name, job in simulated["jobs"].items():
+        row = aws.job(name)
+        assert (row.state, row.priority, row.attempts, row.preemptions) == (
+            job["state"], job["priority"], job["attempts"], job["preemptions"]
+        ), name  # fmt: skip
+
+    # t=1800: med cancelled (TerminateServiceJob) and qs2's job done: both missing from a whole
+    # sweep, so each is described once, and that says how it ended
+    aws.at(1800)
     aws.store.cancel(aws.job("qs1-med").id)
     aws.stub.add_response("terminate_service_job", {}, {"jobId": aws.ids["qs1-med"], "reason": CANCEL_REASON})
     aws.round(
-        {"qs1": ("RUNNABLE", [aws.summary("qs1-high", "RUNNABLE")], []), "qs2": ("RUNNABLE", [], [])},
-        {"qs1": 1, "qs2": 1},
+        {"qs1": ("RUNNABLE", [aws.summary("qs1-high", "RUNNABLE")], []), "qs2": ("RUNNABLE", [], []),
+         "qs3": ("RUNNABLE", [], [])},
+        USE_900,
     )  # fmt: skip
-    aws.round({"qs1": ("SCHEDULED", [], []), "qs2": ("SCHEDULED", [], [])}, {"qs1": 1, "qs2": 1})
-    aws.round({"qs1": ("STARTING", [], []), "qs2": ("STARTING", [], [])}, {"qs1": 1, "qs2": 1})
-    ended = int(aws.clock.now() * 1000)
+    for status in ("SCHEDULED", "STARTING"):
+        aws.round({share: (status, [], []) for share in ("qs1", "qs2", "qs3")}, USE_900)
+    cancelled = {"statusReason": f"Terminated by user: {CANCEL_REASON}", "isTerminated": True}
     aws.round(
-        {"qs1": ("RUNNING", [aws.summary("qs1-low", "RUNNING")],
-                 [("qs1-med", "FAILED", {"statusReason": f"Terminated by user: {CANCEL_REASON}", "isTerminated": True,
-                                         "preemptionSummary": reclaimed})]),
-         "qs2": ("RUNNING", [], [("qs2-job", "SUCCEEDED", {"stoppedAt": ended})])},
-        {"qs1": 1},
+        {"qs1": ("RUNNING", [aws.summary("qs1-low", "RUNNING", at=1200)],
+                 [("qs1-med", "FAILED", {**cancelled, "preemptionSummary": reclaimed})]),
+         "qs2": ("RUNNING", [], [("qs2-job", "SUCCEEDED", {"stoppedAt": int((START + 1830) * 1000)})]),
+         "qs3": ("RUNNING", [aws.summary("qs3-job", "RUNNING", at=900)], [])},
+        {"qs1": 1, "qs3": 1},
     )  # fmt: skip
-
     states = {n: (aws.job(n).state, aws.job(n).reason) for n in ("qs1-high", "qs1-med", "qs1-low", "qs2-job")}
     assert states == {
         "qs1-high": ("RUNNABLE", None),
@@ -258,34 +300,49 @@ def test_the_aws_walkthrough_mirrored_as_the_quota_schedulers_own_decisions(aws:
             .join(JobRow, JobRow.id == Preemption.job_id)
             .order_by(Preemption.id)
         ).all()
-        events = connection.execute(select(EventRow.job, EventRow.type).order_by(EventRow.id)).all()
         attempts = connection.execute(
             select(JobRow.name, Attempt.number, Attempt.backend, Attempt.status)
             .join(JobRow, JobRow.id == Attempt.job_id)
             .order_by(JobRow.name, Attempt.number)
         ).all()
     assert [tuple(p) for p in preemptions] == [
-        ("qs1-med", "CROSS_SHARE", "AWS Batch", 35.0),
+        ("qs1-med", "CROSS_SHARE", "AWS Batch", 0.0),  # 600 s run, a checkpoint each 300 s: nothing lost
         ("qs1-high", "IN_SHARE", "AWS Batch", 0.0),
     ]
-    by_job: dict[str, list[str]] = {}
-    for job, kind in events:
-        by_job.setdefault(job, []).append(kind)
-    assert by_job == {
-        "qs1-high": ["SUBMITTED", "PLACED", "PREEMPTED"],
-        "qs1-med": ["SUBMITTED", "PLACED", "PREEMPTED", "FAILED"],
-        "qs1-low": ["SUBMITTED", "PRIORITY_CHANGED", "PLACED"],
-        "qs2-job": ["SUBMITTED", "PLACED", "SUCCEEDED"],
-    }
     assert [tuple(a) for a in attempts] == [
         ("qs1-high", 1, "aws_batch", "STOPPED"),
         ("qs1-low", 1, "aws_batch", "RUNNING"),
         ("qs1-med", 1, "aws_batch", "STOPPED"),
         ("qs2-job", 1, "aws_batch", "SUCCEEDED"),
+        ("qs3-job", 1, "aws_batch", "RUNNING"),
     ]
     shares = _view(engine)
     assert [(t.used, t.runnable) for t in shares["qs1"].types] == [(1, 1)]
     assert [(t.used, t.runnable) for t in shares["qs2"].types] == [(0, 0)]
+
+
+USE_900 = {"qs1": 1, "qs2": 1, "qs3": 1}
+
+
+def _stopped(started: float, stopped: float) -> dict[str, Any]:
+    """A preempted attempt as ``preemptionSummary.recentPreemptedAttempts`` lists it."""
+    return {"startedAt": int((START + started) * 1000), "stoppedAt": int((START + stopped) * 1000)}
+
+
+def _seen(events: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
+    """What a user reads of each event: when, what, of which job, and how it was placed or
+    preempted; not who preempted (AWS does not say) nor the reasons' words."""
+    seen = []
+    for event in events:
+        kept: tuple[Any, ...] = (round(float(event["t"])), event["type"], event["job"], event["share"])
+        if event["type"] == "PLACED":
+            kept += (event["instance_type"], event["count"], event["borrowed"], event["attempt"])
+        elif event["type"] == "PREEMPTED":
+            kept += (event["kind"], event["lost_seconds"])
+        elif event["type"] == "PRIORITY_CHANGED":
+            kept += (event.get("old"), event.get("new"))
+        seen.append(kept)
+    return sorted(seen)
 
 
 def _view(engine: Engine) -> dict[str, Any]:
