@@ -123,6 +123,25 @@ def add_commands(commands: Any) -> None:
         help="a snapshot of the scheduler's state every this many inputs and at a clean stop, so a new leader"
         " replays only the inputs after it (default %(default)d; 0: none, recovery replays the whole log)",
     )
+    scheduler.add_argument(
+        "--aws-batch-job-queue",
+        default=None,
+        metavar="QUEUE",
+        help="let AWS Batch place: every submission goes to this quota-management job queue as a service job,"
+        " and what AWS does is mirrored into the quota database (docs/aws-batch.md)",
+    )
+    scheduler.add_argument(
+        "--aws-conn-id",
+        default=None,
+        help="with --aws-batch-job-queue: the Airflow AWS connection of the Batch calls (default: boto3's own"
+        " credentials, and --region)",
+    )
+    scheduler.add_argument(
+        "--aws-batch-mirror-seconds",
+        type=_at_least(0.01),
+        default=10.0,
+        help="with --aws-batch-job-queue: each share's next ListServiceJobs page this often (default %(default)g)",
+    )
     scheduler.set_defaults(run=run_scheduler)
 
     shares = commands.add_parser("shares", help="per share and type: limit, used, borrowed, lent, RUNNABLE")
@@ -315,6 +334,10 @@ def run_scheduler(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s", stream=sys.stderr)
     url = database_url(args.db)
     days = retention_days(args.retention_days)  # a bad setting exits 2 before anything starts
+    if args.aws_batch_job_queue is not None:
+        return run_delegating_scheduler(args, url)
+    if args.aws_conn_id is not None:
+        raise InvalidInput.single("--aws-conn-id", "is for --aws-batch-job-queue (SageMaker jobs name their own)")
     engine = make_engine(url)
     state = Path(args.state_dir) if args.state_dir else airflow_home() / "quota"
     clock = WallClock()
@@ -363,6 +386,51 @@ def run_scheduler(args: argparse.Namespace) -> int:
         "quota scheduler %s on %s with backends %s", service.holder, redacted(url), ", ".join(sorted(backends))
     )
     return 0 if run_forever(service) else 1
+
+
+def run_delegating_scheduler(args: argparse.Namespace, url: str) -> int:
+    """``scheduler --aws-batch-job-queue Q``: AWS Batch places (``service/delegation.py``)."""
+    from airflow_quota.aws_batch.calls import BatchCalls
+    from airflow_quota.service.delegation import AwsBatchDelegation
+    from airflow_quota.service.leader import run_forever
+    from airflow_quota.store.engine import make_engine
+
+    calls = BatchCalls(batch_client(args.aws_conn_id, args.region))
+    service = AwsBatchDelegation(
+        make_engine(url),
+        calls,
+        args.aws_batch_job_queue,
+        poll_seconds=args.poll_seconds,
+        lease_seconds=args.lease_seconds,
+        mirror_seconds=args.aws_batch_mirror_seconds,
+    )
+    logging.getLogger("airflow_quota.scheduler").info(
+        "quota scheduler %s on %s: AWS Batch job queue %s places",
+        service.holder,
+        redacted(url),
+        args.aws_batch_job_queue,
+    )
+    return 0 if run_forever(service) else 1
+
+
+def batch_client(aws_conn_id: str | None, region: str | None) -> Any:
+    """A Batch client: of the Airflow connection when one is named, else boto3's own (its
+    credentials chain, ``region`` or the environment's, ``AWS_ENDPOINT_URL_BATCH``)."""
+    from botocore.exceptions import BotoCoreError
+
+    try:
+        if aws_conn_id is not None:
+            from airflow_quota.hooks.aws_batch import AwsBatchQuotaHook
+
+            return AwsBatchQuotaHook(aws_conn_id=aws_conn_id, region_name=region).conn
+        import boto3
+
+        return boto3.client("batch", region_name=region)
+    except BotoCoreError as exc:
+        where = "--region" if aws_conn_id is None else "--aws-conn-id"
+        raise InvalidInput.single(
+            where, f"cannot make an AWS Batch client: {exc} (--region, or AWS_DEFAULT_REGION)"
+        ) from None
 
 
 def gpu_indices(text: str) -> dict[str, list[int]]:
