@@ -38,6 +38,7 @@ EXPECTED_TASKS = {
     "quota_daily_training": 3,
     "quota_taskflow_training": 3,
     "quota_executor_training": 2,
+    "quota_sagemaker_training": 1,
 }
 
 
