@@ -324,6 +324,8 @@ class KnownJob:
     """What AWS last said of it (its status reason), as stored."""
     checkpoint_interval: float | None = None
     """Seconds of work between its checkpoints: what a preemption loses (docs/model.md rule 6.2)."""
+    types: tuple[str, ...] = ()
+    """The instance types of its preference list."""
 
 
 @dataclass

@@ -53,6 +53,7 @@ from airflow_quota.aws_batch.service_jobs import (
     service_job,
     submit_request,
 )
+from airflow_quota.aws_batch.starvation import DelegatedStarvation
 from airflow_quota.core.config import QuotaConfig, stored_config
 from airflow_quota.core.cycle import EPOCH
 from airflow_quota.core.explain import describe, event_record
@@ -68,8 +69,10 @@ from airflow_quota.core.model import (
     Preempted,
     PriorityChanged,
     Rejected,
+    Requeued,
     Submitted,
 )
+from airflow_quota.core.normal_wait import KEEP_WAITS
 from airflow_quota.core.state import QuotaState
 from airflow_quota.service.clock import Clock, WallClock
 from airflow_quota.service.intake import INBOX
@@ -131,16 +134,27 @@ class AwsBatchDelegation(LeaderLoop):
         self.paused_until = float("-inf")
         """Calls to AWS wait until then (the clock's seconds): AWS throttled or was out of reach."""
         self._cancel_asked: set[int] = set()
+        self.starvation = DelegatedStarvation()
+        """Rule 8 for AWS's placements: AWS raises no starvation alert (``aws_batch/starvation.py``)."""
 
     # -- LeaderLoop ------------------------------------------------------------------------------
 
     def recover(self) -> None:
-        """The configuration in force is the latest one taken in; the jobs' state is AWS's."""
+        """The configuration in force is the latest one taken in; the jobs' state is AWS's; the
+        shares' recent waits and the STARVING alerts raised, from the stored jobs."""
+        self.starvation = DelegatedStarvation()
         with self.sessions() as session, session.begin():
-            handled = select(func.max(ConfigVersion.id))
-            version = session.scalar(handled)
+            version = session.scalar(select(func.max(ConfigVersion.id)))
             row = session.get(ConfigVersion, version) if version is not None else None
             self.config = stored_config(row.document) if row is not None else None
+            for share in self.config.shares if self.config is not None else ():
+                placed = select(JobRow.wait_seconds).where(JobRow.share == share.name, JobRow.attempts > 0)
+                for wait in reversed(session.scalars(placed.order_by(JobRow.id.desc()).limit(KEEP_WAITS)).all()):
+                    self.starvation.learn(share.name, wait)
+            alerted = select(AlertRow.job_id).join(JobRow, JobRow.id == AlertRow.job_id)
+            alerted = alerted.where(AlertRow.kind == AlertKind.STARVING.value, JobRow.state.in_(LIVE_STATES))
+            for job_id in session.scalars(alerted):
+                self.starvation.alerted(job_id)
 
     def _starting(self) -> None:
         pass
@@ -315,10 +329,12 @@ class AwsBatchDelegation(LeaderLoop):
                 ]
                 for job_id in unseen:
                     self._look(known, service_job(self.hook.describe_service_job(job_id)), now, changes)
+        waiting = [job for job in known.values() if job.state is JobState.RUNNABLE]
+        alerts = self.starvation.alerts(self.config, waiting, now) if self.config is not None else []
         snapshot = self.hook.job_queue_snapshot(self.job_queue) if self.config is not None and known else None
-        if changes or snapshot is not None:
-            self._write(changes, now, snapshot)
-        return bool(changes)
+        if changes or alerts or snapshot is not None:
+            self._write(changes, now, snapshot, alerts)
+        return bool(changes or alerts)
 
     def _look(
         self, known: dict[str, KnownJob], seen: ServiceJob, now: float, changes: list[tuple[KnownJob, Followed]]
@@ -331,6 +347,15 @@ class AwsBatchDelegation(LeaderLoop):
         if not followed.columns and not followed.decisions:
             return
         changes.append((job, followed))
+        since = job.runnable_since
+        for decision in followed.decisions:
+            if isinstance(decision, Placed):
+                wait = max(0.0, decision.at - (since if since is not None else decision.at))
+                waiting = (other for other in known.values() if other.state is JobState.RUNNABLE)
+                self.starvation.placed(job, decision.entry.instance_type, wait, decision.borrowed, waiting)
+            elif isinstance(decision, (Preempted, Requeued)):
+                self.starvation.requeued(job.job_id)
+                since = decision.at
         columns = followed.columns
         entry = job.entry
         if "instance_type" in columns:
@@ -364,10 +389,16 @@ class AwsBatchDelegation(LeaderLoop):
         ]
         return borrowed_by(limit, holding, entry.count)
 
-    def _write(self, changes: list[tuple[KnownJob, Followed]], now: float, snapshot: Mapping[str, Any] | None) -> None:
+    def _write(
+        self,
+        changes: list[tuple[KnownJob, Followed]],
+        now: float,
+        snapshot: Mapping[str, Any] | None,
+        alerts: list[tuple[int, Alert]],
+    ) -> None:
         with self.sessions() as session, session.begin():
             self._fence(session)
-            events: list[tuple[int | None, Decision]] = []
+            events: list[tuple[int | None, Decision]] = list(alerts)
             preemptions: list[dict[str, Any]] = []
             for job, followed in changes:
                 stored = session.get(JobRow, job.job_id)
@@ -400,6 +431,8 @@ class AwsBatchDelegation(LeaderLoop):
         for _, followed in changes:
             for decision in followed.decisions:
                 log.info(describe(decision, self.wall_clock))
+        for _, alert in alerts:
+            log.info(describe(alert, self.wall_clock))
 
     def _attempts(self, session: Session, job: KnownJob, followed: Followed) -> None:
         """An attempt row for each placement AWS made, ended when it is preempted or ends."""
@@ -578,6 +611,7 @@ def _known(row: JobRow, cancel_asked: bool) -> KnownJob:
         cancel_asked=cancel_asked,
         detail=row.detail,
         checkpoint_interval=request.get("checkpoint_interval"),
+        types=tuple(str(p["instance_type"]) for p in request.get("preferences", ())),
     )
 
 

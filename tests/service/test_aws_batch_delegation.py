@@ -407,3 +407,30 @@ def test_aws_throttling_pauses_every_call_and_the_submission_is_made_again_with_
     aws.step()
     assert aws.job("again").state == "RUNNABLE"
     assert _outcome(engine)[-1][:3] == ("submit", True, "accepted")
+
+
+def test_a_job_aws_leaves_waiting_while_later_ones_are_placed_raises_starving_once(aws: Aws, engine: Engine) -> None:
+    """AWS raises no starvation alert; the delegating scheduler does (docs/model.md rule 8), from
+    what it mirrors: here a fixed threshold of 600 s in qs1."""
+    shares = [dict(s, starvation_after_seconds=600) if s["name"] == "qs1" else s for s in WALKTHROUGH["shares"]]
+    aws.store.apply_config({**WALKTHROUGH, "shares": shares})
+    aws.submit("qs1-a", "qs1", 1)
+    aws.submit("qs1-b", "qs1", 5)
+    both = [aws.summary("qs1-a", "RUNNABLE"), aws.summary("qs1-b", "RUNNABLE")]
+    aws.round({"qs1": ("RUNNABLE", both, [])}, {})
+    aws.round({"qs1": ("SCHEDULED", [aws.summary("qs1-b", "SCHEDULED", at=5)], [])}, {"qs1": 1})
+    aws.round({"qs1": ("STARTING", [], [])}, {"qs1": 1})
+    aws.round({"qs1": ("RUNNING", [aws.summary("qs1-b", "RUNNING", at=5)], [])}, {"qs1": 1})
+    aws.at(590)  # not yet past 600 s
+    aws.round({"qs1": ("RUNNABLE", [aws.summary("qs1-a", "RUNNABLE")], [])}, {"qs1": 1})
+    assert aws.store.alerts(aws.job("qs1-a").id) == []
+    aws.at(700)
+    aws.round({"qs1": ("SCHEDULED", [], [])}, {"qs1": 1})
+    aws.round({"qs1": ("STARTING", [], [])}, {"qs1": 1})
+    [alert] = aws.store.alerts(aws.job("qs1-a").id)
+    assert (alert.kind, alert.age_seconds) == ("STARVING", 700.0)
+    assert alert.reason == (
+        "RUNNABLE for 700 s, past its threshold of 600 s (starvation_after_seconds);"
+        " overtaken by 1 later placement, latest qs1-b (qs1)"
+    )
+    assert aws.store.alerts(aws.job("qs1-b").id) == []
