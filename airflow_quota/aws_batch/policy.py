@@ -412,10 +412,27 @@ def plan(config: QuotaConfig, queue: JobQueueState) -> Plan:
             )
         )
 
-    on_aws = {str(s["quotaShareName"]): s for s in queue.quota_shares}
+    on_aws = {str(s["quotaShareName"]): s for s in queue.quota_shares if s.get("status") != "DELETING"}
+    deleting = sorted(str(s["quotaShareName"]) for s in queue.quota_shares if s.get("status") == "DELETING")
+    for name in deleting:
+        changes.append(
+            Change(
+                "unmanaged",
+                "quota share",
+                name,
+                None,
+                None,
+                note="being deleted on AWS: not counted among the job queue's shares",
+            )
+        )
     for share in want.quota_shares:
         name = share["quotaShareName"]
         existing = on_aws.get(name)
+        if name in deleting:
+            refused.append(
+                Note("shares", name, "a quota share of this name is being deleted on AWS: plan again once it is gone")
+            )
+            continue
         if existing is None:
             changes.append(
                 Change(

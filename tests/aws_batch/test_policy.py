@@ -263,6 +263,18 @@ def test_shares_left_alone_count_towards_the_20() -> None:
     assert "21 quota shares" in the_plan.refused[0].why
 
 
+def test_shares_being_deleted_on_aws_are_listed_not_counted_and_not_reused() -> None:
+    shares = [{"name": f"s{i}", "capacity_limits": {G5: 1}} for i in range(MAX_QUOTA_SHARES)]
+    going = share_detail("going", {G5: 1}, state="DISABLED", status="DELETING")
+    the_plan = plan(config(shares, {G5: 40}), queue({G5: 40}, [going]))
+    assert the_plan.refused == ()  # 20 in the file, the 21st on its way out
+    assert ("unmanaged", "going") in [(c.action, c.name) for c in the_plan.changes]
+    assert "being deleted on AWS: not counted" in plan_text(the_plan)
+    again = plan(config([{"name": "going", "capacity_limits": {G5: 1}}], {G5: 40}), queue({G5: 40}, [going]))
+    assert [(n.path, n.value) for n in again.refused] == [("shares", "going")]
+    assert "being deleted on AWS: plan again once it is gone" in again.refused[0].why
+
+
 @pytest.mark.parametrize(
     ("aws", "named"),
     [
