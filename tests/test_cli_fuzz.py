@@ -148,6 +148,9 @@ def run(*args: str) -> tuple[int, str, str]:
 
 def assert_answered(code: int, stdout: str, stderr: str, args: tuple[str, ...]) -> None:
     shown = f"airflow-quota {' '.join(a[:60] for a in args)}\nexit {code}\n{stdout[-500:]}\n{stderr[-2000:]}"
+    if args[0] == "aws-batch" and code == 1:  # valid input, and AWS out of reach (``no_aws``): said so
+        assert "cannot call AWS Batch" in stderr, shown
+        return
     assert code in (0, 2), shown
     assert "Traceback" not in stderr, shown
     if code == 2:
@@ -168,6 +171,17 @@ def quota_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     engine.dispose()
 
 
+@pytest.fixture(autouse=True, scope="module")
+def no_aws() -> Iterator[None]:
+    """The aws-batch commands' calls go nowhere, at once: input they accept ends there (exit 1)."""
+    with pytest.MonkeyPatch.context() as patch:
+        for name, value in {"AWS_ENDPOINT_URL_BATCH": "http://127.0.0.1:9", "AWS_MAX_ATTEMPTS": "1",
+                            "AWS_DEFAULT_REGION": "us-east-1", "AWS_ACCESS_KEY_ID": "x",
+                            "AWS_SECRET_ACCESS_KEY": "y"}.items():  # fmt: skip
+            patch.setenv(name, value)
+        yield
+
+
 @pytest.fixture(scope="module")
 def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("fuzz-files")
@@ -185,6 +199,7 @@ def test_every_command_that_reads_a_file_answers_random_files_with_exit_0_or_2(
         ("simulate", str(path), "--json", "--until", "600"),
         ("apply", str(path), "--db", quota_url),
         ("jobs", "submit", str(path), "--db", quota_url),
+        ("aws-batch", "plan", str(path), "--job-queue", "quota-queue"),
     ):
         assert_answered(*run(*args), args)
 
@@ -216,5 +231,6 @@ def test_every_command_that_takes_a_job_answers_random_keys_with_exit_0_or_2(
         ("jobs", "set-priority", "j1", "1", "--db", quota_url, "--wait", wait),
         ("jobs", "cancel", key, "--db", quota_url),
         ("simulate", str(WALKTHROUGH), "--json", "--until", priority),
+        ("aws-batch", "import", "--job-queue", key),
     ):
         assert_answered(*run(*args), args)
