@@ -170,6 +170,11 @@ EXERCISED_BY: list[tuple[str, str, list[str]]] = [
     (r"airflow-quota apply examples/quota.yaml", "airflow_quota/devtools/stack.py", ['"apply"']),
     (r"airflow-quota scheduler( &)?", "airflow_quota/devtools/stack.py", ['"airflow-quota"), "scheduler"']),
     (
+        r"airflow-quota scheduler --aws-batch-job-queue quota-queue --aws-conn-id aws_default",
+        "tests/airflow/test_same_dag_on_aws_batch.py",
+        ['"--aws-batch-job-queue", "quota-queue", "--aws-conn-id", "aws_default"'],
+    ),
+    (
         r"airflow dags unpause quota_walkthrough && airflow dags trigger quota_walkthrough",
         "tests/airflow/test_end_to_end.py",
         ['"dags", "unpause", WALKTHROUGH', '"dags", "trigger", WALKTHROUGH'],

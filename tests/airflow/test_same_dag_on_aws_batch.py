@@ -65,9 +65,8 @@ def test_one_dag_runs_whoever_places_it(airflow: AirflowStack, batch: FakeBatch)
     placed_here = run_to_the_end(airflow)
     airflow.stop(["quota-scheduler"])
 
-    airflow.start_process(
-        "quota-scheduler-aws-batch", [*quota, "--aws-batch-job-queue", "quota-queue", "--aws-batch-mirror-seconds", "1"]
-    )
+    delegating = ["--aws-batch-job-queue", "quota-queue", "--aws-conn-id", "aws_default"]  # as the README
+    airflow.start_process("quota-scheduler-aws-batch", [*quota, *delegating, "--aws-batch-mirror-seconds", "1"])
     placed_by_aws = run_to_the_end(airflow)
     airflow.stop(["quota-scheduler-aws-batch"])
 
