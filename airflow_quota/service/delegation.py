@@ -74,9 +74,11 @@ from airflow_quota.core.model import (
 )
 from airflow_quota.core.normal_wait import KEEP_WAITS
 from airflow_quota.core.state import QuotaState
+from airflow_quota.service.alerts import AlertDelivery
 from airflow_quota.service.clock import Clock, WallClock
 from airflow_quota.service.intake import INBOX
 from airflow_quota.service.leader import LeaderLoop
+from airflow_quota.service.metrics import QuotaMetrics
 from airflow_quota.store.bulk import insert_rows
 from airflow_quota.store.engine import reachable, session_factory
 from airflow_quota.store.lock import leader_lock
@@ -111,6 +113,7 @@ class AwsBatchDelegation(LeaderLoop):
         lease_seconds: float = 10.0,
         mirror_seconds: float = 30.0,
         requests_announced: bool = False,
+        metrics: QuotaMetrics | None = None,
     ) -> None:
         holder = holder or f"{socket.gethostname()}:{os.getpid()}"
         super().__init__(
@@ -136,6 +139,14 @@ class AwsBatchDelegation(LeaderLoop):
         self._cancel_asked: set[int] = set()
         self.starvation = DelegatedStarvation()
         """Rule 8 for AWS's placements: AWS raises no starvation alert (``aws_batch/starvation.py``)."""
+        self._metrics_given = metrics is not None
+        self.metrics = metrics or QuotaMetrics.off()
+        self.alerts = AlertDelivery(self.sessions, self.metrics)
+        """The recorded alerts to the configuration's notifiers, as the self-placing scheduler sends them."""
+        self._decided: list[Decision] = []
+        """The decisions this step wrote, for the metrics."""
+        self._view: QuotaView | None = None
+        self._beats_reported = 0
 
     # -- LeaderLoop ------------------------------------------------------------------------------
 
@@ -157,10 +168,12 @@ class AwsBatchDelegation(LeaderLoop):
                 self.starvation.alerted(job_id)
 
     def _starting(self) -> None:
-        pass
+        if not self._metrics_given:
+            self.metrics = self.alerts.metrics = QuotaMetrics.from_airflow()
+        self.alerts.in_background()  # a slow notifier must not hold up the mirror or the lease
 
     def _stopping(self, leading: bool) -> None:
-        pass
+        self.alerts.close()
 
     def _forget(self) -> None:
         self.config = None
@@ -190,7 +203,23 @@ class AwsBatchDelegation(LeaderLoop):
             pause = backoff(self._refused_in_a_row)
             self.paused_until = now + pause
             log.warning("%s; every AWS Batch call waits %.1f s", exc, pause)
+        self._report(now)
         return worked
+
+    def _report(self, now: float) -> None:
+        """After the step's commits: the alerts to the notifiers, the metrics."""
+        decided, self._decided = self._decided, []
+        if self.config is None:
+            return
+        self.alerts.configure(self.config.alerts)
+        if any(isinstance(decision, Alert) for decision in decided):
+            self.alerts.wake()
+        self.alerts.deliver(now)
+        if self.metrics.enabled:
+            self.metrics.heartbeats(self.lock.beats - self._beats_reported)
+            self._beats_reported = self.lock.beats
+            self.metrics.decisions(decided)
+            self.metrics.gauges(self._view, now)
 
     # -- the inbox -------------------------------------------------------------------------------
 
@@ -223,7 +252,8 @@ class AwsBatchDelegation(LeaderLoop):
                 self.config = stored_config(row.document)
             _handled(session, request_id, "accepted")
             if self.config is not None:
-                write_view(session, self._view(session, now, None))
+                self._view = self._shares_view(session, now, None)
+                write_view(session, self._view)
         log.info("configuration version %s taken in", payload.get("version"))
 
     def _submit(self, request_id: int, row: JobRow, now: float) -> None:
@@ -427,7 +457,8 @@ class AwsBatchDelegation(LeaderLoop):
             insert_rows(session, Preemption, preemptions)
             self._events(session, events)
             if self.config is not None:
-                write_view(session, self._view(session, now, snapshot))
+                self._view = self._shares_view(session, now, snapshot)
+                write_view(session, self._view)
         for _, followed in changes:
             for decision in followed.decisions:
                 log.info(describe(decision, self.wall_clock))
@@ -495,6 +526,7 @@ class AwsBatchDelegation(LeaderLoop):
         """Each decision's event, as the quota scheduler's own leader writes it, and its alert."""
         events, alerts = [], []
         for job_id, decision in decisions:
+            self._decided.append(decision)
             record = event_record(decision)
             events.append(
                 {
@@ -527,7 +559,7 @@ class AwsBatchDelegation(LeaderLoop):
 
     # -- the view --------------------------------------------------------------------------------
 
-    def _view(self, session: Session, now: float, snapshot: Mapping[str, Any] | None) -> QuotaView:
+    def _shares_view(self, session: Session, now: float, snapshot: Mapping[str, Any] | None) -> QuotaView:
         """The shares as AWS places them: each share's limits (the configuration), what its
         mirrored jobs hold, borrow and wait for; a share's use as ``GetJobQueueSnapshot``
         reports it, where it reports one (its top 20 shares)."""

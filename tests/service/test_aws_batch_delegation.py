@@ -22,11 +22,13 @@ from airflow_quota.aws_batch.service_jobs import CANCEL_REASON, client_token
 from airflow_quota.core.model import JobRequest
 from airflow_quota.service.clock import ManualClock
 from airflow_quota.service.delegation import AwsBatchDelegation
+from airflow_quota.service.metrics import QuotaMetrics
 from airflow_quota.store.models import Attempt, EventRow, JobRow, Preemption, Request
 from airflow_quota.store.repository import QuotaStore
 from airflow_quota.store.views import read_view
 from tests.aws_batch.aws import G5, QUEUE, batch_client
 from tests.conftest import ROOT, cli
+from tests.service.stats_recording import Recording
 
 TRAINING: dict[str, Any] = {
     "AlgorithmSpecification": {
@@ -62,7 +64,11 @@ class Aws:
         self.store = QuotaStore(engine, clock=self.clock.now)
         self.stub = stub
         self.calls = BatchCalls(client)
-        self.service = AwsBatchDelegation(engine, self.calls, QUEUE, clock=self.clock, mirror_seconds=ROUND)
+        self.stats = Recording()
+        metrics = QuotaMetrics(self.stats, tagged=True, gauge_seconds=0)
+        self.service = AwsBatchDelegation(
+            engine, self.calls, QUEUE, clock=self.clock, mirror_seconds=ROUND, metrics=metrics
+        )
         self.service.recover()
         self.ids: dict[str, str] = {}
 
@@ -428,9 +434,13 @@ def test_a_job_aws_leaves_waiting_while_later_ones_are_placed_raises_starving_on
     aws.round({"qs1": ("SCHEDULED", [], [])}, {"qs1": 1})
     aws.round({"qs1": ("STARTING", [], [])}, {"qs1": 1})
     [alert] = aws.store.alerts(aws.job("qs1-a").id)
-    assert (alert.kind, alert.age_seconds) == ("STARVING", 700.0)
+    assert (alert.kind, alert.age_seconds, alert.notified) == ("STARVING", 700.0, True)  # the log notifier
     assert alert.reason == (
         "RUNNABLE for 700 s, past its threshold of 600 s (starvation_after_seconds);"
         " overtaken by 1 later placement, latest qs1-b (qs1)"
     )
     assert aws.store.alerts(aws.job("qs1-b").id) == []
+    counted = [(stat, tags) for call, stat, _, tags in aws.stats.calls if call == "incr"]
+    assert ("quota.placements", {"share": "qs1", "instance_type": G5}) in counted
+    assert ("quota.alerts", {"share": "qs1", "kind": "STARVING"}) in counted
+    assert any(call == "gauge" and stat == "quota.share.used" for call, stat, _, _ in aws.stats.calls)
