@@ -336,6 +336,8 @@ class Followed:
     columns: dict[str, Any] = field(default_factory=dict)
     preemptions: list[tuple[int, Preempted]] = field(default_factory=list)
     """Each preemption with the attempt it ended."""
+    training_job_arn: str | None = None
+    """The SageMaker training job AWS's latest attempt runs, when it says."""
     needs_description: bool = False
     """The look cannot tell what happened (a summary of a job back in the queue after holding
     capacity: preempted, or requeued for want of capacity?): describe it."""
@@ -346,7 +348,7 @@ def follow(known: KnownJob, seen: ServiceJob, now: float, borrowed: int = 0, que
     instances above its share's limit if this look places it (the caller counts the share's
     holding jobs). A summary that cannot tell a preemption from a requeue asks for a description
     (``needs_description``) and changes nothing."""
-    out = Followed()
+    out = Followed(training_job_arn=seen.training_job_arn)
     state = seen.state
     preempted_since = seen.preemptions is not None and seen.preemptions > known.preemptions
     if state is JobState.RUNNABLE and known.state.holds_capacity and seen.preemptions is None:

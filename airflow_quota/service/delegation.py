@@ -501,13 +501,17 @@ class AwsBatchDelegation(LeaderLoop):
                 open_attempt.status, open_attempt.ended_at = status.value, decision.at
         state = followed.columns.get("state")
         running = followed.columns.get("running_since")
-        if state == JobState.RUNNING.value or running is not None:
+        arn = followed.training_job_arn
+        if state == JobState.RUNNING.value or running is not None or arn is not None:
             open_attempt = session.scalars(
                 select(Attempt).where(Attempt.job_id == job.job_id, Attempt.ended_at.is_(None))
             ).first()
-            if open_attempt is not None:
+            if open_attempt is not None and (state == JobState.RUNNING.value or running is not None):
                 open_attempt.status = AttemptState.RUNNING.value
                 open_attempt.running_since = running if running is not None else open_attempt.running_since
+            if open_attempt is not None and arn is not None and open_attempt.external_arn != arn:
+                # the training job SageMaker runs for it: the task's result, links and logs name it
+                open_attempt.external_arn, open_attempt.external_name = arn, arn.rsplit("/", 1)[-1]
 
     def _alerts(self, job: KnownJob, followed: Followed, now: float) -> list[tuple[int | None, Decision]]:
         """PREEMPTED_REPEATEDLY when AWS's preemptions of the job reach its share's

@@ -226,7 +226,7 @@ def test_the_aws_walkthrough_mirrored_as_simulate_plays_it(aws: Aws, engine: Eng
     )  # fmt: skip
     assert (aws.job("qs1-med").state, aws.job("qs1-med").preemptions) == ("RUNNABLE", 1)
     aws.sweep_on(
-        {"qs1": [], "qs2": [aws.summary("qs2-job", "SCHEDULED", at=600)]},
+        {"qs1": [], "qs2": [aws.summary("qs2-job", "SCHEDULED", at=600, latestAttempt=TRAINING_JOB)]},
         {"qs1": [], "qs2": []},
         {"qs1": [aws.summary("qs1-high", "RUNNING", at=0)], "qs2": [aws.summary("qs2-job", "RUNNING", at=600)]},
         {"qs1": 1, "qs2": 1},
@@ -307,7 +307,7 @@ def test_the_aws_walkthrough_mirrored_as_simulate_plays_it(aws: Aws, engine: Eng
             .order_by(Preemption.id)
         ).all()
         attempts = connection.execute(
-            select(JobRow.name, Attempt.number, Attempt.backend, Attempt.status)
+            select(JobRow.name, Attempt.number, Attempt.backend, Attempt.status, Attempt.external_name)
             .join(JobRow, JobRow.id == Attempt.job_id)
             .order_by(JobRow.name, Attempt.number)
         ).all()
@@ -316,11 +316,11 @@ def test_the_aws_walkthrough_mirrored_as_simulate_plays_it(aws: Aws, engine: Eng
         ("qs1-high", "IN_SHARE", "AWS Batch", 0.0),
     ]
     assert [tuple(a) for a in attempts] == [
-        ("qs1-high", 1, "aws_batch", "STOPPED"),
-        ("qs1-low", 1, "aws_batch", "RUNNING"),
-        ("qs1-med", 1, "aws_batch", "STOPPED"),
-        ("qs2-job", 1, "aws_batch", "SUCCEEDED"),
-        ("qs3-job", 1, "aws_batch", "RUNNING"),
+        ("qs1-high", 1, "aws_batch", "STOPPED", None),
+        ("qs1-low", 1, "aws_batch", "RUNNING", None),
+        ("qs1-med", 1, "aws_batch", "STOPPED", None),
+        ("qs2-job", 1, "aws_batch", "SUCCEEDED", "aq-4-qs2-job-a1b2"),  # the task's result describes it
+        ("qs3-job", 1, "aws_batch", "RUNNING", None),
     ]
     shares = _view(engine)
     assert [(t.used, t.runnable) for t in shares["qs1"].types] == [(1, 1)]
@@ -328,6 +328,13 @@ def test_the_aws_walkthrough_mirrored_as_simulate_plays_it(aws: Aws, engine: Eng
 
 
 USE_900 = {"qs1": 1, "qs2": 1, "qs3": 1}
+TRAINING_JOB = {
+    "serviceResourceId": {
+        "name": "TrainingJobArn",
+        "value": "arn:aws:sagemaker:us-east-1:123456789012:training-job/aq-4-qs2-job-a1b2",
+    }
+}
+"""A service job's ``latestAttempt``: the SageMaker training job AWS runs for it."""
 
 
 def _stopped(started: float, stopped: float) -> dict[str, Any]:
