@@ -40,6 +40,7 @@ from sqlalchemy import Engine, delete, func, select
 from sqlalchemy.orm import Session
 
 from airflow_quota.aws_batch.calls import AwsBatchRefused, AwsBatchUnavailable, BatchCalls, backoff
+from airflow_quota.aws_batch.policy import expressibility
 from airflow_quota.aws_batch.service_jobs import (
     CANCEL_REASON,
     DelegatedJob,
@@ -255,13 +256,18 @@ class AwsBatchDelegation(LeaderLoop):
                 self._view = self._shares_view(session, now, None)
                 write_view(session, self._view)
         log.info("configuration version %s taken in", payload.get("version"))
+        if self.config is not None:
+            for note in expressibility(self.config)[1]:
+                log.warning(
+                    "configuration version %s: %s", payload.get("version"), note.shown("ignored, AWS Batch places")
+                )
 
     def _submit(self, request_id: int, row: JobRow, now: float) -> None:
         if row.backend not in RUNS_ON_AWS_BATCH:
             why = (
                 f"backend: {row.backend!r} jobs cannot run on AWS Batch; this quota scheduler delegates to job"
                 f" queue {self.job_queue}, which runs SageMaker training jobs (backend 'sagemaker')"
-            )
+            )  # QuotaExecutor's tasks (backend 'airflow') included: Airflow's workers run them
             self._refuse(request_id, row, "submit", why, now, delete_job=True)
             return
         plans = {plan.name: plan.arn for plan in self.config.pool.training_plans if plan.arn} if self.config else {}

@@ -451,3 +451,17 @@ def test_a_job_aws_leaves_waiting_while_later_ones_are_placed_raises_starving_on
     assert ("quota.placements", {"share": "qs1", "instance_type": G5}) in counted
     assert ("quota.alerts", {"share": "qs1", "kind": "STARVING"}) in counted
     assert any(call == "gauge" and stat == "quota.share.used" for call, stat, _, _ in aws.stats.calls)
+
+
+def test_a_configuration_aws_cannot_express_is_taken_in_and_what_aws_ignores_is_logged(
+    aws: Aws, caplog: pytest.LogCaptureFixture
+) -> None:
+    shares = [dict(s, preemption_protection_seconds=300) if s["name"] == "qs2" else s for s in WALKTHROUGH["shares"]]
+    aws.store.apply_config({**WALKTHROUGH, "shares": shares})
+    with caplog.at_level("WARNING", logger="airflow_quota.scheduler"):
+        aws.step()
+    assert aws.service.config is not None and aws.service.config.share("qs2").preemption_protection_seconds == 300  # type: ignore[union-attr]
+    assert (
+        "configuration version 2: shares[1].preemption_protection_seconds = 300: ignored, AWS Batch places"
+        in caplog.text
+    )
