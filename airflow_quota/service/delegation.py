@@ -32,6 +32,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+import re
 import socket
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -92,6 +93,8 @@ DELEGATED_BACKEND = "aws_batch"
 """The backend named on the attempts AWS Batch places (the jobs keep ``sagemaker``: SageMaker
 runs their training)."""
 RUNS_ON_AWS_BATCH = ("sagemaker",)
+NOT_FOUND = re.compile(r"not\s+found|does\s+not\s+exist|could\s+not\s+find|unknown\s+job", re.IGNORECASE)
+"""What AWS says of a service job it does not know."""
 """The job backends a delegating scheduler takes: AWS Batch runs SageMaker training jobs."""
 
 
@@ -199,7 +202,9 @@ class AwsBatchDelegation(LeaderLoop):
                     worked = self._mirror(now) or worked
                     self._next_mirror = now + self.mirror_seconds
             self._refused_in_a_row = 0
-        except AwsBatchUnavailable as exc:
+        except (AwsBatchUnavailable, AwsBatchRefused) as exc:
+            # out of reach, throttling, or refusing a read (a queue gone, a permission taken
+            # away): the mirror waits and reads again; requests are refused one by one instead
             self._refused_in_a_row += 1
             pause = backoff(self._refused_in_a_row)
             self.paused_until = now + pause
@@ -364,7 +369,7 @@ class AwsBatchDelegation(LeaderLoop):
                     if job.share == share and job_id not in sweep.seen and by_id[job.job_id].updated_at < sweep.began
                 ]
                 for job_id in unseen:
-                    self._look(known, service_job(self.hook.describe_service_job(job_id)), now, changes)
+                    self._look(known, self._describe(job_id, known[job_id], now), now, changes)
         waiting = [job for job in known.values() if job.state is JobState.RUNNABLE]
         alerts = self.starvation.alerts(self.config, waiting, now) if self.config is not None else []
         snapshot = self.hook.job_queue_snapshot(self.job_queue) if self.config is not None and known else None
@@ -378,7 +383,7 @@ class AwsBatchDelegation(LeaderLoop):
         job = known[seen.job_id]
         followed = follow(job, seen, now, self._borrowed(known, job, seen), self.job_queue)
         if followed.needs_description:
-            seen = service_job(self.hook.describe_service_job(seen.job_id))
+            seen = self._describe(seen.job_id, job, now)
             followed = follow(job, seen, now, self._borrowed(known, job, seen), self.job_queue)
         if not followed.columns and not followed.decisions:
             return
@@ -407,6 +412,18 @@ class AwsBatchDelegation(LeaderLoop):
             borrowed=columns.get("borrowed", job.borrowed),
             running_since=columns.get("running_since", job.running_since),
         )
+
+    def _describe(self, service_job_id: str, job: KnownJob, now: float) -> ServiceJob:
+        """``DescribeServiceJob``; a job AWS no longer knows (purged, or deleted outside
+        airflow-quota) is FAILED as lost, as a backend that lost an attempt is."""
+        try:
+            return service_job(self.hook.describe_service_job(service_job_id))
+        except AwsBatchRefused as exc:
+            if not NOT_FOUND.search(str(exc)):
+                raise
+            lost = f"BackendLost: AWS Batch no longer knows service job {service_job_id}: {exc}"
+            log.error("%s [%s]: %s", job.name, job.share, lost)
+            return ServiceJob(service_job_id, "FAILED", reason=lost, stopped_at=now, preemptions=job.preemptions)
 
     def _borrowed(self, known: Mapping[str, KnownJob], job: KnownJob, seen: ServiceJob) -> int:
         """Instances above its share's limit the job borrows if this look places it."""

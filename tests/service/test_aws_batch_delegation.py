@@ -465,3 +465,45 @@ def test_a_configuration_aws_cannot_express_is_taken_in_and_what_aws_ignores_is_
         "configuration version 2: shares[1].preemption_protection_seconds = 300: ignored, AWS Batch places"
         in caplog.text
     )
+
+
+def test_a_job_aws_no_longer_knows_fails_as_lost_and_a_refused_read_only_pauses(aws: Aws) -> None:
+    aws.submit("gone", "qs1", 1)
+    for status in ("RUNNABLE", "SCHEDULED", "STARTING", "RUNNING"):  # a sweep begun as it was submitted
+        aws.round({"qs1": (status, [], [])}, {})
+    aws.stub.add_client_error(
+        "list_service_jobs", service_error_code="ClientException", service_message="no such queue", http_status_code=400
+    )
+    aws.step()  # a read AWS refuses: the mirror waits, nothing changes
+    assert aws.job("gone").state == "RUNNABLE" and aws.service.paused_until > aws.clock.now() - ROUND
+    aws.clock.advance_to(aws.service.paused_until + ROUND)
+    for status in ("RUNNABLE", "SCHEDULED", "STARTING"):
+        aws.round({"qs1": (status, [], [])}, {})
+    aws.expect_page("qs1", "RUNNING", [])
+    aws.stub.add_client_error(
+        "describe_service_job", service_error_code="ClientException", service_message="Job svc-gone not found"
+    )
+    aws.expect_snapshot({})
+    aws.step()  # the whole second sweep missed it, and AWS does not know it
+    gone = aws.job("gone")
+    assert (gone.state, gone.reason) == ("FAILED", "ATTEMPTS_EXHAUSTED")
+    assert "BackendLost: AWS Batch no longer knows service job svc-gone" in str(gone.detail)
+
+
+def test_a_share_listed_over_several_pages_is_read_a_page_a_round(aws: Aws) -> None:
+    for name in ("p1", "p2"):
+        aws.submit(name, "qs1", 1)
+    params = {"jobQueue": QUEUE, "jobStatus": "RUNNABLE", "maxResults": 100,
+              "filters": [{"name": "QUOTA_SHARE_NAME", "values": ["qs1"]}]}  # fmt: skip
+    aws.stub.add_response(
+        "list_service_jobs", {"jobSummaryList": [aws.summary("p1", "RUNNABLE")], "nextToken": "t2"}, params
+    )
+    aws.expect_snapshot({})
+    aws.step()
+    aws.stub.add_response(
+        "list_service_jobs", {"jobSummaryList": [aws.summary("p2", "RUNNABLE")]}, {**params, "nextToken": "t2"}
+    )
+    aws.expect_snapshot({})
+    aws.step()  # the second page, then SCHEDULED: the sweep moved on only once the pages ran out
+    aws.round({"qs1": ("SCHEDULED", [aws.summary("p2", "SCHEDULED", at=25)], [])}, {"qs1": 1})
+    assert (aws.job("p1").state, aws.job("p2").state) == ("RUNNABLE", "SCHEDULED")
