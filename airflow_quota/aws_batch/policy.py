@@ -414,17 +414,8 @@ def plan(config: QuotaConfig, queue: JobQueueState) -> Plan:
 
     on_aws = {str(s["quotaShareName"]): s for s in queue.quota_shares if s.get("status") != "DELETING"}
     deleting = sorted(str(s["quotaShareName"]) for s in queue.quota_shares if s.get("status") == "DELETING")
-    for name in deleting:
-        changes.append(
-            Change(
-                "unmanaged",
-                "quota share",
-                name,
-                None,
-                None,
-                note="being deleted on AWS: not counted among the job queue's shares",
-            )
-        )
+    going = "being deleted on AWS: not counted among the job queue's shares"
+    changes += [_left_alone(name, going) for name in deleting]
     for share in want.quota_shares:
         name = share["quotaShareName"]
         existing = on_aws.get(name)
@@ -453,18 +444,11 @@ def plan(config: QuotaConfig, queue: JobQueueState) -> Plan:
             changes.append(Change("update", "quota share", name, "UpdateQuotaShare", request, differences))
     wanted = {s["quotaShareName"] for s in want.quota_shares}
     unmanaged = [name for name in on_aws if name not in wanted]
-    for name in unmanaged:
-        changes.append(
-            Change(
-                "unmanaged",
-                "quota share",
-                name,
-                None,
-                None,
-                note="on AWS, not in the file: left as it is (deleting a quota share terminates all its jobs; "
-                "disable it, then DeleteQuotaShare, in AWS Batch yourself)",
-            )
-        )
+    not_in_file = (
+        "on AWS, not in the file: left as it is (deleting a quota share terminates all its jobs; "
+        "disable it, then DeleteQuotaShare, in AWS Batch yourself)"
+    )
+    changes += [_left_alone(name, not_in_file) for name in unmanaged]
     total = len(wanted) + len(unmanaged)
     if total > MAX_QUOTA_SHARES >= len(wanted):
         refused.append(
@@ -572,6 +556,11 @@ def plan_document(plan: Plan) -> dict[str, Any]:
 
 
 # -- import ------------------------------------------------------------------------------------
+
+
+def _left_alone(name: str, why: str) -> Change:
+    """A quota share on AWS that the plan does not touch, and why."""
+    return Change("unmanaged", "quota share", name, None, None, note=why)
 
 
 def quota_mapping(queue: JobQueueState) -> dict[str, Any]:

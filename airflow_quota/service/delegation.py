@@ -58,7 +58,7 @@ from airflow_quota.aws_batch.service_jobs import (
 from airflow_quota.aws_batch.starvation import DelegatedStarvation
 from airflow_quota.core.config import QuotaConfig, stored_config
 from airflow_quota.core.cycle import EPOCH
-from airflow_quota.core.explain import describe, event_record
+from airflow_quota.core.explain import describe
 from airflow_quota.core.model import (
     LIVE_STATES,
     Alert,
@@ -81,6 +81,7 @@ from airflow_quota.service.clock import Clock, WallClock
 from airflow_quota.service.intake import INBOX
 from airflow_quota.service.leader import LeaderLoop
 from airflow_quota.service.metrics import QuotaMetrics
+from airflow_quota.service.records import alert_row, event_row
 from airflow_quota.store.bulk import insert_rows
 from airflow_quota.store.engine import reachable, session_factory
 from airflow_quota.store.lock import leader_lock
@@ -552,35 +553,12 @@ class AwsBatchDelegation(LeaderLoop):
     def _events(self, session: Session, decisions: Iterable[tuple[int | None, Decision]]) -> None:
         """Each decision's event, as the quota scheduler's own leader writes it, and its alert."""
         events, alerts = [], []
+        epoch = self.lock.epoch if self._fencing else None
         for job_id, decision in decisions:
             self._decided.append(decision)
-            record = event_record(decision)
-            events.append(
-                {
-                    "at": decision.at,
-                    "type": record["type"],
-                    "job": decision.job,
-                    "job_id": job_id,
-                    "share": decision.share,
-                    "record": record,
-                    "line": describe(decision, wall_clock=self.wall_clock),
-                    "leader_epoch": self.lock.epoch if self._fencing else None,
-                    "input_id": None,
-                }
-            )
+            events.append(event_row(decision, job_id, self.wall_clock, epoch))
             if isinstance(decision, Alert) and job_id is not None:
-                alerts.append(
-                    {
-                        "at": decision.at,
-                        "job_id": job_id,
-                        "job": decision.job,
-                        "share": decision.share,
-                        "kind": decision.kind.value,
-                        "reason": decision.reason,
-                        "position": decision.position,
-                        "age_seconds": decision.age_seconds,
-                    }
-                )
+                alerts.append(alert_row(decision, job_id))
         insert_rows(session, EventRow, events)
         insert_rows(session, AlertRow, alerts)
 

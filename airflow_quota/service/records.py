@@ -15,6 +15,7 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
+from airflow_quota.core.explain import describe, event_record
 from airflow_quota.core.model import Alert, Decision, Failed, FailureReason, Job, Placed, Preempted
 from airflow_quota.service.polling import ActionKind
 from airflow_quota.store.bulk import insert_rows
@@ -104,18 +105,40 @@ def _failed(decision: Failed, job: Job, job_id: int, rows: DecisionRows) -> None
 
 def _alert(decision: Alert, job: Job, job_id: int, rows: DecisionRows) -> None:
     """The alert, for the notifiers to deliver once committed."""
-    rows.alerts.append(
-        {
-            "at": decision.at,
-            "job_id": job_id,
-            "job": decision.job,
-            "share": decision.share,
-            "kind": decision.kind.value,
-            "reason": decision.reason,
-            "position": decision.position,
-            "age_seconds": decision.age_seconds,
-        }
-    )
+    rows.alerts.append(alert_row(decision, job_id))
+
+
+def alert_row(decision: Alert, job_id: int) -> dict[str, Any]:
+    """An alert's ``quota_alerts`` row, for the notifiers to deliver once committed."""
+    return {
+        "at": decision.at,
+        "job_id": job_id,
+        "job": decision.job,
+        "share": decision.share,
+        "kind": decision.kind.value,
+        "reason": decision.reason,
+        "position": decision.position,
+        "age_seconds": decision.age_seconds,
+    }
+
+
+def event_row(
+    decision: Decision, job_id: int | None, wall_clock: bool, leader_epoch: int | None, input_id: int | None = None
+) -> dict[str, Any]:
+    """A decision's ``quota_events`` row: its record, its line for people, the leader that made
+    it and the input that caused it."""
+    record = event_record(decision)
+    return {
+        "at": decision.at,
+        "type": record["type"],
+        "job": decision.job,
+        "job_id": job_id,
+        "share": decision.share,
+        "record": record,
+        "line": describe(decision, wall_clock=wall_clock),
+        "leader_epoch": leader_epoch,
+        "input_id": input_id,
+    }
 
 
 RowsOf = Callable[[Any, Job, int, DecisionRows], None]

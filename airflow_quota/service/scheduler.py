@@ -52,7 +52,7 @@ from sqlalchemy import Engine, delete, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from airflow_quota.core.cycle import QuotaScheduler
-from airflow_quota.core.explain import describe, event_record
+from airflow_quota.core.explain import describe
 from airflow_quota.core.inputs import (
     CycleDue,
     Input,
@@ -104,7 +104,7 @@ from airflow_quota.service.polling import (
 )
 from airflow_quota.service.pruning import LeaderPruning
 from airflow_quota.service.read_model import ReadModel
-from airflow_quota.service.records import DecisionRows, add_rows, stops_an_attempt
+from airflow_quota.service.records import DecisionRows, add_rows, event_row, stops_an_attempt
 from airflow_quota.sim.gc_tuning import freeze_long_lived
 from airflow_quota.store.bulk import insert_returning_ids, insert_rows, pipelined, update_by_key
 from airflow_quota.store.engine import reachable, session_factory
@@ -767,22 +767,10 @@ class QuotaService(LeaderLoop):
         """Write one committed decision: its event, naming the input that caused it, and the
         rows its type makes (``records.ROWS_OF``: an attempt placed or stopped, a preemption, an
         alert)."""
-        record = event_record(decision)
         job = self._job_of(decision)
         job_id = job.ref if job is not None else gathered.rejected_ids.get(decision.job)
-        rows.events.append(
-            {
-                "at": decision.at,
-                "type": record["type"],
-                "job": decision.job,
-                "job_id": job_id,
-                "share": decision.share,
-                "record": record,
-                "line": describe(decision, wall_clock=self.wall_clock),
-                "leader_epoch": self.lock.epoch if self._fencing else None,
-                "input_id": input_id,
-            }
-        )
+        epoch = self.lock.epoch if self._fencing else None
+        rows.events.append(event_row(decision, job_id, self.wall_clock, epoch, input_id))
         if job is None or job_id is None:
             return
         gathered.touched.add(job_id)

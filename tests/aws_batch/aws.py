@@ -26,6 +26,17 @@ POLICY_ARN = f"arn:aws:batch:{REGION}:{ACCOUNT}:scheduling-policy/{POLICY}"
 SE = "quota-se"
 SE_ARN = f"arn:aws:batch:{REGION}:{ACCOUNT}:service-environment/{SE}"
 G5 = "ml.g5.xlarge"
+TRAINING: dict[str, Any] = {
+    "AlgorithmSpecification": {
+        "TrainingImage": f"{ACCOUNT}.dkr.ecr.{REGION}.amazonaws.com/llm-train:1.4",
+        "TrainingInputMode": "File",
+    },
+    "RoleArn": f"arn:aws:iam::{ACCOUNT}:role/SageMakerTraining",
+    "OutputDataConfig": {"S3OutputPath": "s3://team-a/output"},
+    "ResourceConfig": {"VolumeSizeInGB": 50},
+    "StoppingCondition": {"MaxRuntimeInSeconds": 3600},
+}
+"""A CreateTrainingJob request as a job of the sagemaker backend carries it (no placement)."""
 
 
 def batch_client() -> Any:

@@ -35,19 +35,10 @@ from airflow_quota.core.model import (
     Requeued,
     Succeeded,
 )
+from tests.aws_batch.aws import TRAINING
 
 G5, P4 = "ml.g5.xlarge", "ml.p4d.24xlarge"
 PLAN_ARN = "arn:aws:sagemaker:us-east-1:123456789012:training-plan/team-a-p4"
-TRAINING: dict[str, Any] = {
-    "AlgorithmSpecification": {
-        "TrainingImage": "123456789012.dkr.ecr.us-east-1.amazonaws.com/t:1",
-        "TrainingInputMode": "File",
-    },
-    "RoleArn": "arn:aws:iam::123456789012:role/SageMakerTraining",
-    "OutputDataConfig": {"S3OutputPath": "s3://team-a/output"},
-    "ResourceConfig": {"VolumeSizeInGB": 100},
-    "StoppingCondition": {"MaxRuntimeInSeconds": 86400},
-}
 
 
 def job(**request: Any) -> DelegatedJob:
@@ -100,13 +91,13 @@ def test_a_job_becomes_a_submit_service_job_request_botocore_accepts() -> None:
         "tags": {"airflow-quota:job-id": "41", "airflow-quota:share": "team-a"},
     }
     assert payload["ResourceConfig"] == {
-        "VolumeSizeInGB": 100,
+        "VolumeSizeInGB": 50,
         "InstancePreferences": [
             {"InstanceType": P4, "InstanceCount": 2, "TrainingPlanArns": [PLAN_ARN]},
             {"InstanceType": G5, "InstanceCount": 8},
         ],
     }
-    assert payload["StoppingCondition"] == {"MaxRuntimeInSeconds": 86400, "MaxPendingTimeInSeconds": 7200}
+    assert payload["StoppingCondition"] == {"MaxRuntimeInSeconds": 3600, "MaxPendingTimeInSeconds": 7200}
     assert payload["CheckpointConfig"] == {"S3Uri": "s3://team-a/ckpt/llm"}
     assert payload["TrainingJobName"] == "aq-41-llm-finetune"
 

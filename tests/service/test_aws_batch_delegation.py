@@ -26,20 +26,10 @@ from airflow_quota.service.metrics import QuotaMetrics
 from airflow_quota.store.models import Attempt, EventRow, JobRow, Preemption, Request
 from airflow_quota.store.repository import QuotaStore
 from airflow_quota.store.views import read_view
-from tests.aws_batch.aws import G5, QUEUE, batch_client
+from tests.aws_batch.aws import G5, QUEUE, TRAINING, batch_client
 from tests.conftest import ROOT, cli
 from tests.service.stats_recording import Recording
 
-TRAINING: dict[str, Any] = {
-    "AlgorithmSpecification": {
-        "TrainingImage": "123456789012.dkr.ecr.us-east-1.amazonaws.com/t:1",
-        "TrainingInputMode": "File",
-    },
-    "RoleArn": "arn:aws:iam::123456789012:role/SageMakerTraining",
-    "OutputDataConfig": {"S3OutputPath": "s3://team/output"},
-    "ResourceConfig": {"VolumeSizeInGB": 50},
-    "StoppingCondition": {"MaxRuntimeInSeconds": 3600},
-}
 WALKTHROUGH = {
     "pool": {"capacity": {G5: 3}},
     "shares": [

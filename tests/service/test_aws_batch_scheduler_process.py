@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.aws_batch.aws import TRAINING
 from tests.conftest import cli
 from tests.fake_batch import REGION, FakeBatch, fake_batch
 from tests.service.chaos import Env, Scheduler, cli_json, prepared
@@ -24,16 +25,6 @@ QUOTA = {
         {"name": "team-a", "capacity_limits": {"ml.g5.xlarge": 2}, "strategy": "LEND_AND_BORROW", "borrow_limit": 100},
         {"name": "team-b", "capacity_limits": {"ml.g5.xlarge": 2}, "strategy": "LEND"},
     ],
-}
-TRAINING: dict[str, Any] = {
-    "AlgorithmSpecification": {
-        "TrainingImage": "123456789012.dkr.ecr.us-east-1.amazonaws.com/t:1",
-        "TrainingInputMode": "File",
-    },
-    "RoleArn": "arn:aws:iam::123456789012:role/SageMakerTraining",
-    "OutputDataConfig": {"S3OutputPath": "s3://team/output"},
-    "ResourceConfig": {"VolumeSizeInGB": 50},
-    "StoppingCondition": {"MaxRuntimeInSeconds": 3600},
 }
 
 
