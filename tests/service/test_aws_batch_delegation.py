@@ -497,3 +497,35 @@ def test_a_share_listed_over_several_pages_is_read_a_page_a_round(aws: Aws) -> N
     aws.step()  # the second page, then SCHEDULED: the sweep moved on only once the pages ran out
     aws.round({"qs1": ("SCHEDULED", [aws.summary("p2", "SCHEDULED", at=25)], [])}, {"qs1": 1})
     assert (aws.job("p1").state, aws.job("p2").state) == ("RUNNABLE", "SCHEDULED")
+
+
+def test_a_leader_lost_after_aws_took_the_job_leaves_one_job_the_next_leader_finds(aws: Aws, engine: Engine) -> None:
+    """A leader that submitted and could not commit (its lease gone) leaves the request in the
+    inbox; the next leader submits it again with the same client token, and AWS answers with the
+    job it already has: one service job, one quota job."""
+    from airflow_quota.store.lock import LeadershipLost
+
+    row = aws.submit("once", "qs1", 1)
+    first = aws.service
+    fenced = first._fence
+
+    def lost(session: Any) -> None:
+        if session.get(Request, 1).handled:  # the configuration taken in, then the lease gone
+            raise LeadershipLost("another scheduler took the leader lease")
+        fenced(session)
+
+    first._fence = lost  # type: ignore[method-assign]
+    with pytest.raises(LeadershipLost):
+        first.step()
+    aws.stub.assert_no_pending_responses()  # AWS took the submission
+    assert aws.job("once").service_job_id is None and _outcome(engine)[-1][1] is False
+
+    second = AwsBatchDelegation(engine, aws.calls, QUEUE, clock=aws.clock, mirror_seconds=ROUND)
+    second.recover()
+    aws.expect_submit(row)  # the same request, the same token: AWS's answer names the same job
+    aws.expect_page("qs1", "RUNNABLE", [aws.summary("once", "RUNNABLE")])
+    aws.expect_snapshot({})
+    second.step()
+    aws.stub.assert_no_pending_responses()
+    assert aws.job("once").service_job_id == "svc-once"
+    assert [kind for kind, *_ in _outcome(engine)] == ["config", "submit"]
