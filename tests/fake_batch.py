@@ -122,10 +122,15 @@ class FakeBatch:
                 share = next(iter(f["values"][0] for f in params.get("filters", ()) if f["name"] == "QUOTA_SHARE_NAME"))
                 listed = [
                     self._summary(job, now)
-                    for job in self.jobs.values()
+                    for job in sorted(self.jobs.values(), key=lambda job: -job.created)  # newest first, as AWS
                     if job.request["quotaShareName"] == share and self._status(job, now)[0] == params.get("jobStatus")
                 ]
-                return {"jobSummaryList": listed}
+                start = int(params.get("nextToken") or 0)
+                size = int(params.get("maxResults") or 100)
+                page: dict[str, Any] = {"jobSummaryList": listed[start : start + size]}
+                if start + size < len(listed):
+                    page["nextToken"] = str(start + size)
+                return page
             if operation == "DescribeServiceJob":
                 job = self.jobs[params["jobId"]]
                 described = {**self._summary(job, now), "jobQueue": job.request["jobQueue"]}

@@ -41,6 +41,7 @@ from sqlalchemy import Engine, delete, func, select
 from sqlalchemy.orm import Session
 
 from airflow_quota.aws_batch.calls import AwsBatchRefused, AwsBatchUnavailable, BatchCalls, backoff
+from airflow_quota.aws_batch.live_jobs import DELEGATED_BACKEND, LiveJobs, after_look, attempt_rows
 from airflow_quota.aws_batch.policy import expressibility
 from airflow_quota.aws_batch.service_jobs import (
     CANCEL_REASON,
@@ -82,17 +83,14 @@ from airflow_quota.service.intake import INBOX
 from airflow_quota.service.leader import LeaderLoop
 from airflow_quota.service.metrics import QuotaMetrics
 from airflow_quota.service.records import alert_row, event_row
-from airflow_quota.store.bulk import insert_rows
+from airflow_quota.store.bulk import insert_rows, update_by_key
 from airflow_quota.store.engine import reachable, session_factory
 from airflow_quota.store.lock import leader_lock
-from airflow_quota.store.models import AlertRow, Attempt, AttemptState, ConfigVersion, EventRow, JobRow, Preemption
+from airflow_quota.store.models import AlertRow, Attempt, ConfigVersion, EventRow, JobRow, Preemption
 from airflow_quota.store.views import QuotaView, ViewBuilder, write_view
 
 log = logging.getLogger("airflow_quota.scheduler")
 
-DELEGATED_BACKEND = "aws_batch"
-"""The backend named on the attempts AWS Batch places (the jobs keep ``sagemaker``: SageMaker
-runs their training)."""
 RUNS_ON_AWS_BATCH = ("sagemaker",)
 NOT_FOUND = re.compile(r"not\s+found|does\s+not\s+exist|could\s+not\s+find|unknown\s+job", re.IGNORECASE)
 """What AWS says of a service job it does not know."""
@@ -142,6 +140,8 @@ class AwsBatchDelegation(LeaderLoop):
         self.paused_until = float("-inf")
         """Calls to AWS wait until then (the clock's seconds): AWS throttled or was out of reach."""
         self._cancel_asked: set[int] = set()
+        self._live: LiveJobs | None = None
+        """The live delegated jobs as this leader holds them (``_live_jobs``); None: not read yet."""
         self.starvation = DelegatedStarvation()
         """Rule 8 for AWS's placements: AWS raises no starvation alert (``aws_batch/starvation.py``)."""
         self._metrics_given = metrics is not None
@@ -159,6 +159,7 @@ class AwsBatchDelegation(LeaderLoop):
         """The configuration in force is the latest one taken in; the jobs' state is AWS's; the
         shares' recent waits and the STARVING alerts raised, from the stored jobs."""
         self.starvation = DelegatedStarvation()
+        self._live = None
         with self.sessions() as session, session.begin():
             version = session.scalar(select(func.max(ConfigVersion.id)))
             row = session.get(ConfigVersion, version) if version is not None else None
@@ -182,6 +183,7 @@ class AwsBatchDelegation(LeaderLoop):
 
     def _forget(self) -> None:
         self.config = None
+        self._live = None
         self._sweeps.clear()
         self._next_mirror = float("-inf")
 
@@ -259,7 +261,7 @@ class AwsBatchDelegation(LeaderLoop):
                 self.config = stored_config(row.document)
             _handled(session, request_id, "accepted")
             if self.config is not None:
-                self._view = self._shares_view(session, now, None)
+                self._view = self._shares_view(now, None)
                 write_view(session, self._view)
         log.info("configuration version %s taken in", payload.get("version"))
         if self.config is not None:
@@ -296,6 +298,9 @@ class AwsBatchDelegation(LeaderLoop):
             stored.pending_reason = "AWS_BATCH_QUEUE"
             _handled(session, request_id, "accepted")
             self._events(session, [(row.id, submitted)])
+            known = _known(stored, cancel_asked=False)
+        if self._live is not None:
+            self._live.put(str(answer["jobId"]), known, now)
         log.info("%s as AWS Batch service job %s", describe(submitted, self.wall_clock), answer["jobId"])
 
     def _set_priority(self, request_id: int, row: JobRow, priority: int, now: float) -> None:
@@ -346,46 +351,49 @@ class AwsBatchDelegation(LeaderLoop):
 
     # -- the mirror ------------------------------------------------------------------------------
 
+    def _live_jobs(self) -> LiveJobs:
+        """The live delegated jobs, read from the quota database once a leadership, then kept."""
+        if self._live is None:
+            with self.sessions() as session, session.begin():
+                rows = session.scalars(
+                    select(JobRow).where(JobRow.service_job_id.is_not(None), JobRow.state.in_(LIVE_STATES))
+                ).all()
+                self._live = LiveJobs(
+                    (row.service_job_id or "", _known(row, row.id in self._cancel_asked), row.updated_at)
+                    for row in rows
+                )
+        return self._live
+
     def _mirror(self, now: float) -> bool:
         """One round: a page of each share with live jobs, the descriptions it calls for, one
         commit of what changed. True when anything did."""
-        with self.sessions() as session, session.begin():
-            rows = session.scalars(
-                select(JobRow).where(JobRow.service_job_id.is_not(None), JobRow.state.in_(LIVE_STATES))
-            ).all()
-        known = {row.service_job_id or "": _known(row, row.id in self._cancel_asked) for row in rows}
-        by_id = {row.id: row for row in rows}
+        live = self._live_jobs()
+        watched = len(live) > 0
         changes: list[tuple[KnownJob, Followed]] = []
-        shares = sorted({job.share for job in known.values()})
-        for share in shares:
+        for share in live.shares():
             sweep = self._sweeps.setdefault(share, ShareSweep(share, now))
             for seen in sweep.take(self.hook.list_service_jobs(sweep.request(self.job_queue))):
-                if seen.job_id in known:
-                    self._look(known, seen, now, changes)
+                if seen.job_id in live:
+                    self._look(live, seen, now, changes)
             if sweep.complete:
                 del self._sweeps[share]
-                unseen = [
-                    job_id
-                    for job_id, job in known.items()
-                    if job.share == share and job_id not in sweep.seen and by_id[job.job_id].updated_at < sweep.began
-                ]
-                for job_id in unseen:
-                    self._look(known, self._describe(job_id, known[job_id], now), now, changes)
-        waiting = [job for job in known.values() if job.state is JobState.RUNNABLE]
+                unseen = [(sid, job) for sid, job in live.unchanged_since(share, sweep.began) if sid not in sweep.seen]
+                for service_job_id, job in unseen:
+                    self._look(live, self._describe(service_job_id, job, now), now, changes)
+        waiting = [job for job in live if job.state is JobState.RUNNABLE]
         alerts = self.starvation.alerts(self.config, waiting, now) if self.config is not None else []
-        snapshot = self.hook.job_queue_snapshot(self.job_queue) if self.config is not None and known else None
+        snapshot = self.hook.job_queue_snapshot(self.job_queue) if self.config is not None and watched else None
         if changes or alerts or snapshot is not None:
             self._write(changes, now, snapshot, alerts)
         return bool(changes or alerts)
 
-    def _look(
-        self, known: dict[str, KnownJob], seen: ServiceJob, now: float, changes: list[tuple[KnownJob, Followed]]
-    ) -> None:
-        job = known[seen.job_id]
-        followed = follow(job, seen, now, self._borrowed(known, job, seen), self.job_queue)
+    def _look(self, live: LiveJobs, seen: ServiceJob, now: float, changes: list[tuple[KnownJob, Followed]]) -> None:
+        """What one look at a job means; the job as the look left it kept, its change noted."""
+        job = live[seen.job_id]
+        followed = follow(job, seen, now, self._borrowed(live, job, seen), self.job_queue)
         if followed.needs_description:
             seen = self._describe(seen.job_id, job, now)
-            followed = follow(job, seen, now, self._borrowed(known, job, seen), self.job_queue)
+            followed = follow(job, seen, now, self._borrowed(live, job, seen), self.job_queue)
         if not followed.columns and not followed.decisions:
             return
         changes.append((job, followed))
@@ -393,26 +401,11 @@ class AwsBatchDelegation(LeaderLoop):
         for decision in followed.decisions:
             if isinstance(decision, Placed):
                 wait = max(0.0, decision.at - (since if since is not None else decision.at))
-                waiting = (other for other in known.values() if other.state is JobState.RUNNABLE)
-                self.starvation.placed(job, decision.entry.instance_type, wait, decision.borrowed, waiting)
+                self.starvation.placed(job, decision.entry.instance_type, decision.at, wait, decision.borrowed)
             elif isinstance(decision, (Preempted, Requeued)):
                 self.starvation.requeued(job.job_id)
                 since = decision.at
-        columns = followed.columns
-        entry = job.entry
-        if "instance_type" in columns:
-            entry = Entry(columns["instance_type"], columns["count"]) if columns["instance_type"] else None
-        known[seen.job_id] = dataclasses.replace(
-            job,
-            state=JobState(columns.get("state", job.state.value)),
-            attempts=columns.get("attempts", job.attempts),
-            preemptions=columns.get("preemptions", job.preemptions),
-            runnable_since=columns.get("runnable_since", job.runnable_since),
-            wait_seconds=columns.get("wait_seconds", job.wait_seconds),
-            entry=entry,
-            borrowed=columns.get("borrowed", job.borrowed),
-            running_since=columns.get("running_since", job.running_since),
-        )
+        live.put(seen.job_id, after_look(job, followed), now)
 
     def _describe(self, service_job_id: str, job: KnownJob, now: float) -> ServiceJob:
         """``DescribeServiceJob``; a job AWS no longer knows (purged, or deleted outside
@@ -426,22 +419,14 @@ class AwsBatchDelegation(LeaderLoop):
             log.error("%s [%s]: %s", job.name, job.share, lost)
             return ServiceJob(service_job_id, "FAILED", reason=lost, stopped_at=now, preemptions=job.preemptions)
 
-    def _borrowed(self, known: Mapping[str, KnownJob], job: KnownJob, seen: ServiceJob) -> int:
+    def _borrowed(self, live: LiveJobs, job: KnownJob, seen: ServiceJob) -> int:
         """Instances above its share's limit the job borrows if this look places it."""
         entry = seen.entry
         if entry is None or self.config is None or job.state.holds_capacity:
             return job.borrowed
         share = self.config.share(job.share)
         limit = share.capacity_limits.get(entry.instance_type, 0) if share is not None else 0
-        holding = [
-            other.entry.count
-            for other in known.values()
-            if other.share == job.share
-            and other.state.holds_capacity
-            and other.entry is not None
-            and other.entry.instance_type == entry.instance_type
-        ]
-        return borrowed_by(limit, holding, entry.count)
+        return borrowed_by(limit, [live.use(job.share, entry.instance_type)], entry.count)
 
     def _write(
         self,
@@ -450,92 +435,49 @@ class AwsBatchDelegation(LeaderLoop):
         snapshot: Mapping[str, Any] | None,
         alerts: list[tuple[int, Alert]],
     ) -> None:
+        """One transaction: the jobs' columns, their attempts, preemptions, events and alerts, and
+        the shares' view; each table in one executemany."""
+        jobs: list[dict[str, Any]] = []
+        attempts: list[dict[str, Any]] = []
+        attempt_changes: list[dict[str, Any]] = []
+        preemptions: list[dict[str, Any]] = []
+        events: list[tuple[int | None, Decision]] = list(alerts)
+        for job, followed in changes:
+            columns = {name: value for name, value in followed.columns.items() if name != "running_since"}
+            jobs.append({"id": job.job_id, **columns, "updated_at": now})
+            inserted, changed = attempt_rows(job, followed)
+            attempts += inserted
+            attempt_changes += changed
+            preemptions += [
+                {
+                    "job_id": job.job_id,
+                    "attempt": attempt,
+                    "at": preempted.at,
+                    "kind": preempted.kind.value,
+                    "by_job": preempted.by,
+                    "lost_seconds": preempted.lost_seconds,
+                }
+                for attempt, preempted in followed.preemptions
+            ]
+            events += [(job.job_id, decision) for decision in followed.decisions]
+            events += self._alerts(job, followed, now)
+            if followed.columns.get("state") in (JobState.SUCCEEDED.value, JobState.FAILED.value):
+                self._cancel_asked.discard(job.job_id)
         with self.sessions() as session, session.begin():
             self._fence(session)
-            events: list[tuple[int | None, Decision]] = list(alerts)
-            preemptions: list[dict[str, Any]] = []
-            for job, followed in changes:
-                stored = session.get(JobRow, job.job_id)
-                if stored is None:
-                    continue
-                for name, value in followed.columns.items():
-                    if name != "running_since":
-                        setattr(stored, name, value)
-                stored.updated_at = now
-                events += [(job.job_id, decision) for decision in followed.decisions]
-                self._attempts(session, job, followed)
-                for attempt, preempted in followed.preemptions:
-                    preemptions.append(
-                        {
-                            "job_id": job.job_id,
-                            "attempt": attempt,
-                            "at": preempted.at,
-                            "kind": preempted.kind.value,
-                            "by_job": preempted.by,
-                            "lost_seconds": preempted.lost_seconds,
-                        }
-                    )
-                events += self._alerts(job, followed, now)
-                if stored.state not in LIVE_STATES:
-                    self._cancel_asked.discard(job.job_id)
+            update_by_key(session, JobRow, jobs)
+            insert_rows(session, Attempt, attempts)
+            update_by_key(session, Attempt, attempt_changes)
             insert_rows(session, Preemption, preemptions)
             self._events(session, events)
             if self.config is not None:
-                self._view = self._shares_view(session, now, snapshot)
+                self._view = self._shares_view(now, snapshot)
                 write_view(session, self._view)
         for _, followed in changes:
             for decision in followed.decisions:
                 log.info(describe(decision, self.wall_clock))
         for _, alert in alerts:
             log.info(describe(alert, self.wall_clock))
-
-    def _attempts(self, session: Session, job: KnownJob, followed: Followed) -> None:
-        """An attempt row for each placement AWS made, ended when it is preempted or ends."""
-        for decision in followed.decisions:
-            if isinstance(decision, Placed):
-                session.add(
-                    Attempt(
-                        job_id=job.job_id,
-                        number=decision.attempt,
-                        backend=DELEGATED_BACKEND,
-                        instance_type=decision.entry.instance_type,
-                        count=decision.entry.count,
-                        training_plan=decision.entry.training_plan,
-                        borrowed=decision.borrowed,
-                        placed_at=decision.at,
-                        status=AttemptState.PENDING.value,
-                        stop_grace=0.0,
-                    )
-                )
-                session.flush()
-                continue
-            open_attempt = session.scalars(
-                select(Attempt)
-                .where(Attempt.job_id == job.job_id, Attempt.ended_at.is_(None))
-                .order_by(Attempt.number.desc())
-            ).first()
-            if open_attempt is None:
-                continue
-            if isinstance(decision, Preempted):
-                open_attempt.status, open_attempt.ended_at = AttemptState.STOPPED.value, decision.at
-                open_attempt.reason = decision.reason
-            elif type(decision).__name__ in ("Succeeded", "Failed", "Requeued"):
-                ended = {"Succeeded": AttemptState.SUCCEEDED, "Failed": AttemptState.FAILED}
-                status = ended.get(type(decision).__name__, AttemptState.CAPACITY_ERROR)
-                open_attempt.status, open_attempt.ended_at = status.value, decision.at
-        state = followed.columns.get("state")
-        running = followed.columns.get("running_since")
-        arn = followed.training_job_arn
-        if state == JobState.RUNNING.value or running is not None or arn is not None:
-            open_attempt = session.scalars(
-                select(Attempt).where(Attempt.job_id == job.job_id, Attempt.ended_at.is_(None))
-            ).first()
-            if open_attempt is not None and (state == JobState.RUNNING.value or running is not None):
-                open_attempt.status = AttemptState.RUNNING.value
-                open_attempt.running_since = running if running is not None else open_attempt.running_since
-            if open_attempt is not None and arn is not None and open_attempt.external_arn != arn:
-                # the training job SageMaker runs for it: the task's result, links and logs name it
-                open_attempt.external_arn, open_attempt.external_name = arn, arn.rsplit("/", 1)[-1]
 
     def _alerts(self, job: KnownJob, followed: Followed, now: float) -> list[tuple[int | None, Decision]]:
         """PREEMPTED_REPEATEDLY when AWS's preemptions of the job reach its share's
@@ -564,42 +506,34 @@ class AwsBatchDelegation(LeaderLoop):
 
     # -- the view --------------------------------------------------------------------------------
 
-    def _shares_view(self, session: Session, now: float, snapshot: Mapping[str, Any] | None) -> QuotaView:
+    def _shares_view(self, now: float, snapshot: Mapping[str, Any] | None) -> QuotaView:
         """The shares as AWS places them: each share's limits (the configuration), what its
         mirrored jobs hold, borrow and wait for; a share's use as ``GetJobQueueSnapshot``
         reports it, where it reports one (its top 20 shares)."""
         assert self.config is not None
+        live = self._live_jobs()
         base = QuotaView(ViewBuilder().shares_of(QuotaState(self.config, EPOCH)), computed_at=now)
-        live = session.scalars(select(JobRow).where(JobRow.state.in_(LIVE_STATES))).all()
         reported = _reported_use(snapshot)
+        by_share: dict[str, list[KnownJob]] = {}
+        for job in live:
+            by_share.setdefault(job.share, []).append(job)
         shares = []
         for view in base.shares:
-            jobs = [row for row in live if row.share == view.share]
-            waiting = [row for row in jobs if row.state in (JobState.RUNNABLE.value, JobState.SUBMITTED.value)]
+            jobs = by_share.get(view.share, [])
+            waiting = [job for job in jobs if job.state is JobState.RUNNABLE]
             types = []
             for type_view in view.types:
-                holding = [
-                    row
-                    for row in jobs
-                    if row.state not in ("SUBMITTED", "RUNNABLE") and row.instance_type == type_view.instance_type
-                ]
-                used = reported.get((view.share, type_view.instance_type), sum(row.count or 0 for row in holding))
-                borrowed = max(0, used - type_view.limit)
+                name = type_view.instance_type
+                used = reported.get((view.share, name), live.use(view.share, name))
+                asking = [job.runnable_since for job in waiting if name in job.types]
                 types.append(
                     dataclasses.replace(
                         type_view,
                         used=used,
-                        borrowed=borrowed,
+                        borrowed=max(0, used - type_view.limit),
                         idle=max(0, type_view.limit - used),
-                        runnable=sum(1 for row in waiting if type_view.instance_type in _types_of(row)),
-                        oldest_runnable_since=min(
-                            (
-                                row.runnable_since
-                                for row in waiting
-                                if row.runnable_since is not None and type_view.instance_type in _types_of(row)
-                            ),
-                            default=None,
-                        ),
+                        runnable=len(asking),
+                        oldest_runnable_since=min((t for t in asking if t is not None), default=None),
                     )
                 )
             shares.append(
@@ -608,16 +542,12 @@ class AwsBatchDelegation(LeaderLoop):
                     running=len(jobs) - len(waiting),
                     runnable=len(waiting),
                     oldest_runnable_since=min(
-                        (row.runnable_since for row in waiting if row.runnable_since is not None), default=None
+                        (job.runnable_since for job in waiting if job.runnable_since is not None), default=None
                     ),
                     types=tuple(types),
                 )
             )
         return QuotaView(tuple(shares), computed_at=now)
-
-
-def _types_of(row: JobRow) -> set[str]:
-    return {str(p["instance_type"]) for p in row.request.get("preferences", ())}
 
 
 def _reported_use(snapshot: Mapping[str, Any] | None) -> dict[tuple[str, str], int]:

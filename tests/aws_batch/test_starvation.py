@@ -35,7 +35,7 @@ LATE = 172_800.0 + 1  # past the threshold of a share with no normal wait yet (4
 
 def test_a_later_job_of_its_share_overtakes_and_past_the_threshold_it_starves_once() -> None:
     watch, waiting = DelegatedStarvation(), job(1)
-    watch.placed(job(2), G5, wait=10.0, borrowed=0, waiting=[waiting])
+    watch.placed(job(2), G5, at=1.0, wait=10.0, borrowed=0)
     assert watch.alerts(CONFIG, [waiting], now=LATE - 2) == []
     [(job_id, alert)] = watch.alerts(CONFIG, [waiting], now=LATE)
     assert (job_id, alert.kind.value, alert.overtaken_by) == (1, "STARVING", 1)
@@ -45,26 +45,26 @@ def test_a_later_job_of_its_share_overtakes_and_past_the_threshold_it_starves_on
 
 def test_only_a_borrowing_placement_of_another_share_overtakes() -> None:
     watch, waiting = DelegatedStarvation(), job(1)
-    watch.placed(job(2, share="b"), G5, wait=0.0, borrowed=0, waiting=[waiting])  # b's own guarantee
+    watch.placed(job(2, share="b"), G5, at=1.0, wait=0.0, borrowed=0)  # b's own guarantee
     assert watch.alerts(CONFIG, [waiting], now=LATE) == []
-    watch.placed(job(3, share="b"), G5, wait=0.0, borrowed=1, waiting=[waiting])
+    watch.placed(job(3, share="b"), G5, at=1.0, wait=0.0, borrowed=1)
     assert [a.overtaken_by for _, a in watch.alerts(CONFIG, [waiting], now=LATE)] == [1]
 
 
 def test_an_earlier_job_or_another_type_does_not_overtake_and_a_requeue_starts_afresh() -> None:
     watch, waiting = DelegatedStarvation(), job(5)
-    watch.placed(job(2), G5, wait=0.0, borrowed=0, waiting=[waiting])  # submitted before it
-    watch.placed(job(6), P4, wait=0.0, borrowed=0, waiting=[waiting])  # a type it does not ask for
+    watch.placed(job(2), G5, at=1.0, wait=0.0, borrowed=0)  # submitted before it
+    watch.placed(job(6), P4, at=1.0, wait=0.0, borrowed=0)  # a type it does not ask for
     assert watch.alerts(CONFIG, [waiting], now=LATE) == []
-    watch.placed(job(7), G5, wait=0.0, borrowed=0, waiting=[waiting])
-    watch.requeued(5)
-    assert watch.alerts(CONFIG, [waiting], now=LATE) == []
+    watch.placed(job(7), G5, at=1.0, wait=0.0, borrowed=0)
+    watch.requeued(5)  # RUNNABLE again at 2: overtakes before count no more
+    assert watch.alerts(CONFIG, [job(5, runnable_since=2.0)], now=LATE + 2) == []
 
 
 def test_the_threshold_adapts_to_the_waits_of_the_shares_placements() -> None:
     watch, waiting = DelegatedStarvation(), job(100)
     for index in range(30):
-        watch.placed(job(200 + index), G5, wait=1000.0, borrowed=0, waiting=[waiting])
+        watch.placed(job(200 + index), G5, at=1.0, wait=1000.0, borrowed=0)
     assert watch.alerts(CONFIG, [waiting], now=7_999.0) == []  # 8x the normal wait of 1000 s
     [(_, alert)] = watch.alerts(CONFIG, [waiting], now=8_000.0)
     assert "8.0x its share's normal wait of 1000 s" in alert.reason
