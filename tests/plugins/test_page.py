@@ -474,7 +474,7 @@ def test_changing_a_priority_reaches_the_store_and_the_page_shows_it_applied(
     med = served.world.ids["qs1-med"]
     set_priority(browser, med, "5")
     asked = "qs1-med: priority 2 -> 5 asked; it applies at the quota scheduler's next cycle"
-    assert wait_for(browser, answer_shown, what="the answer to the change") == ("notice", asked)
+    assert wait_for(browser, answer_shown, seconds=ANSWER_SECONDS, what="the answer to the change") == ("notice", asked)
     assert served.world.store.pending_requests() == 1
     served.world.settle()  # the quota scheduler takes the request in
     job = served.world.store.job(med)
@@ -503,7 +503,7 @@ def test_an_answer_stays_through_refreshes_that_fail_or_work_until_dismissed(quo
     field = wait_for(browser, lambda d: d.find_element(By.CSS_SELECTOR, 'input[data-role="priority"]'), what="a field")
     job_id = int(field.get_attribute("data-job-id") or 0)
     set_priority(browser, job_id, "1")
-    answer = wait_for(browser, answer_shown, what="the answer to the change")
+    answer = wait_for(browser, answer_shown, seconds=ANSWER_SECONDS, what="the answer to the change")
     assert answer[0] == "notice" and "priority" in answer[1], answer
     browser.execute_cdp_cmd("Network.enable", {})
     offline = {"offline": True, "latency": 0, "downloadThroughput": -1, "uploadThroughput": -1}
@@ -518,6 +518,11 @@ def test_an_answer_stays_through_refreshes_that_fail_or_work_until_dismissed(quo
     assert answer_shown(browser) == answer
     browser.find_element(By.CSS_SELECTOR, '#notice [data-role="dismiss"]').click()
     assert answer_shown(browser) is None
+
+
+ANSWER_SECONDS = 60.0
+"""How long the page may take to answer a change: a PUT through Airflow's api-server, which a
+loaded machine (the CI's two cores shared with a benchmark) has kept waiting over 20 s."""
 
 
 def answer_shown(driver: WebDriver) -> tuple[str, str] | None:
