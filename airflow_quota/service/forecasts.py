@@ -10,22 +10,20 @@ that is the leader's state as of its last commit. It reads the runtime history f
 database (finished attempts: the same Airflow task's runs, the share's, the pool's) and the
 runtime each live job's author expects (``quota_jobs.expected_runtime_seconds``, the best
 estimate when given), forecasts, and rewrites ``quota_forecasts``. The leader neither copies
-its state nor runs anything of the forecast, and the worker waits while the leader runs a
-cycle (``ForecastRefresh.paused``): the cycles are as fast with forecasts as without (BENCHMARKS.md,
-"The forecast"). A refresh that fails is logged and the next one tries again:
-a forecast is advice, never a decision.
+its state nor runs anything of the forecast (BENCHMARKS.md, "The forecast", has what a refresh
+in flight still costs its cycles on a machine with few cores). A refresh that fails is logged
+and the next one tries again: a forecast is advice, never a decision.
 """
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import logging
 import multiprocessing
 import os
 import signal
 import sys
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from concurrent.futures import Future, ProcessPoolExecutor
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -91,28 +89,6 @@ class ForecastRefresh:
             )
         self._running = self._pool.submit(refresh, self.url, now, self.runs)
 
-    @contextlib.contextmanager
-    def paused(self) -> Iterator[None]:
-        """While the leader runs a cycle, a refresh in flight waits (SIGSTOP, and SIGCONT after):
-        on a machine with few cores the cycle has the CPU to itself, so a forecast never slows
-        it; the refresh goes on between cycles. Only around work that holds no lock and waits on
-        nothing (a cycle), or the leader could wait on a lock the stopped worker holds. The
-        worker dies with the leader (``_yield_to_the_leader``), so a leader killed mid-cycle leaves
-        no stopped process behind."""
-        running = self._running
-        pids = list(getattr(self._pool, "_processes", None) or ()) if running and not running.done() else []
-        stopped = []
-        for pid in pids if hasattr(signal, "SIGSTOP") else ():
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGSTOP)
-                stopped.append(pid)
-        try:
-            yield
-        finally:
-            for pid in stopped:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, signal.SIGCONT)
-
     def _collect(self) -> None:
         running = self._running
         if running is None or not running.done():
@@ -145,7 +121,7 @@ PR_SET_PDEATHSIG = 1
 
 def _yield_to_the_leader() -> None:
     """The worker's start: a lower CPU priority, and on Linux death with the leader (SIGKILL
-    when it exits), which also ends a worker the leader had paused (``ForecastRefresh.paused``)."""
+    when it exits), so that a leader killed (``kill -9``, the OOM killer) leaves no worker behind."""
     os.nice(WORKER_NICENESS)
     if sys.platform.startswith("linux"):
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)

@@ -38,7 +38,6 @@ committed, so a decision is never logged by two leaders.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import socket
@@ -431,9 +430,7 @@ class QuotaService(LeaderLoop):
         assert self.scheduler is not None
         started = time.perf_counter()
         watched = self.scheduler.guarantee_watched()
-        # a refresh in flight waits out the cycle: pure work, no lock held, so no one waits on it
-        with self.forecasts.paused() if self.forecasts is not None else contextlib.nullcontext():
-            decided = self._feed(gathered, CycleDue(), now)
+        decided = self._feed(gathered, CycleDue(), now)
         if not decided and not watched and not self.scheduler.guarantee_watched():
             gathered.inputs.pop()
             log.debug("cycle at %.3f: nothing to decide", now)
