@@ -1,11 +1,12 @@
 """What the delegating quota scheduler (``scheduler --aws-batch-job-queue``) costs as the jobs
 grow: 1k / 10k (/ 100k with ``--large``) live jobs over 20 shares (the full load's quota), against
 an endpoint speaking Batch's rest-json in this process (``tests/fake_batch.py``: every job
-RUNNING, listed 100 a page, newest first), through the scheduler's real botocore client and a
-SQLite quota database.
+RUNNING, listed 100 a page, newest first, each answer after ``--latency`` seconds as AWS's over
+the network), through the scheduler's real botocore client and a SQLite quota database.
 
-    python benchmarks/aws_batch_mirror.py            # 1k and 10k
-    python benchmarks/aws_batch_mirror.py --large    # and 100k
+    python benchmarks/aws_batch_mirror.py                       # 1k and 10k
+    python benchmarks/aws_batch_mirror.py --large               # and 100k
+    python benchmarks/aws_batch_mirror.py --submit-workers 1    # one submission after another
 
 For each size: the submissions (``SubmitServiceJob`` each, taken in a step at a time), the first
 whole sweep (every job mirrored as placed), and a steady round (nothing changed): the leader
@@ -36,10 +37,10 @@ from tests.aws_batch.aws import TRAINING
 from tests.fake_batch import REGION, fake_batch
 
 
-def measure(count: int) -> None:
+def measure(count: int, latency: float, workers: int) -> None:
     raw = workload.quota(capacity_per_type=count)
     shares = [share["name"] for share in raw["shares"]]
-    with tempfile.TemporaryDirectory() as folder, fake_batch(wait_seconds=0.0, run_seconds=1e9) as batch:
+    with tempfile.TemporaryDirectory() as folder, fake_batch(0.0, 1e9, latency) as batch:
         os.environ.update(
             AWS_ENDPOINT_URL_BATCH=batch.url,
             AWS_ACCESS_KEY_ID="x",
@@ -47,6 +48,7 @@ def measure(count: int) -> None:
             AWS_DEFAULT_REGION=REGION,
         )
         import boto3
+        from botocore.config import Config
 
         engine = make_engine(f"sqlite:///{folder}/quota.db")
         migrate(engine)
@@ -58,7 +60,8 @@ def measure(count: int) -> None:
             limits = next(s for s in raw["shares"] if s["name"] == share)["capacity_limits"]
             preference = [{"instance_type": next(iter(limits)), "count": 1}]
             store.submit(JobRequest(name=f"job-{i}", share=share, preferences=preference), "sagemaker", TRAINING)
-        service = AwsBatchDelegation(engine, BatchCalls(boto3.client("batch")), "quota-queue", clock=clock)
+        calls = BatchCalls(boto3.client("batch", config=Config(max_pool_connections=max(10, workers))))
+        service = AwsBatchDelegation(engine, calls, "quota-queue", clock=clock, submit_workers=workers)
         service.recover()
         service.mirror_seconds = 1e12  # the submissions first, the rounds after
         started, wall = time.thread_time(), time.perf_counter()
@@ -73,19 +76,21 @@ def measure(count: int) -> None:
             rounds += 1
             mirrored = len(store.jobs(states=["RUNNING"]))
         sweep_cpu, sweep_calls = time.thread_time() - started, len(batch.calls) - calls_before
-        steady, calls_before = [], len(batch.calls)
+        steady, steady_wall, calls_before = [], [], len(batch.calls)
         for _ in range(len(LIVE_STATUSES)):
             service._next_mirror = float("-inf")
-            started = time.thread_time()
+            started, wall = time.thread_time(), time.perf_counter()
             service.step()
             steady.append(time.thread_time() - started)
+            steady_wall.append(time.perf_counter() - wall)
         steady_calls = (len(batch.calls) - calls_before) / len(LIVE_STATUSES)
         steady_ms = sum(steady) / len(steady) * 1000
+        steady_wall_ms = sum(steady_wall) / len(steady_wall) * 1000
         print(
             f"{count:>7,} jobs, {len(shares)} shares: submitted in {submit_cpu:.1f} s CPU ({submit_wall:.1f} s wall,"
             f" {count / submit_wall:,.0f} /s); first sweep {rounds} rounds, {sweep_calls:,} calls,"
             f" {sweep_cpu:.1f} s CPU ({sweep_cpu / rounds * 1000:.0f} ms a round); a steady round {steady_ms:.0f} ms"
-            f" CPU, {steady_calls:.0f} calls",
+            f" CPU ({steady_wall_ms:.0f} ms wall), {steady_calls:.0f} calls",
             flush=True,
         )
         engine.dispose()
@@ -94,9 +99,12 @@ def measure(count: int) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--large", action="store_true", help="also 100k jobs")
+    parser.add_argument("--latency", type=float, default=0.05, help="seconds each AWS answer takes (default 0.05)")
+    parser.add_argument("--submit-workers", type=int, default=8, help="SubmitServiceJob calls at once (default 8)")
     args = parser.parse_args()
+    print(f"AWS answering in {args.latency * 1000:g} ms, {args.submit_workers} submissions at once", flush=True)
     for count in (1_000, 10_000, 100_000) if args.large else (1_000, 10_000):
-        measure(count)
+        measure(count, args.latency, args.submit_workers)
 
 
 if __name__ == "__main__":

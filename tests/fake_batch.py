@@ -59,6 +59,8 @@ class FakeBatch:
 
     wait_seconds: float = 0.5
     run_seconds: float = 2.0
+    latency_seconds: float = 0.0
+    """How long each answer takes, as AWS's do over the network (benchmarks: tens of milliseconds)."""
     calls: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
     jobs: dict[str, _Job] = field(default_factory=dict)
     tokens: dict[str, str] = field(default_factory=dict)
@@ -160,6 +162,8 @@ def _handler(batch: FakeBatch) -> type[BaseHTTPRequestHandler]:
             problems = ParamValidator().validate(body, model.input_shape)
             if problems.has_errors():
                 return self._send(400, {"__type": "ClientException", "message": problems.generate_report()})
+            if batch.latency_seconds:
+                time.sleep(batch.latency_seconds)  # the network's and AWS's time, modelled
             answer = batch.answer(operation, body)
             checked = ParamValidator().validate(answer, model.output_shape)
             assert not checked.has_errors(), checked.generate_report()
@@ -180,9 +184,11 @@ def _handler(batch: FakeBatch) -> type[BaseHTTPRequestHandler]:
 
 
 @contextmanager
-def fake_batch(wait_seconds: float = 0.5, run_seconds: float = 2.0) -> Iterator[FakeBatch]:
+def fake_batch(
+    wait_seconds: float = 0.5, run_seconds: float = 2.0, latency_seconds: float = 0.0
+) -> Iterator[FakeBatch]:
     """A ``FakeBatch`` serving on a free local port while the block runs."""
-    batch = FakeBatch(wait_seconds, run_seconds)
+    batch = FakeBatch(wait_seconds, run_seconds, latency_seconds)
     server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(batch))
     batch.url = f"http://127.0.0.1:{server.server_address[1]}"
     thread = threading.Thread(target=server.serve_forever, daemon=True)

@@ -35,6 +35,7 @@ import os
 import re
 import socket
 from collections.abc import Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from sqlalchemy import Engine, delete, func, select
@@ -86,12 +87,15 @@ from airflow_quota.service.records import alert_row, event_row
 from airflow_quota.store.bulk import insert_rows, update_by_key
 from airflow_quota.store.engine import reachable, session_factory
 from airflow_quota.store.lock import leader_lock
-from airflow_quota.store.models import AlertRow, Attempt, ConfigVersion, EventRow, JobRow, Preemption
+from airflow_quota.store.models import AlertRow, Attempt, ConfigVersion, EventRow, JobRow, Preemption, Request
 from airflow_quota.store.views import QuotaView, ViewBuilder, write_view
 
 log = logging.getLogger("airflow_quota.scheduler")
 
 RUNS_ON_AWS_BATCH = ("sagemaker",)
+SUBMIT_WORKERS = 8
+"""SubmitServiceJob calls in flight at once: each waits on AWS (tens of milliseconds), so a burst
+of submissions goes at several times the rate of one call after another."""
 NOT_FOUND = re.compile(r"not\s+found|does\s+not\s+exist|could\s+not\s+find|unknown\s+job", re.IGNORECASE)
 """What AWS says of a service job it does not know."""
 """The job backends a delegating scheduler takes: AWS Batch runs SageMaker training jobs."""
@@ -117,6 +121,7 @@ class AwsBatchDelegation(LeaderLoop):
         mirror_seconds: float = 30.0,
         requests_announced: bool = False,
         metrics: QuotaMetrics | None = None,
+        submit_workers: int = SUBMIT_WORKERS,
     ) -> None:
         holder = holder or f"{socket.gethostname()}:{os.getpid()}"
         super().__init__(
@@ -142,6 +147,8 @@ class AwsBatchDelegation(LeaderLoop):
         self._cancel_asked: set[int] = set()
         self._live: LiveJobs | None = None
         """The live delegated jobs as this leader holds them (``_live_jobs``); None: not read yet."""
+        self.submit_workers = submit_workers
+        self._submit_pool: ThreadPoolExecutor | None = None
         self.starvation = DelegatedStarvation()
         """Rule 8 for AWS's placements: AWS raises no starvation alert (``aws_batch/starvation.py``)."""
         self._metrics_given = metrics is not None
@@ -180,6 +187,9 @@ class AwsBatchDelegation(LeaderLoop):
 
     def _stopping(self, leading: bool) -> None:
         self.alerts.close()
+        if self._submit_pool is not None:
+            self._submit_pool.shutdown(wait=True)
+            self._submit_pool = None
 
     def _forget(self) -> None:
         self.config = None
@@ -235,13 +245,21 @@ class AwsBatchDelegation(LeaderLoop):
     def _take_in_requests(self, now: float) -> bool:
         with self.sessions() as session, session.begin():
             pending = [(request, row) for request, row in session.execute(INBOX)]
-        for request, row in pending:
+        index = 0
+        while index < len(pending):
+            request, row = pending[index]
+            if request.kind == "submit" and row is not None:  # a run of submissions: made together
+                end = index
+                while end < len(pending) and pending[end][0].kind == "submit" and pending[end][1] is not None:
+                    end += 1
+                self._submit_all([(r.id, job) for r, job in pending[index:end] if job is not None], now)
+                index = end
+                continue
+            index += 1
             if request.kind == "config":
                 self._take_config(request.id, request.payload, now)
-            elif row is None or (request.kind != "submit" and row.state not in LIVE_STATES):
+            elif row is None or row.state not in LIVE_STATES:
                 self._refuse(request.id, row, request.kind, f"job {request.job_id} is not live", now)
-            elif request.kind == "submit":
-                self._submit(request.id, row, now)
             elif request.kind == "set_priority":
                 self._set_priority(request.id, row, int(request.payload["priority"]), now)
             elif request.kind == "cancel":
@@ -270,38 +288,80 @@ class AwsBatchDelegation(LeaderLoop):
                     "configuration version %s: %s", payload.get("version"), note.shown("ignored, AWS Batch places")
                 )
 
-    def _submit(self, request_id: int, row: JobRow, now: float) -> None:
-        if row.backend not in RUNS_ON_AWS_BATCH:
-            why = (
-                f"backend: {row.backend!r} jobs cannot run on AWS Batch; this quota scheduler delegates to job"
-                f" queue {self.job_queue}, which runs SageMaker training jobs (backend 'sagemaker')"
-            )  # QuotaExecutor's tasks (backend 'airflow') included: Airflow's workers run them
-            self._refuse(request_id, row, "submit", why, now, delete_job=True)
-            return
+    def _submit_all(self, submissions: list[tuple[int, JobRow]], now: float) -> None:
+        """Submit each job to AWS Batch, ``submit_workers`` calls at a time (each waits on AWS),
+        then commit the ones AWS took in one transaction. A job refused (here or by AWS) is
+        refused with why; one AWS did not answer (throttled, out of reach) stays in the inbox for
+        a later step, its client token making that second submission find the first."""
         plans = {plan.name: plan.arn for plan in self.config.pool.training_plans if plan.arn} if self.config else {}
-        job = DelegatedJob(
-            row.id, row.name, row.share, row.priority, JobRequest.model_validate(row.request), row.training,
-            row.submitted_at, plans,
-        )  # fmt: skip
+        asked: list[tuple[int, JobRow, dict[str, Any]]] = []
+        for request_id, row in submissions:
+            if row.backend not in RUNS_ON_AWS_BATCH:
+                why = (
+                    f"backend: {row.backend!r} jobs cannot run on AWS Batch; this quota scheduler delegates to job"
+                    f" queue {self.job_queue}, which runs SageMaker training jobs (backend 'sagemaker')"
+                )  # QuotaExecutor's tasks (backend 'airflow') included: Airflow's workers run them
+                self._refuse(request_id, row, "submit", why, now, delete_job=True)
+                continue
+            job = DelegatedJob(
+                row.id, row.name, row.share, row.priority, JobRequest.model_validate(row.request), row.training,
+                row.submitted_at, plans,
+            )  # fmt: skip
+            try:
+                asked.append((request_id, row, submit_request(job, self.job_queue)))
+            except DelegationRefused as exc:
+                self._refuse(request_id, row, "submit", str(exc).replace("\n", "; "), now, delete_job=True)
+        answers = list(self._submitter().map(self._answer_to, [request for _, _, request in asked]))
+        taken: list[tuple[int, JobRow, str]] = []
+        unanswered: AwsBatchUnavailable | None = None
+        for (request_id, row, _), answer in zip(asked, answers, strict=True):
+            if isinstance(answer, AwsBatchRefused):
+                self._refuse(request_id, row, "submit", str(answer), now, delete_job=True)
+            elif isinstance(answer, AwsBatchUnavailable):
+                unanswered = unanswered or answer
+            else:
+                taken.append((request_id, row, str(answer["jobId"])))
+        if taken:
+            self._submitted(taken, now)
+        if unanswered is not None:
+            raise unanswered  # the step pauses every call; the rest waits in the inbox
+
+    def _answer_to(self, request: dict[str, Any]) -> dict[str, Any] | AwsBatchRefused | AwsBatchUnavailable:
         try:
-            answer = self.hook.submit_service_job(submit_request(job, self.job_queue))
-        except (DelegationRefused, AwsBatchRefused) as exc:
-            self._refuse(request_id, row, "submit", str(exc).replace("\n", "; "), now, delete_job=True)
-            return
-        submitted = Submitted(now, row.name, row.share)
+            return self.hook.submit_service_job(request)
+        except (AwsBatchRefused, AwsBatchUnavailable) as exc:
+            return exc
+
+    def _submitter(self) -> ThreadPoolExecutor:
+        if self._submit_pool is None:
+            self._submit_pool = ThreadPoolExecutor(self.submit_workers, thread_name_prefix="aws-batch-submit")
+        return self._submit_pool
+
+    def _submitted(self, taken: list[tuple[int, JobRow, str]], now: float) -> None:
+        """The jobs AWS took: RUNNABLE in its queue, their requests done, one transaction."""
+        columns = {"state": JobState.RUNNABLE.value, "runnable_since": now, "updated_at": now}
+        columns["pending_reason"] = "AWS_BATCH_QUEUE"
         with self.sessions() as session, session.begin():
             self._fence(session)
-            stored = session.get(JobRow, row.id)
-            assert stored is not None
-            stored.service_job_id = str(answer["jobId"])
-            stored.state, stored.runnable_since, stored.updated_at = JobState.RUNNABLE.value, now, now
-            stored.pending_reason = "AWS_BATCH_QUEUE"
-            _handled(session, request_id, "accepted")
-            self._events(session, [(row.id, submitted)])
-            known = _known(stored, cancel_asked=False)
-        if self._live is not None:
-            self._live.put(str(answer["jobId"]), known, now)
-        log.info("%s as AWS Batch service job %s", describe(submitted, self.wall_clock), answer["jobId"])
+            update_by_key(session, JobRow, [{"id": row.id, "service_job_id": sid, **columns} for _, row, sid in taken])
+            update_by_key(
+                session,
+                Request,
+                [
+                    {"id": request_id, "handled": True, "outcome": "accepted", "error": None}
+                    for request_id, _, _ in taken
+                ],
+            )
+            self._events(session, [(row.id, Submitted(now, row.name, row.share)) for _, row, _ in taken])
+        for _, row, service_job_id in taken:
+            known = dataclasses.replace(_known(row, False), state=JobState.RUNNABLE, runnable_since=now)
+            if self._live is not None:
+                self._live.put(service_job_id, known, now)
+            log.info(
+                "%s as AWS Batch service job %s",
+                describe(Submitted(now, row.name, row.share), self.wall_clock),
+                service_job_id,
+            )
 
     def _set_priority(self, request_id: int, row: JobRow, priority: int, now: float) -> None:
         if row.service_job_id is None:
@@ -583,8 +643,6 @@ def _known(row: JobRow, cancel_asked: bool) -> KnownJob:
 
 
 def _handled(session: Session, request_id: int, outcome: str, error: str | None = None) -> None:
-    from airflow_quota.store.models import Request
-
     request = session.get(Request, request_id)
     assert request is not None
     request.handled, request.outcome, request.error = True, outcome, error

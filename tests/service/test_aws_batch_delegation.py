@@ -57,8 +57,8 @@ class Aws:
         self.stats = Recording()
         metrics = QuotaMetrics(self.stats, tagged=True, gauge_seconds=0)
         self.service = AwsBatchDelegation(
-            engine, self.calls, QUEUE, clock=self.clock, mirror_seconds=ROUND, metrics=metrics
-        )
+            engine, self.calls, QUEUE, clock=self.clock, mirror_seconds=ROUND, metrics=metrics, submit_workers=1
+        )  # one submission at a time: the Stubber answers calls in the order it was given them
         self.service.recover()
         self.ids: dict[str, str] = {}
 
@@ -520,7 +520,7 @@ def test_a_leader_lost_after_aws_took_the_job_leaves_one_job_the_next_leader_fin
     aws.stub.assert_no_pending_responses()  # AWS took the submission
     assert aws.job("once").service_job_id is None and _outcome(engine)[-1][1] is False
 
-    second = AwsBatchDelegation(engine, aws.calls, QUEUE, clock=aws.clock, mirror_seconds=ROUND)
+    second = AwsBatchDelegation(engine, aws.calls, QUEUE, clock=aws.clock, mirror_seconds=ROUND, submit_workers=1)
     second.recover()
     aws.expect_submit(row)  # the same request, the same token: AWS's answer names the same job
     aws.expect_page("qs1", "RUNNABLE", [aws.summary("once", "RUNNABLE")])
