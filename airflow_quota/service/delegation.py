@@ -93,12 +93,12 @@ from airflow_quota.store.views import QuotaView, ViewBuilder, write_view
 log = logging.getLogger("airflow_quota.scheduler")
 
 RUNS_ON_AWS_BATCH = ("sagemaker",)
+"""The job backends a delegating scheduler takes: AWS Batch runs SageMaker training jobs."""
 SUBMIT_WORKERS = 8
 """SubmitServiceJob calls in flight at once: each waits on AWS (tens of milliseconds), so a burst
 of submissions goes at several times the rate of one call after another."""
 NOT_FOUND = re.compile(r"not\s+found|does\s+not\s+exist|could\s+not\s+find|unknown\s+job", re.IGNORECASE)
 """What AWS says of a service job it does not know."""
-"""The job backends a delegating scheduler takes: AWS Batch runs SageMaker training jobs."""
 
 
 class AwsBatchDelegation(LeaderLoop):
@@ -363,7 +363,14 @@ class AwsBatchDelegation(LeaderLoop):
                 service_job_id,
             )
 
+    def _service_job_of(self, row: JobRow) -> str | None:
+        """The job's service job as now stored: the inbox's row may predate its submission, made
+        earlier in the same step."""
+        with self.sessions() as session, session.begin():
+            return session.scalar(select(JobRow.service_job_id).where(JobRow.id == row.id))
+
     def _set_priority(self, request_id: int, row: JobRow, priority: int, now: float) -> None:
+        row.service_job_id = self._service_job_of(row)
         if row.service_job_id is None:
             self._refuse(request_id, row, "set_priority", "not yet submitted to AWS Batch", now)
             return
@@ -383,6 +390,7 @@ class AwsBatchDelegation(LeaderLoop):
         log.info(describe(changed, self.wall_clock))
 
     def _cancel(self, request_id: int, row: JobRow, now: float) -> None:
+        row.service_job_id = self._service_job_of(row)
         if row.service_job_id is not None:
             try:
                 self.hook.terminate_service_job(row.service_job_id, CANCEL_REASON)

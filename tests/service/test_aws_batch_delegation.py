@@ -529,3 +529,15 @@ def test_a_leader_lost_after_aws_took_the_job_leaves_one_job_the_next_leader_fin
     aws.stub.assert_no_pending_responses()
     assert aws.job("once").service_job_id == "svc-once"
     assert [kind for kind, *_ in _outcome(engine)] == ["config", "submit"]
+
+
+def test_a_cancel_in_the_step_that_submits_terminates_the_job_aws_just_took(aws: Aws, engine: Engine) -> None:
+    row = aws.submit("short-lived", "qs1", 1)
+    aws.store.cancel(row.id)  # both in the inbox: the step submits, then cancels
+    aws.stub.add_response("terminate_service_job", {}, {"jobId": "svc-short-lived", "reason": CANCEL_REASON})
+    aws.expect_page("qs1", "RUNNABLE", [])
+    aws.expect_snapshot({})
+    aws.step()
+    assert [(kind, outcome) for kind, _, outcome, _ in _outcome(engine)] == [
+        ("config", "accepted"), ("submit", "accepted"), ("cancel", "accepted")
+    ]  # fmt: skip
