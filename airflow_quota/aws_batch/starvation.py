@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from airflow_quota.aws_batch.service_jobs import KnownJob
 from airflow_quota.core.config import QuotaConfig
 from airflow_quota.core.model import Alert, AlertKind, JobState
-from airflow_quota.core.normal_wait import RecentWaits, starvation_threshold
+from airflow_quota.core.normal_wait import RecentWaits, Threshold, starvation_threshold
 
 KEEP_PLACEMENTS = 100_000
 """The placements kept to look back on; past twice this, the older half is let go."""
@@ -89,14 +89,20 @@ class DelegatedStarvation:
     def alerts(self, config: QuotaConfig, waiting: Iterable[KnownJob], now: float) -> list[tuple[int, Alert]]:
         """A STARVING alert for each waiting job past its share's threshold and overtaken, once."""
         raised = []
+        shares = {share.name: share for share in config.shares}
+        thresholds: dict[str, Threshold] = {}  # each share's, once a round
         for job in waiting:
-            share = config.share(job.share)
+            share = shares.get(job.share)
             if job.state is not JobState.RUNNABLE or job.job_id in self._alerted or share is None:
                 continue
             if job.runnable_since is None:
                 continue
             waited = now - job.runnable_since
-            threshold = starvation_threshold(share, self.waits.get(job.share, RecentWaits()))
+            threshold = thresholds.get(job.share)
+            if threshold is None:
+                threshold = thresholds[job.share] = starvation_threshold(
+                    share, self.waits.get(job.share, RecentWaits())
+                )
             if waited < threshold.seconds:
                 continue
             overtakers = self._overtakers(job)
