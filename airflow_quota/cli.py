@@ -181,12 +181,13 @@ def _compare(args: argparse.Namespace) -> int:
 
 def _forecast_accuracy(args: argparse.Namespace) -> int:
     from airflow_quota.core.config import load_config
+    from airflow_quota.sim.forecast import RUNS
     from airflow_quota.sim.forecast_accuracy import measure, summary, summary_text
     from airflow_quota.sim.traces import trace_scenario
 
     if args.every < 1:
         raise InvalidInput.single("--every", f"{args.every} must be ≥ 1")
-    if args.runs < 1:
+    if args.runs is not None and args.runs < 1:
         raise InvalidInput.single("--runs", f"{args.runs} must be ≥ 1")
     trace = _read_trace(args)
     config = load_config(Path(args.quota))
@@ -197,7 +198,12 @@ def _forecast_accuracy(args: argparse.Namespace) -> int:
     def progress(forecast: int, submitted: int) -> None:
         print(f"\r{submitted:,} jobs submitted, {forecast:,} forecast", end="", file=sys.stderr, flush=True)
 
-    predictions = measure(jobs.scenario, every=args.every, runs=args.runs, progress=progress if show_progress else None)
+    predictions = measure(
+        jobs.scenario,
+        every=args.every,
+        runs=RUNS if args.runs is None else args.runs,
+        progress=progress if show_progress else None,
+    )
     if show_progress:
         print(file=sys.stderr)
     document = summary(predictions)
@@ -388,7 +394,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _trace_arguments(accuracy, required=True)
     accuracy.add_argument("--every", type=int, default=1, metavar="N", help="forecast every Nth submission (default 1)")
-    accuracy.add_argument("--runs", type=int, default=8, metavar="N", help="forward runs a forecast (default 8)")
+    accuracy.add_argument("--runs", type=int, metavar="N", help="forward runs a forecast (default: the scheduler's, 3)")
     accuracy.add_argument("--json", action="store_true", help="print one JSON document")
     accuracy.add_argument("--progress", action="store_true", help="show progress on stderr (default on a terminal)")
     accuracy.set_defaults(run=_forecast_accuracy)

@@ -17,6 +17,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from airflow_quota.core.config import load_config  # noqa: E402
+from airflow_quota.sim.forecast import RUNS  # noqa: E402
 from airflow_quota.sim.forecast_accuracy import Prediction, measure, summary  # noqa: E402
 from airflow_quota.sim.traces import read_trace, trace_scenario  # noqa: E402
 
@@ -57,7 +58,7 @@ def plot(predictions: list[Prediction], path: Path) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--every", type=int, default=100)
-    parser.add_argument("--runs", type=int, default=8)
+    parser.add_argument("--runs", type=int, default=RUNS)
     args = parser.parse_args()
     jobs = trace_scenario(read_trace(f"itp:{TRACE}"), load_config(QUOTA))
     started = time.process_time()

@@ -16,22 +16,25 @@ import io
 import pickle
 import random
 from collections import deque
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 
 from pydantic import BaseModel
 
 from airflow_quota.core.cycle import QuotaScheduler
 from airflow_quota.core.estimates import EstimateSource, RuntimeEstimate
-from airflow_quota.core.inputs import AttemptRunning
+from airflow_quota.core.inputs import AttemptRunning, Input
 from airflow_quota.core.lifecycle import queued
 from airflow_quota.core.model import Decision, Entry, Job, JobState, Placed, Preempted
 from airflow_quota.sim.gc_tuning import fewer_collections
 from airflow_quota.sim.scenario import FailureSpec, LoadedScenario, ProviderState
 from airflow_quota.sim.simulator import _FINISH, _STOPPED, Simulator
 
-RUNS = 8
-"""Forward runs a forecast makes by default, each with its own draw of every runtime."""
+RUNS = 3
+"""Forward runs a forecast makes by default. Each job's runtime is drawn once from each third of
+its estimate over the three (``_Slices``); the calibration by the record of earlier forecasts
+(``Calibration``) gives most of the range. On ITP 2, 3, 4 and 8 runs are equally accurate within
+the draws' own noise (BENCHMARKS.md, "The forecast"); three cost 3/8 of eight."""
 HORIZON_SECONDS = 30 * 86_400.0
 """How far ahead a forward run looks: a job not started by then gets no time."""
 _FOREVER = 1e15
@@ -94,21 +97,25 @@ def forecast(
     seed: int = 0,
     horizon: float = HORIZON_SECONDS,
     jobs: Collection[int] | None = None,
+    give_way: Callable[[], None] | None = None,
 ) -> Forecast:
     """Forecast the queued jobs (those of ``jobs``, by the core's sequence number, when given)
     from the scheduler's state at ``now``. ``estimates`` holds each live job's runtime estimate
-    by sequence number; a job without one holds its capacity to the horizon."""
+    by sequence number; a job without one holds its capacity to the horizon. ``give_way`` is
+    called before each input a forward run hands the core: where a worker process waits while
+    the leader it serves runs its own core."""
     state = scheduler.state
     targets = sorted(seq for seq, job in state.jobs.items() if queued(job) and (jobs is None or seq in jobs))
     starts: dict[int, list[tuple[float, Placed, bool]]] = {seq: [] for seq in targets}
     ends: dict[int, list[float]] = {}
     with fewer_collections():  # the copies make many objects and no reference cycle
         copies = _Copies(scheduler)
+        slices = _Slices(state.jobs, runs, seed)
         for run in range(runs):
             rng = random.Random(f"{seed}:{run}")
             copy = copies.copy()
             copy.forget_finished()  # the run plays the live jobs, not the history
-            played = _Forward(copy, now, estimates, rng, now + horizon)
+            played = _Forward(copy, now, estimates, rng, now + horizon, slices.of_run(run), give_way)
             for seq, end in played.ends.items():
                 ends.setdefault(seq, []).append(end)
             played.watch(targets)
@@ -254,7 +261,8 @@ class _Copies:
 
 class _Forward(Simulator):
     """One forward run: the simulator taking over a copy of the core at ``now``, no arrivals,
-    every live job's runtime drawn once from its estimate."""
+    every live job's runtime drawn once from its estimate (from its slice of it, with ``slices``),
+    ``give_way`` called before each input it hands the core."""
 
     def __init__(
         self,
@@ -263,12 +271,15 @@ class _Forward(Simulator):
         estimates: Mapping[int, RuntimeEstimate],
         rng: random.Random,
         until: float,
+        slices: Mapping[int, tuple[float, float]] | None = None,
+        give_way: Callable[[], None] | None = None,
     ) -> None:
         config = scheduler.state.config
         empty = LoadedScenario.model_construct(
             start=scheduler.state.origin, config=config, provider=ProviderState(), events=[]
         )
         super().__init__(empty, until=until, scheduler=scheduler)
+        self.give_way = give_way
         self.now = now
         self.ends: dict[int, float] = {}
         """Each placed job's drawn end."""
@@ -278,7 +289,10 @@ class _Forward(Simulator):
             if job.state.is_final or job.state is JobState.SUBMITTED:
                 continue
             estimate = estimates.get(seq)
-            drawn = estimate.draw(rng) if estimate is not None else None
+            if estimate is None:
+                drawn = None
+            else:
+                drawn = estimate.draw(rng, *slices[seq]) if slices is not None else estimate.draw(rng)
             total = _FOREVER if drawn is None else drawn
             self._sim_jobs[seq] = _Drawn(total)
             self._take_over(job, total, now)
@@ -298,6 +312,11 @@ class _Forward(Simulator):
         remaining = max(0.0, total - ran)
         self.ends[job.seq] = now + remaining
         self._at(now + remaining, _FINISH, job, job.attempts)
+
+    def _handle(self, item: Input, now: float) -> list[Decision]:
+        if self.give_way is not None:
+            self.give_way()
+        return super()._handle(item, now)
 
     def _keep(self, decision: Decision) -> None:
         """A decision goes to ``watch`` only: no report reads a forward run's, so none is kept."""
@@ -332,3 +351,24 @@ class _Drawn:
     duration: float
     startup_seconds: float = 0.0
     failures: tuple[FailureSpec, ...] = ()
+
+
+class _Slices:
+    """Stratified draws: over ``runs`` forward runs, each job's runtime is drawn once from each
+    of ``runs`` equal slices of its estimate (by rank), in an order of the job's own. Plain
+    draws leave a job's few runs clustered by chance; one draw a slice spreads them over its
+    estimate, so fewer runs give as good a median and range."""
+
+    def __init__(self, jobs: Collection[int], runs: int, seed: int) -> None:
+        rng = random.Random(f"{seed}:slices")
+        order = list(range(runs))
+        self._orders: dict[int, tuple[int, ...]] = {}
+        for seq in jobs:
+            rng.shuffle(order)
+            self._orders[seq] = tuple(order)
+        self.runs = runs
+
+    def of_run(self, run: int) -> dict[int, tuple[float, float]]:
+        """Each job's slice in run ``run``: (from, to) as fractions of its estimate's runs."""
+        width = 1 / self.runs
+        return {seq: (order[run] * width, (order[run] + 1) * width) for seq, order in self._orders.items()}

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import random
 
-from airflow_quota.core.estimates import MIN_RUNS, EstimateSource, RuntimeHistory
+from airflow_quota.core.estimates import MIN_RUNS, EstimateSource, RuntimeEstimate, RuntimeHistory
 
 
 def history_of(task: list[float], share: list[float], pool: list[float]) -> RuntimeHistory:
@@ -57,3 +57,11 @@ def test_the_history_keeps_the_most_recent_runs() -> None:
     for duration in (1.0, 2.0, 3.0, 4.0, 5.0):
         history.add("research", duration)
     assert history.estimate("research").runs == (3.0, 4.0, 5.0)
+
+
+def test_a_sliced_draw_stays_in_its_slice() -> None:
+    """A forecast's stratified draws: the slice (0.25, 0.5) of 100 runtimes is the second quarter."""
+    estimate = RuntimeEstimate(EstimateSource.TASK, tuple(float(s) for s in range(100)))
+    rng = random.Random(3)
+    drawn = {estimate.draw(rng, 0.25, 0.5) for _ in range(500)}
+    assert drawn == {float(s) for s in range(25, 50)}

@@ -11,7 +11,7 @@ from typing import Any
 from airflow_quota.core.cycle import QuotaScheduler
 from airflow_quota.core.estimates import EstimateSource, RuntimeEstimate
 from airflow_quota.core.model import Entry
-from airflow_quota.sim.forecast import forecast
+from airflow_quota.sim.forecast import _Slices, forecast
 from airflow_quota.sim.simulator import Simulator
 from tests.builders import job, quota, scenario, share
 
@@ -112,3 +112,25 @@ def test_a_forecast_leaves_no_reference_cycles() -> None:
         gc.enable()
     assert result.starts["q1"].start == 100.0
     assert found == 0
+
+
+def test_each_job_is_drawn_once_from_each_slice_of_its_estimate() -> None:
+    """Stratified draws: over four runs, a job's four runtimes come one from each quarter of its
+    estimate, and jobs do not share one order of slices (their long runs would coincide)."""
+    slices = _Slices(range(1, 41), runs=4, seed=0)
+    quarters = [(0.0, 0.25), (0.25, 0.5), (0.5, 0.75), (0.75, 1.0)]
+    runs = [slices.of_run(run) for run in range(4)]
+    for seq in range(1, 41):
+        assert sorted(run[seq] for run in runs) == quarters
+    assert len({tuple(run[seq] for run in runs) for seq in range(1, 41)}) > 1
+
+
+def test_a_forecast_gives_way_before_every_input_and_is_the_same_for_it() -> None:
+    scheduler = state_at(10, job("r1", "A", (G5, 2), duration=100), job("q1", "A", (G5, 1), duration=50))
+    by_name = seqs(scheduler)
+    estimates = {by_name["r1"]: author(100), by_name["q1"]: author(50)}
+    calls: list[int] = []
+    given_way = forecast(scheduler, 10.0, estimates, runs=3, give_way=lambda: calls.append(1))
+    assert given_way == forecast(scheduler, 10.0, estimates, runs=3)
+    # each run hands the core r1's finish, the cycle that places q1: two inputs at least
+    assert len(calls) >= 2 * 3
