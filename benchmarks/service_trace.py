@@ -312,6 +312,7 @@ def clean_run(
         "measures": measures,
         "retention": pruned,
         "phases": timer.table() if timer is not None else [],
+        "forecasts_refreshed": replay.service.forecasts.refreshed if replay.service.forecasts is not None else None,
     }
 
 
@@ -436,6 +437,8 @@ def _show(result: dict[str, Any]) -> None:
             f"at {measure['jobs_submitted']:>6,} jobs: recovery {measure['recovery_seconds']:6.2f} s, "
             f"database {sizes['database'] / 2**20:8,.1f} MiB"
         )
+    if result["forecasts_refreshed"] is not None:
+        print(f"forecasts refreshed beside it: {result['forecasts_refreshed']:,}")
     if result["phases"]:
         show_phases(result["phases"])
     for pruned in result["retention"]:

@@ -10,8 +10,9 @@ that is the leader's state as of its last commit. It reads the runtime history f
 database (finished attempts: the same Airflow task's runs, the share's, the pool's) and the
 runtime each live job's author expects (``quota_jobs.expected_runtime_seconds``, the best
 estimate when given), forecasts, and rewrites ``quota_forecasts``. The leader neither copies
-its state nor runs anything of the forecast (BENCHMARKS.md, "The forecast", has what a refresh
-in flight still costs its cycles on a machine with few cores). A refresh that fails is logged
+its state nor runs anything of the forecast, and while it runs a step the worker waits
+(``leader_first``): on a machine with few cores the two would otherwise share them
+(BENCHMARKS.md, "The forecast", has the cycles side by side). A refresh that fails is logged
 and the next one tries again: a forecast is advice, never a decision.
 """
 
@@ -23,8 +24,10 @@ import multiprocessing
 import os
 import signal
 import sys
-from collections.abc import Mapping
+import time
+from collections.abc import Iterator, Mapping
 from concurrent.futures import Future, ProcessPoolExecutor
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from sqlalchemy import Engine, delete, func, select
@@ -66,6 +69,8 @@ class ForecastRefresh:
         self._changed = False
         self._follower = _Follower()
         """The inline refreshes' follower (a worker process keeps its own)."""
+        self._leader_busy: ctypes.c_byte | None = None
+        """Up while the leader runs a step: the worker, sharing this byte, waits meanwhile."""
         self.refreshed = 0
         """Refreshes written so far."""
 
@@ -83,11 +88,36 @@ class ForecastRefresh:
             refresh(self.url, now, self.runs, self._follower)
             self.refreshed += 1
             return
-        if self._pool is None:
-            self._pool = ProcessPoolExecutor(
-                max_workers=1, mp_context=multiprocessing.get_context("spawn"), initializer=_yield_to_the_leader
-            )
+        self._start_worker()
+        assert self._pool is not None
         self._running = self._pool.submit(refresh, self.url, now, self.runs)
+
+    def _start_worker(self) -> None:
+        if self._pool is None:
+            context = multiprocessing.get_context("spawn")
+            self._leader_busy = context.RawValue("b", 0)
+            self._pool = ProcessPoolExecutor(
+                max_workers=1,
+                mp_context=context,
+                initializer=_yield_to_the_leader,
+                initargs=(self._leader_busy,),
+            )
+
+    @contextmanager
+    def leader_first(self) -> Iterator[None]:
+        """The worker waits while the leader runs this block (its step): it ends the input of a
+        forward run it is in and takes the next once the block is over. A byte of memory the
+        two processes share, so the leader makes no system call for it (signals to stop and
+        resume the worker cost a cycle more than the worker's company: BENCHMARKS.md)."""
+        busy = self._leader_busy
+        if busy is None:
+            yield
+            return
+        busy.value = 1
+        try:
+            yield
+        finally:
+            busy.value = 0
 
     def _collect(self) -> None:
         running = self._running
@@ -119,12 +149,29 @@ PR_SET_PDEATHSIG = 1
 """Linux's ``prctl`` option: a signal the process gets when its parent dies."""
 
 
-def _yield_to_the_leader() -> None:
-    """The worker's start: a lower CPU priority, and on Linux death with the leader (SIGKILL
-    when it exits), so that a leader killed (``kill -9``, the OOM killer) leaves no worker behind."""
+GIVE_WAY_POLL_SECONDS = 0.0002
+"""How often a worker waiting for the leader looks again (a leader's step takes a few ms)."""
+
+_LEADER_BUSY: ctypes.c_byte | None = None
+"""In the worker: the byte the leader raises while it runs a step (``leader_first``)."""
+
+
+def _yield_to_the_leader(leader_busy: ctypes.c_byte | None = None) -> None:
+    """The worker's start: a lower CPU priority, the leader's flag to wait on while it runs the
+    core, and on Linux death with the leader (SIGKILL when it exits), so that a leader killed
+    (``kill -9``, the OOM killer) leaves no worker behind."""
+    global _LEADER_BUSY
+    _LEADER_BUSY = leader_busy
     os.nice(WORKER_NICENESS)
     if sys.platform.startswith("linux"):
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+def _give_way() -> None:
+    """Wait while the leader runs a step (``ForecastRefresh.leader_first``)."""
+    busy = _LEADER_BUSY
+    while busy is not None and busy.value:
+        time.sleep(GIVE_WAY_POLL_SECONDS)
 
 
 _ENGINES: dict[str, Engine] = {}
@@ -155,7 +202,7 @@ def refresh(url: str, now: float, runs: int | None = None, follower: _Follower |
         scheduler.forget_finished()
         history, jobs = _history(session, scheduler)
     estimates = _estimates(scheduler, now, history, jobs)
-    result = forecast(scheduler, now, estimates, runs=RUNS if runs is None else runs)
+    result = forecast(scheduler, now, estimates, runs=RUNS if runs is None else runs, give_way=_give_way)
     rows = _rows(scheduler, result, now)
     with sessions() as session, session.begin():
         session.execute(delete(ForecastRow))

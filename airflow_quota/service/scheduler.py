@@ -44,7 +44,7 @@ import socket
 import time
 import warnings
 from collections.abc import Iterable, Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -359,9 +359,11 @@ class QuotaService(LeaderLoop):
     # -- one step ------------------------------------------------------------------------
 
     def step(self) -> bool:
-        """One pass of the leader; True when anything came in, was decided or was marked done."""
+        """One pass of the leader; True when anything came in, was decided or was marked done.
+        The forecast's worker waits meanwhile (``ForecastRefresh.leader_first``)."""
         try:
-            return self._step()
+            with self.forecasts.leader_first() if self.forecasts is not None else nullcontext():
+                return self._step()
         except BaseException:
             self.open_attempts.forget()  # what it took in and did not commit is looked at again, all of it
             self._request_added = True  # and the inbox read again

@@ -5,6 +5,9 @@ at 150 s, once j1's runtime is known) and a refresh in the worker process."""
 
 from __future__ import annotations
 
+import multiprocessing
+import threading
+
 import pytest
 from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session
@@ -142,3 +145,36 @@ def test_the_worker_follows_the_input_log_as_a_standby_does(engine: Engine) -> N
     assert follower.last_input > taken
     follower._last_row = ("submit", -1.0)
     assert caught_up() is not first, "rebuilt from the log"
+
+
+def test_the_worker_waits_while_the_leader_runs_the_core(sqlite_url: str) -> None:
+    """``leader_first`` raises a byte the worker shares while the leader takes in inputs and
+    runs its cycle; a worker giving way (``_give_way``, before each input of a forward run)
+    waits while it is up and goes on once it is down."""
+    from airflow_quota.service import forecasts as worker
+
+    refresh = ForecastRefresh(sqlite_url, interval=0.0)
+    try:
+        with refresh.leader_first():
+            pass  # no worker yet: nothing to raise
+        refresh._start_worker()
+        busy = refresh._leader_busy
+        assert busy is not None and busy.value == 0
+        with pytest.raises(RuntimeError), refresh.leader_first():
+            assert busy.value == 1
+            raise RuntimeError("a step that fails lowers it too")
+        assert busy.value == 0
+    finally:
+        refresh.close()
+    shared = multiprocessing.get_context("spawn").RawValue("b", 1)
+    worker._LEADER_BUSY = shared  # as the worker process's start sets it
+    try:
+        waiting = threading.Thread(target=worker._give_way)
+        waiting.start()
+        waiting.join(timeout=0.5)
+        assert waiting.is_alive(), "it went on while the leader ran the core"
+        shared.value = 0
+        waiting.join(timeout=30)
+        assert not waiting.is_alive()
+    finally:
+        worker._LEADER_BUSY = None
