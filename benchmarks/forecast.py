@@ -1,6 +1,7 @@
 """The forecast's cost (issue 41): one forecast of every waiting and running job, 20 shares x 5
-types (the full load's quota), 1,000 running jobs and 1k / 10k waiting, 8 forward runs, in CPU
-seconds of one core; and what a refresh adds to the leader's step (encoding the core's copy).
+types (the full load's quota), 1,000 running jobs and 1k / 10k waiting, the scheduler's forward
+runs (``sim.forecast.RUNS``), in CPU seconds of one core; and, for scale, what encoding the
+core's state costs the leader (it does not: the worker follows the input log).
 
     python benchmarks/forecast.py            # 1k and 10k waiting
     python benchmarks/forecast.py --quick    # 1k only
@@ -28,7 +29,7 @@ from airflow_quota.core.estimates import EstimateSource, RuntimeEstimate
 from airflow_quota.core.inputs import Input
 from airflow_quota.core.lifecycle import queued
 from airflow_quota.core.model import Decision, JobState
-from airflow_quota.sim.forecast import HORIZON_SECONDS, RUNS, _Copies, _Forward, forecast
+from airflow_quota.sim.forecast import HORIZON_SECONDS, RUNS, _Copies, _Forward, _Slices, forecast
 from airflow_quota.sim.gc_tuning import fewer_collections
 from benchmarks import workload
 from benchmarks.core_cycle import _request
@@ -76,7 +77,7 @@ def measure(running: int, waiting: int, show_parts: bool = False) -> None:
     given = sum(1 for s in result.starts.values() if s.start is not None)
     print(
         f"{holding:,} running, {queue:,} waiting: forecast {seconds:.2f} s CPU ({RUNS} runs), "
-        f"{given:,} starts given; the leader's copy {encode * 1000:.0f} ms ({len(encoded) / 1e6:.1f} MB)"
+        f"{given:,} starts given; a snapshot of it {encode * 1000:.0f} ms ({len(encoded) / 1e6:.1f} MB)"
     )
     if show_parts:
         print(f"  where it goes: {parts(scheduler, estimates)}")
@@ -106,6 +107,7 @@ def parts(scheduler: QuotaScheduler, estimates: dict[int, RuntimeEstimate]) -> s
     with fewer_collections():
         started = time.process_time()
         copies = _Copies(scheduler)
+        slices = _Slices(scheduler.state.jobs, RUNS, 0)
         spent["the copies"] += time.process_time() - started
         for run in range(RUNS):
             started = time.process_time()
@@ -113,7 +115,7 @@ def parts(scheduler: QuotaScheduler, estimates: dict[int, RuntimeEstimate]) -> s
             copy.forget_finished()
             spent["the copies"] += time.process_time() - started
             started = time.process_time()
-            played = _Timed(copy, 1.0, estimates, random.Random(f"0:{run}"), 1.0 + HORIZON_SECONDS)
+            played = _Timed(copy, 1.0, estimates, random.Random(f"0:{run}"), 1.0 + HORIZON_SECONDS, slices.of_run(run))
             spent["taking over, drawing"] += time.process_time() - started
             before = copy.cycles
             played.timing = True
