@@ -178,3 +178,31 @@ def test_the_worker_waits_while_the_leader_runs_the_core(sqlite_url: str) -> Non
         assert not waiting.is_alive()
     finally:
         worker._LEADER_BUSY = None
+
+
+def test_the_leaders_step_holds_the_worker(sqlite_url: str) -> None:
+    """The quota service raises the worker's byte for the whole of each step, and lowers it after."""
+    from airflow_quota.store.engine import make_engine, migrate
+
+    engine = make_engine(sqlite_url)
+    migrate(engine)
+    replay = ServiceReplay(WORKLOAD, engine, service_options={"forecast_interval": 0.0})
+    refresh = replay.service.forecasts
+    assert refresh is not None
+    try:
+        while refresh._leader_busy is None:  # the worker starts with the first refresh
+            assert replay.advance()
+        busy = refresh._leader_busy
+        seen: list[int] = []
+        step = replay.service._step
+
+        def watched() -> bool:
+            seen.append(busy.value)
+            return step()
+
+        replay.service._step = watched  # type: ignore[method-assign]
+        assert replay.advance()
+        assert seen and set(seen) == {1}, "the byte was down during a step"
+        assert busy.value == 0
+    finally:
+        refresh.close()
