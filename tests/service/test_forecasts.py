@@ -204,5 +204,7 @@ def test_the_leaders_step_holds_the_worker(sqlite_url: str) -> None:
         assert replay.advance()
         assert seen and set(seen) == {1}, "the byte was down during a step"
         assert busy.value == 0
+        running = refresh._running
+        wait_for(lambda: running is None or running.done(), 60, "the refresh in flight")  # no thread left behind
     finally:
         refresh.close()
