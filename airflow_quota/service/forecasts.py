@@ -157,8 +157,8 @@ _LEADER_BUSY: ctypes.c_byte | None = None
 
 
 def _yield_to_the_leader(leader_busy: ctypes.c_byte | None = None) -> None:
-    """The worker's start: a lower CPU priority, the leader's flag to wait on while it runs the
-    core, and on Linux death with the leader (SIGKILL when it exits), so that a leader killed
+    """The worker's start: a lower CPU priority, the leader's byte to wait on while it runs a
+    step, and on Linux death with the leader (SIGKILL when it exits), so that a leader killed
     (``kill -9``, the OOM killer) leaves no worker behind."""
     global _LEADER_BUSY
     _LEADER_BUSY = leader_busy
