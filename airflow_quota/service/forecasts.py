@@ -177,9 +177,6 @@ def _give_way() -> None:
 _ENGINES: dict[str, Engine] = {}
 _FOLLOWERS: dict[str, _Follower] = {}
 """Each quota database's follower in this process."""
-_CALIBRATION: Calibration | None = None
-_FIRST: dict[int, tuple[float, float]] = {}
-"""Each waiting job's first forecast: (made at, forecast wait), learned from once it starts."""
 
 
 def refresh(url: str, now: float, runs: int | None = None, follower: _Follower | None = None) -> int:
@@ -203,21 +200,60 @@ def refresh(url: str, now: float, runs: int | None = None, follower: _Follower |
         history, jobs = _history(session, scheduler)
     estimates = _estimates(scheduler, now, history, jobs)
     result = forecast(scheduler, now, estimates, runs=RUNS if runs is None else runs, give_way=_give_way)
-    rows = _rows(scheduler, result, now)
+    rows = _rows(scheduler, result, now, follower.record)
     with sessions() as session, session.begin():
         session.execute(delete(ForecastRow))
         insert_rows(session, ForecastRow, rows)
     return len(rows)
 
 
+class _Record:
+    """What the forecasts made from one input log say of themselves: each waiting job's first
+    forecast, and once it starts the calibration learned from it (``sim.forecast.Calibration``).
+    It belongs to the log: a job id of another log is another job."""
+
+    def __init__(self) -> None:
+        from airflow_quota.sim.forecast import Calibration
+
+        self.calibration: Calibration = Calibration()
+        self.first: dict[int, tuple[float, float]] = {}
+        """Each waiting job's first forecast: (made at, forecast wait), by job id."""
+
+    def note_first(self, ref: int, now: float, wait: float) -> None:
+        """The job's first forecast (later ones are not learned from)."""
+        self.first.setdefault(ref, (now, wait))
+
+    def learn_from_started(self, scheduler: QuotaScheduler) -> None:
+        """The jobs first forecast while waiting that have started since: their actual wait
+        against the forecast's."""
+        state = scheduler.state
+        for ref in list(self.first):
+            seq = state.refs.get(ref)
+            job = state.jobs.get(seq) if seq is not None else None
+            if job is None:
+                del self.first[ref]
+            elif job.placement is not None:
+                made_at, wait = self.first.pop(ref)
+                self.calibration.learn(job.share, wait, job.placement.placed_at - made_at)
+
+
 class _Follower:
-    """The core as the input log makes it, kept up with the log between refreshes."""
+    """The core as the input log makes it, kept up with the log between refreshes, and the
+    record of the forecasts made from it."""
 
     def __init__(self) -> None:
         self.scheduler: QuotaScheduler | None = None
         self.last_input = 0
         self._last_row: tuple[str, float] | None = None
         """(kind, instant) of the last input taken in: the log is the same one while it is there."""
+        self._record: _Record | None = None
+
+    @property
+    def record(self) -> _Record:
+        """The record of the forecasts made from the log followed (a new one with each log)."""
+        if self._record is None:
+            self._record = _Record()
+        return self._record
 
     def catch_up(self, session: Any) -> QuotaScheduler | None:
         """The core as of the newest committed input: fed the inputs since the last call, or
@@ -226,6 +262,7 @@ class _Follower:
         if self.scheduler is None or not self._same_log(session):
             recovered = recover(session, inputs_pruned(session))
             self.scheduler, self.last_input = recovered.scheduler, recovered.last_input
+            self._record = None
         else:
             _, self.last_input = replay_after(session, self.scheduler, self.last_input, forgotten_ok=True)
         row = session.get(InputRow, self.last_input) if self.last_input else None
@@ -318,19 +355,18 @@ def _estimates(
     return estimates
 
 
-def _rows(scheduler: QuotaScheduler, result: Forecast, now: float) -> list[dict[str, Any]]:
+def _rows(scheduler: QuotaScheduler, result: Forecast, now: float, record: _Record) -> list[dict[str, Any]]:
     """The rows of the forecast, a waiting job's calibrated by the record of earlier forecasts."""
-    calibration = _calibration()
     state = scheduler.state
     by_name = {job.name: job for job in state.jobs.values() if not job.state.is_final}
-    _learn_from_started(scheduler)
+    record.learn_from_started(scheduler)
     rows: list[dict[str, Any]] = []
     for name, expected in result.starts.items():
         job = by_name[name]
         assert job.ref is not None
-        if expected.start is not None and job.ref not in _FIRST:
-            _FIRST[job.ref] = (now, expected.start - now)
-        shown = calibration.apply(expected, now)
+        if expected.start is not None:
+            record.note_first(job.ref, now, expected.start - now)
+        shown = record.calibration.apply(expected, now)
         entry = shown.entry
         rows.append(
             {
@@ -370,28 +406,3 @@ def _rows(scheduler: QuotaScheduler, result: Forecast, now: float) -> list[dict[
             }
         )
     return rows
-
-
-def _learn_from_started(scheduler: QuotaScheduler) -> None:
-    """The jobs first forecast while waiting that have started since: their actual wait against
-    the forecast's, for the calibration."""
-    state = scheduler.state
-    for ref in list(_FIRST):
-        seq = state.refs.get(ref)
-        job = state.jobs.get(seq) if seq is not None else None
-        if job is None:
-            del _FIRST[ref]
-            continue
-        if job.placement is not None:
-            made_at, wait = _FIRST.pop(ref)
-            _calibration().learn(job.share, wait, job.placement.placed_at - made_at)
-
-
-def _calibration() -> Calibration:
-    """The worker process's record of its forecasts (``sim.forecast.Calibration``)."""
-    global _CALIBRATION
-    if _CALIBRATION is None:
-        from airflow_quota.sim.forecast import Calibration
-
-        _CALIBRATION = Calibration()
-    return _CALIBRATION

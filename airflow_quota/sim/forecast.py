@@ -155,8 +155,10 @@ class Calibration:
         self.needed = needed
 
     def learn(self, share: str, forecast_wait: float, actual_wait: float) -> None:
-        """A job of ``share`` forecast to wait ``forecast_wait`` seconds started after ``actual_wait``."""
-        if forecast_wait > 0:
+        """A job of ``share`` forecast to wait ``forecast_wait`` seconds started after
+        ``actual_wait``. A wait below zero (a start before the forecast was made: clocks of two
+        hosts) says nothing of the forecast and is not learned."""
+        if forecast_wait > 0 and actual_wait >= 0:
             ratio = actual_wait / forecast_wait
             self._ratios.append(ratio)
             self._by_share.setdefault(share, deque(maxlen=self.keep)).append(ratio)

@@ -119,7 +119,10 @@ def test_the_worker_follows_the_input_log_as_a_standby_does(engine: Engine) -> N
     inputs after it), then takes in only the inputs committed since: each time it forecasts what
     the leader's own state does, and the leader hands it nothing. (Not the very same state: a
     cycle that decided nothing is not logged, and a replay needs it not.) A log that is no longer
-    the one it followed (here: its last input is not what it took in) is followed anew."""
+    the one it followed (here: its last input is not what it took in) is followed anew, with a
+    record of forecasts of its own: a job id of another log is another job, and learning from it
+    would skew the calibration (a quota database emptied and filled again gave ranges that began
+    before the job's submission)."""
     replay = ServiceReplay(WORKLOAD, engine)
     follower = _Follower()
 
@@ -139,12 +142,16 @@ def test_the_worker_follows_the_input_log_as_a_standby_does(engine: Engine) -> N
         assert replay.advance()
     first = caught_up()
     assert set(predicted(first).starts) == {"j3", "j4"}, "the jobs the forecast is about"
+    record = follower.record
+    record.note_first(3, replay.now, 50.0)
     taken = follower.last_input
     assert replay.advance()
     assert caught_up() is first, "fed the new inputs, not rebuilt"
     assert follower.last_input > taken
+    assert follower.record is record and 3 in record.first, "the same log: the same record"
     follower._last_row = ("submit", -1.0)
     assert caught_up() is not first, "rebuilt from the log"
+    assert follower.record is not record and not follower.record.first, "another log: a record of its own"
 
 
 def test_the_worker_waits_while_the_leader_runs_the_core(sqlite_url: str) -> None:

@@ -86,3 +86,16 @@ def test_the_calibration_takes_the_jobs_share_record_once_it_holds_enough() -> N
     assert calibration.apply(raw, 1_000.0).start == 1_200.0, "the pool's median ratio: 2"
     calibration.learn("A", 100.0, 300.0)
     assert calibration.apply(raw, 1_000.0).start == 1_300.0, "share A's own: 3"
+
+
+def test_the_calibration_learns_nothing_from_a_start_before_its_forecast() -> None:
+    """A start before the forecast was made (two hosts' clocks) says nothing of the forecast: a
+    negative ratio would put a range's early end before the instant it was made."""
+    calibration = Calibration(needed=30)
+    for _ in range(30):
+        calibration.learn("A", 100.0, -50.0)
+    assert not calibration.ready
+    for _ in range(30):
+        calibration.learn("A", 100.0, 200.0)
+    calibrated = calibration.apply(expected(1_100.0, 1_050.0, 1_200.0), 1_000.0)
+    assert calibrated.low is not None and calibrated.low >= 1_000.0
