@@ -4,6 +4,11 @@ and a plot of each forecast job's forecast wait against its actual wait (log-log
 
     python benchmarks/forecast_accuracy.py --every 25       # about 9 minutes on one core
     python benchmarks/forecast_accuracy.py --every 100      # about 2 minutes, 4x fewer jobs
+
+Two bounds beside it, to tell what the band's share is made of (no plot is written with them):
+
+    python benchmarks/forecast_accuracy.py --policy open    # one open FIFO pool, no shares (a task: tenant and size)
+    python benchmarks/forecast_accuracy.py --known-runtimes # every job's own duration as its estimate
 """
 
 from __future__ import annotations
@@ -12,14 +17,17 @@ import argparse
 import json
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from airflow_quota.core.config import load_config  # noqa: E402
+from airflow_quota.core.model import Job  # noqa: E402
+from airflow_quota.sim.compare import OPEN_SHARE, open_pool  # noqa: E402
 from airflow_quota.sim.forecast import RUNS  # noqa: E402
-from airflow_quota.sim.forecast_accuracy import Prediction, measure, summary  # noqa: E402
+from airflow_quota.sim.forecast_accuracy import Prediction, measure, summary, task_of  # noqa: E402
 from airflow_quota.sim.traces import read_trace, trace_scenario  # noqa: E402
 
 TRACE = ROOT / "data" / "traces" / "itp-2021"
@@ -60,15 +68,33 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--every", type=int, default=25)
     parser.add_argument("--runs", type=int, default=RUNS)
+    parser.add_argument("--policy", choices=("shares", "open"), default="shares")
+    parser.add_argument("--known-runtimes", action="store_true")
     args = parser.parse_args()
-    jobs = trace_scenario(read_trace(f"itp:{TRACE}"), load_config(QUOTA))
+    config = load_config(QUOTA)
+    task: Callable[[Job], str] = task_of
+    if args.policy == "open":
+        jobs = trace_scenario(
+            read_trace(f"itp:{TRACE}"), open_pool(config), share_of=lambda _tenant: OPEN_SHARE, types_from=config
+        )
+        tenant_of = jobs.tenant_of
+
+        def task(job: Job) -> str:  # every job's share is the open pool: its tenant tells them apart
+            return f"{tenant_of[job.name]}:{task_of(job)}"
+
+    else:
+        jobs = trace_scenario(read_trace(f"itp:{TRACE}"), config)
     started = time.process_time()
-    predictions = measure(jobs.scenario, every=args.every, runs=args.runs)
+    known = args.known_runtimes
+    predictions = measure(jobs.scenario, every=args.every, runs=args.runs, task=task, known_runtimes=known)
     seconds = time.process_time() - started
-    plot(predictions, PLOT)
+    default = args.policy == "shares" and not args.known_runtimes and args.runs == RUNS
+    if default:
+        plot(predictions, PLOT)
     document = summary(predictions)
     print(json.dumps(document, indent=2))
-    print(f"{len(predictions):,} forecasts in {seconds:.0f} s of CPU; plot: {PLOT.relative_to(ROOT)}", file=sys.stderr)
+    shown = f"; plot: {PLOT.relative_to(ROOT)}" if default else ""
+    print(f"{len(predictions):,} forecasts in {seconds:.0f} s of CPU{shown}", file=sys.stderr)
 
 
 if __name__ == "__main__":

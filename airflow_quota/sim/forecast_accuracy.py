@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from airflow_quota.core.cycle import QuotaScheduler
-from airflow_quota.core.estimates import RuntimeEstimate, RuntimeHistory
+from airflow_quota.core.estimates import EstimateSource, RuntimeEstimate, RuntimeHistory
 from airflow_quota.core.lifecycle import queued
 from airflow_quota.core.model import Decision, Job, Placed, Submitted, Succeeded
 from airflow_quota.sim.forecast import RUNS, Calibration, forecast
@@ -77,9 +77,14 @@ def measure(
     every: int = 1,
     runs: int = RUNS,
     progress: Callable[[int, int], None] | None = None,
+    task: Callable[[Job], str] = task_of,
+    known_runtimes: bool = False,
 ) -> list[Prediction]:
     """Replay ``loaded``, forecasting every ``every``-th submission at its instant (all of them
-    with 1); the predictions, each with the start the replay gave it."""
+    with 1); the predictions, each with the start the replay gave it. ``task`` names a job's
+    task for the history. ``known_runtimes`` gives every job its own duration as its author's
+    estimate instead: not a forecast (nobody knows that) but what knowing the runtimes would
+    be worth, the bound of any runtime estimate."""
     simulator = Simulator(loaded)
     history = RuntimeHistory()
     calibration = Calibration()
@@ -103,7 +108,7 @@ def measure(
                     calibration.learn(prediction.share, raw.pop(decision.job), decision.at - prediction.submitted)
         elif isinstance(decision, Succeeded):
             job = simulator.scheduler.job(decision.job)
-            history.add(job.share, simulator.played(job).duration, task_of(job))
+            history.add(job.share, simulator.played(job).duration, task(job))
 
     def after_cycle(scheduler: QuotaScheduler, now: float) -> None:
         if not submitted:
@@ -117,7 +122,15 @@ def measure(
                 predictions[job.name] = _known_at_once(job, now)
         if waiting:
             scheduler.forget_finished()  # as the quota service does: the forecast copies live jobs only
-            _forecast_each(scheduler, now, waiting, history, runs, calibration, predictions, raw)
+            if known_runtimes:
+                estimates = {
+                    seq: RuntimeEstimate(EstimateSource.AUTHOR, (simulator.played(job).duration,))
+                    for seq, job in scheduler.state.jobs.items()
+                    if not job.state.is_final
+                }
+            else:
+                estimates = _estimates(scheduler, now, history, task)
+            _forecast_each(scheduler, now, waiting, estimates, history, runs, calibration, predictions, raw)
         if progress is not None:
             progress(len(predictions), submissions)
 
@@ -135,6 +148,7 @@ def _forecast_each(
     scheduler: QuotaScheduler,
     now: float,
     waiting: list[Job],
+    estimates: dict[int, RuntimeEstimate],
     history: RuntimeHistory,
     runs: int,
     calibration: Calibration,
@@ -143,7 +157,6 @@ def _forecast_each(
 ) -> None:
     """Forecast the jobs just submitted and still waiting (calibrated by the forecasts' record
     so far), and the naive predictors for them."""
-    estimates = _estimates(scheduler, now, history)
     result = forecast(scheduler, now, estimates, runs=runs, jobs={job.seq for job in waiting})
     mean_runtime = history.pool_mean()
     for job in waiting:
@@ -163,7 +176,9 @@ def _forecast_each(
         )
 
 
-def _estimates(scheduler: QuotaScheduler, now: float, history: RuntimeHistory) -> dict[int, RuntimeEstimate]:
+def _estimates(
+    scheduler: QuotaScheduler, now: float, history: RuntimeHistory, task: Callable[[Job], str]
+) -> dict[int, RuntimeEstimate]:
     """Each live job's runtime estimate from the history as it stands (a running job's cut at
     what it has run)."""
     estimates: dict[int, RuntimeEstimate] = {}
@@ -172,10 +187,10 @@ def _estimates(scheduler: QuotaScheduler, now: float, history: RuntimeHistory) -
         if job.state.is_final:
             continue
         elapsed = job.progress + (now - job.running_since if job.running_since is not None else 0.0)
-        key = (job.share, task_of(job), elapsed)
+        key = (job.share, task(job), elapsed)
         estimate = cache.get(key)
         if estimate is None:
-            estimate = cache[key] = history.estimate(job.share, task_of(job), elapsed=elapsed)
+            estimate = cache[key] = history.estimate(job.share, key[1], elapsed=elapsed)
         estimates[seq] = estimate
     return estimates
 
