@@ -52,8 +52,8 @@ def forecast_short(row: ForecastRow, now: float) -> str:
     at = row.end if row.end is not None else row.start
     if at is None:
         return "unknown"
-    high = clock_time(row.high, now) if row.high is not None else "later"
-    spread = f" ({clock_time(row.low, now)} to {high})" if row.low is not None else ""
+    ends = _ends(row, at, now)
+    spread = f" ({ends[0]} to {ends[1]})" if ends else ""
     return f"{'ends around' if row.end is not None else 'around'} {clock_time(at, now)}{spread}"
 
 
@@ -74,7 +74,16 @@ def forecast_moved(said: ForecastRow | None, new: ForecastRow, now: float) -> bo
 
 
 def _range(row: ForecastRow, now: float) -> str:
+    at = row.end if row.end is not None else row.start
+    ends = _ends(row, at, now) if at is not None else None
+    return f", likely {ends[0]} to {ends[1]}" if ends else ""
+
+
+def _ends(row: ForecastRow, at: float, now: float) -> tuple[str, str] | None:
+    """The range's ends as read, None without a range or when both read as the point ``at``
+    does (a range of one time says nothing: "14:20 UTC to 14:20 UTC")."""
     if row.low is None:
-        return ""
+        return None
+    low = clock_time(row.low, now)
     high = clock_time(row.high, now) if row.high is not None else "later"
-    return f", likely {clock_time(row.low, now)} to {high}"
+    return None if low == high == clock_time(at, now) else (low, high)
