@@ -445,8 +445,10 @@ def attack_body(size: int) -> bytes:
 
 def test_huge_bodies_do_not_stall_the_api_server(served: Served) -> None:
     """A viewer's, an editor's and an anonymous 8 MB body to the priority route, sent in full
-    at the same time, while Airflow's ``/api/v2/version`` is asked again and again: every
-    answer comes within 200 ms, and the uploads are refused (403, 413, 401)."""
+    at the same time, while Airflow's ``/api/v2/version`` is asked again and again: the answers
+    come within 200 ms, and the uploads are refused (403, 413, 401). A stall would hold every
+    probe sent while the uploads last; one probe alone may meet the machine's other work (a
+    process descheduled on a loaded 2-core host took 366 ms once), so one is allowed up to 1 s."""
     body = attack_body(8 << 20)
     path = f"/quota/api/jobs/{ids(served)['qs1-med']}/priority"
     senders = {
@@ -471,7 +473,8 @@ def test_huge_bodies_do_not_stall_the_api_server(served: Served) -> None:
             latencies.append(time.monotonic() - started)
         for thread in uploads:
             thread.join()
-    assert max(latencies) < 0.2, sorted(latencies)[-5:]
+    slow = [latency for latency in latencies if latency >= 0.2]
+    assert len(slow) <= 1 and max(latencies) < 1.0, (len(latencies), sorted(latencies)[-5:])
     assert {who: a.status for who, a in answers.items()} == {"viewer": 403, "editor": 413, "anonymous": 401}
     assert all(a.body_sent < len(body) for a in answers.values())  # answered before the body was all sent
     assert served.world.store.pending_requests() == 0
